@@ -1,0 +1,221 @@
+"""Run fixture scripts under torch and record every AMP object they create, as JSON.
+
+Usage: python tests/amp_recorder.py OUTPUT.json SCRIPT.py [SCRIPT.py ...]
+
+The torch oracle (tests/test_equivalence.py) runs the ``.in.py`` files in one process and the ``.out.py``
+files in another, then compares what each file recorded.
+
+What is recorded is the *bound arguments* of the new-API entry points, which the deprecated ones call
+(checked on torch 2.13's source):
+
+- ``torch.amp.autocast_mode.autocast.__init__``: ``torch.cuda.amp.autocast.__init__`` and
+  ``torch.cpu.amp.autocast.__init__`` call ``super().__init__("cuda"/"cpu", enabled=..., dtype=...,
+  cache_enabled=...)``; ``torch.autocast`` and ``torch.amp.autocast`` are this very class.
+  Patched on the class, so every subclass reaches it.
+- ``torch.amp.grad_scaler.GradScaler.__init__``: ``torch.cuda.amp.GradScaler.__init__`` (and the cpu one)
+  call ``super().__init__("cuda"/"cpu", init_scale=..., ...)``.
+- ``custom_fwd`` / ``custom_bwd``: the old functions call
+  ``functools.partial(torch.amp.custom_fwd, device_type="cuda")(...)``, i.e. they look the new function up
+  as an attribute of the *package* ``torch.amp`` at call time; the new function, called without ``fwd``,
+  returns ``functools.partial(custom_fwd, ...)`` which looks it up as a global of
+  ``torch.amp.autocast_mode``. Both attributes are patched with the same wrapper.
+  Only the call that actually decorates a function (``fwd``/``bwd`` not None) is recorded:
+  ``@torch.cuda.amp.custom_fwd`` makes one call, ``@torch.amp.custom_fwd(device_type="cuda")`` makes two
+  (a factory call, then the decoration), and the decoration is what matters.
+- ``torch.amp.autocast_mode._cast``: the old ``torch.cuda.amp.autocast_mode._cast`` calls it through the
+  module attribute. ``_cast`` recurses through the same global, so only the outermost call is recorded.
+
+Normalisation: ``dtype=None`` for autocast means ``torch.get_autocast_dtype(device_type)`` (float16 for
+cuda, bfloat16 for cpu unless the program changed it) and ``cache_enabled=None`` means
+``torch.is_autocast_cache_enabled()``; both are replaced by the value they stand for at the time of the
+call, because the old classes pass the concrete defaults. dtypes are recorded as strings, functions by
+qualified name.
+
+Each script runs through ``runpy.run_path(path, run_name="__main__")`` in a fresh namespace, with
+``warnings.simplefilter("always")`` so every FutureWarning is seen; the FutureWarnings that mention
+``torch.cuda.amp`` / ``torch.cpu.amp`` are reported. The script's stdout/stderr are swallowed. Between
+scripts the records are cleared and torch's global autocast state is reset to its defaults, so the scripts
+of one list do not see each other (the patches stay installed: they are stateless apart from the records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import io
+import json
+import re
+import runpy
+import sys
+import traceback
+import warnings
+
+import torch
+import torch.amp
+import torch.amp.autocast_mode
+import torch.amp.grad_scaler
+
+RECORDS: list[dict] = []
+_DEPRECATED = ("torch.cuda.amp", "torch.cpu.amp")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    qualname = getattr(value, "__qualname__", None)
+    if callable(value) and isinstance(qualname, str):
+        return f"<callable {getattr(value, '__module__', '?')}.{qualname}>"
+    return f"<{type(value).__qualname__} {_ADDRESS.sub('', repr(value))}>"
+
+
+def _bound(func, args, kwargs) -> dict:
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _patch_autocast() -> None:
+    cls = torch.amp.autocast_mode.autocast
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        arguments = _bound(original, (self, *args), kwargs)
+        arguments.pop("self")
+        device = arguments["device_type"]
+        if arguments["dtype"] is None and isinstance(device, str):
+            arguments["dtype"] = torch.get_autocast_dtype(device)
+        if arguments["cache_enabled"] is None:
+            arguments["cache_enabled"] = torch.is_autocast_cache_enabled()
+        RECORDS.append({"api": "autocast", **{k: _jsonable(v) for k, v in arguments.items()}})
+        return original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+def _patch_grad_scaler() -> None:
+    cls = torch.amp.grad_scaler.GradScaler
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        arguments = _bound(original, (self, *args), kwargs)
+        arguments.pop("self")
+        RECORDS.append({"api": "GradScaler", **{k: _jsonable(v) for k, v in arguments.items()}})
+        return original(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+def _patch_decorator_factory(name: str, fn_param: str) -> None:
+    original = getattr(torch.amp.autocast_mode, name)
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        arguments = _bound(original, args, kwargs)
+        if arguments[fn_param] is not None:
+            RECORDS.append({"api": name, **{k: _jsonable(v) for k, v in arguments.items()}})
+        return original(*args, **kwargs)
+
+    setattr(torch.amp.autocast_mode, name, wrapper)  # looked up by the partial the new function returns
+    setattr(torch.amp, name, wrapper)  # looked up by the old torch.cuda.amp function, and by user code
+
+
+def _patch_cast() -> None:
+    original = torch.amp.autocast_mode._cast
+    depth = 0
+
+    @functools.wraps(original)
+    def _cast(*args, **kwargs):
+        nonlocal depth
+        if depth == 0:
+            arguments = _bound(original, args, kwargs)
+            value = arguments.pop("value")
+            RECORDS.append(
+                {
+                    "api": "_cast",
+                    "value_type": type(value).__qualname__,
+                    **{k: _jsonable(v) for k, v in arguments.items()},
+                }
+            )
+        depth += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            depth -= 1
+
+    torch.amp.autocast_mode._cast = _cast
+
+
+def install() -> None:
+    _patch_autocast()
+    _patch_grad_scaler()
+    _patch_decorator_factory("custom_fwd", "fwd")
+    _patch_decorator_factory("custom_bwd", "bwd")
+    _patch_cast()
+
+
+_DEFAULT_DTYPES = {dev: torch.get_autocast_dtype(dev) for dev in ("cpu", "cuda")}
+
+
+def _reset_torch_state() -> None:
+    for dev, dtype in _DEFAULT_DTYPES.items():
+        torch.set_autocast_enabled(dev, False)
+        torch.set_autocast_dtype(dev, dtype)
+    torch.set_autocast_cache_enabled(True)
+    torch.clear_autocast_cache()
+    torch.manual_seed(0)
+
+
+def run_one(path: str) -> dict:
+    RECORDS.clear()
+    _reset_torch_state()
+    sink = io.StringIO()
+    error = None
+    argv = sys.argv
+    sys.argv = [path]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                runpy.run_path(path, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                error = f"SystemExit({exc.code!r})"
+        except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            error += "\n" + traceback.format_exc(limit=-3)
+        finally:
+            sys.argv = argv
+    deprecations = sorted(
+        {
+            str(w.message)
+            for w in caught
+            if issubclass(w.category, FutureWarning) and any(d in str(w.message) for d in _DEPRECATED)
+        }
+    )
+    return {
+        "records": list(RECORDS),
+        "deprecation_warnings": deprecations,
+        "error": error,
+        "output": sink.getvalue()[-2000:],
+    }
+
+
+def main(argv: list[str]) -> int:
+    out_json, *scripts = argv
+    install()
+    results = {script: run_one(script) for script in scripts}
+    with open(out_json, "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""Discovery of the hand-written fixture pairs under ``fixtures/`` (shared by several tests).
+
+A case is ``fixtures/<area>/<name>.in.py`` with its expected output ``<name>.out.py`` and optionally
+``<name>.findings`` (one expected finding per line: ``LINE CODE fixed|left``, LINE 1-based in the input).
+``fixtures/run/`` and ``fixtures/demo/`` belong to other tests and are not cases here.
+
+A case whose first line is exactly ``# fixture: not-runnable (<reason>)`` is not executed by the torch oracle
+(tests/test_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+EXCLUDED_AREAS = frozenset({"run", "demo"})
+# The only area whose cases are fixed with Options(unsafe_fixes=True).
+UNSAFE_AREA = "unsafe_fixes"
+
+_NOT_RUNNABLE = re.compile(r"# fixture: not-runnable \((?P<reason>.+)\)")
+_FINDING = re.compile(r"(?P<line>[1-9][0-9]*) (?P<code>AMP[0-9]{3}) (?P<status>fixed|left)")
+
+
+@dataclass(frozen=True)
+class Case:
+    in_path: Path
+
+    @property
+    def area(self) -> str:
+        return self.in_path.relative_to(FIXTURES).parts[0]
+
+    @property
+    def name(self) -> str:
+        return self.in_path.name[: -len(".in.py")]
+
+    @property
+    def id(self) -> str:
+        rel = self.in_path.relative_to(FIXTURES).as_posix()
+        return rel[: -len(".in.py")]
+
+    @property
+    def out_path(self) -> Path:
+        return self.in_path.with_name(self.name + ".out.py")
+
+    @property
+    def findings_path(self) -> Path:
+        return self.in_path.with_name(self.name + ".findings")
+
+    @property
+    def unsafe(self) -> bool:
+        return self.area == UNSAFE_AREA
+
+    def expected_findings(self) -> list[tuple[int, str, bool]] | None:
+        """The ``.findings`` file as sorted ``(line, code, fixed)``; None when the case has none."""
+        if not self.findings_path.exists():
+            return None
+        return parse_findings(self.findings_path.read_text(encoding="utf-8"))
+
+    def not_runnable_reason(self) -> str | None:
+        text, _ = read_source(self.in_path)
+        first = text.split("\n", 1)[0].rstrip("\r")
+        m = _NOT_RUNNABLE.fullmatch(first)
+        return m.group("reason") if m else None
+
+
+def parse_findings(text: str) -> list[tuple[int, str, bool]]:
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _FINDING.fullmatch(line)
+        if m is None:
+            raise ValueError(f"bad .findings line {n}: {raw!r} (want 'LINE CODE fixed|left')")
+        out.append((int(m.group("line")), m.group("code"), m.group("status") == "fixed"))
+    return sorted(out)
+
+
+def discover() -> list[Case]:
+    cases = []
+    for path in sorted(FIXTURES.rglob("*.in.py")):
+        if path.relative_to(FIXTURES).parts[0] in EXCLUDED_AREAS:
+            continue
+        cases.append(Case(path))
+    return cases
+
+
+def detect_encoding(data: bytes) -> str:
+    """The encoding Python itself would use for these bytes (BOM, coding cookie, else UTF-8)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding
+
+
+def read_source(path: Path) -> tuple[str, str]:
+    """(text, encoding). Bytes are decoded as-is: ``\\r\\n`` is kept, a UTF-8 BOM is dropped (utf-8-sig)."""
+    data = path.read_bytes()
+    encoding = detect_encoding(data)
+    return data.decode(encoding), encoding
+
+
+def encode_source(text: str, encoding: str) -> bytes:
+    return text.encode(encoding)
+
+
+CASES = discover()
+CASE_IDS = [c.id for c in CASES]
