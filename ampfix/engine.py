@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
-class Options:
-    unsafe_fixes: bool = False
-    # Source text of the device expression given to rules that target CUDA.
-    cuda_device: str = '"cuda"'
-    # The oldest torch the code must keep running on; rules needing newer torch are held back.
-    target_torch: tuple[int, int] | None = None
+from ampfix.options import Options
 
 
 @dataclass(frozen=True)
@@ -49,6 +45,74 @@ class SourceResult:
         )
 
 
+INTERNAL_ERROR_CODE = "AMP900"
+SYNTAX_ERROR_CODE = "AMP901"
+
+# Every deprecated use spells the token `amp` somewhere: `torch.cuda.amp.X`, `from torch.cuda
+# import amp`, `import torch.cuda.amp as m`, a string "torch.cuda.amp...". A file without it is
+# done without parsing.
+_CANDIDATE = re.compile(r"\bamp\b")
+
+
+def could_hold_deprecated_use(source: str) -> bool:
+    return _CANDIDATE.search(source) is not None
+
+
+def check_source(source: str, options: Options = Options()) -> SourceResult:
+    """Find every deprecated AMP use; change nothing."""
+    return _process(source, options, rewrite=False)
+
+
 def fix_source(source: str, options: Options = Options()) -> SourceResult:
     """Rewrite every deprecated AMP use that can be rewritten safely; report the rest."""
-    raise NotImplementedError
+    return _process(source, options, rewrite=True)
+
+
+def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
+    if not could_hold_deprecated_use(source):
+        return SourceResult(source, source)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as error:
+        line = getattr(error, "lineno", None) or 1
+        col = getattr(error, "offset", None) or 1
+        message = f"cannot parse: {getattr(error, 'msg', error)}"
+        return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
+    from ampfix.analysis import analyze
+
+    plan = analyze(tree, source, options)
+    findings = tuple(_finding(f, applied=rewrite) for f in plan.findings)
+    if not rewrite or not plan.has_edits:
+        return SourceResult(source, source, findings)
+    try:
+        new_source = _rewrite(source, plan)
+    except Exception as error:  # noqa: BLE001 - any failure leaves the file untouched, reported
+        message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
+        unfixed = tuple(_finding(f, applied=False) for f in plan.findings)
+        return SourceResult(source, source, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
+    return SourceResult(source, new_source, findings)
+
+
+def _rewrite(source: str, plan) -> str:
+    import libcst
+
+    from ampfix.apply import apply_plan
+
+    module = libcst.parse_module(source)
+    new_source = apply_plan(module, plan).code
+    # Never hand back text that does not parse: the caller would write it.
+    ast.parse(new_source)
+    return new_source
+
+
+def _finding(planned, applied: bool) -> Finding:
+    return Finding(
+        line=planned.line,
+        col=planned.col + 1,
+        code=planned.code,
+        message=planned.message,
+        fixable=planned.fixable,
+        unsafe=planned.unsafe,
+        fixed=applied and planned.will_fix,
+        suggestion=planned.suggestion,
+    )

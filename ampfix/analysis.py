@@ -1,0 +1,920 @@
+"""Find every deprecated AMP use in a module and decide, per use, to rewrite it or to report it.
+
+Works on the standard-library `ast`: it parses ~10x faster than LibCST, so `check` never needs
+LibCST and `rewrite` hands LibCST only the statements that change (see `ampfix.apply`).
+
+Names are resolved through the file's own bindings (imports, assignments, definitions, per
+scope), not matched as text: `import torch as th; th.cuda.amp.autocast()` is found, a local
+`def autocast()` is not. Only the bindings of names that some `torch` import binds are resolved.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+from dataclasses import dataclass, field
+
+from ampfix.options import Options
+from ampfix.rules import ALL_RULES, DEPRECATED_ROOTS, Rule, Target
+
+NO_TWIN_CODE = "AMP011"
+MODULE_PATH_CODE = "AMP010"
+
+_RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}
+_SYMBOLS: dict[str, tuple[Rule, Target | None]] = {
+    name: (rule, target) for rule in ALL_RULES for name, target in rule.symbols.items()
+}
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_VERSION_WORD = re.compile(r"version", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Edits handed to the LibCST applier. Keys are (statement index, ordinal of the chain/string
+# within that statement), both counted the same way on the ast and the CST side.
+
+
+@dataclass(frozen=True)
+class CallEdit:
+    device: str  # source text of the device expression
+    device_position: int | None  # insert as a positional argument at this index...
+    device_keyword: str | None  # ...or as this keyword after the last positional
+    keywords_for_positionals: tuple[str, ...] = ()  # name the i-th positional argument
+
+
+@dataclass(frozen=True)
+class ChainEdit:
+    new_dotted: str | None = None  # replace the dotted name; None: keep it (its import changes)
+    call: CallEdit | None = None  # edit the arguments of the call whose callee this is
+    decorator_call: str | None = None  # bare decorator: append "(<this>)"
+    partial_args: str | None = None  # wrap as functools.partial(<name>, <this>)
+
+
+@dataclass(frozen=True)
+class ImportEdit:
+    # `import a.b as c, d`: new dotted name per alias index (missing: unchanged).
+    renamed_aliases: dict[int, str] = field(default_factory=dict)
+    # `from M import ...`: the new module for the migrated aliases, and the alias indices that
+    # stay with the old module (a split: they move to a new statement after this one).
+    new_module: str | None = None
+    kept_aliases: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlannedFinding:
+    line: int
+    col: int  # 0-based, in characters
+    code: str
+    message: str
+    fixable: bool
+    unsafe: bool
+    will_fix: bool
+    suggestion: str | None = None
+
+
+@dataclass
+class Plan:
+    findings: list[PlannedFinding]
+    stmt_end: list[int]
+    heads: frozenset[str]
+    chain_edits: dict[tuple[int, int], ChainEdit]
+    chain_texts: dict[int, list[str]]
+    string_edits: dict[tuple[int, int], str]
+    string_values: dict[int, list[str]]
+    import_edits: dict[int, ImportEdit]
+    needs_functools: bool = False
+
+    @property
+    def has_edits(self) -> bool:
+        return bool(self.chain_edits or self.string_edits or self.import_edits)
+
+    def edited_statements(self) -> list[int]:
+        stmts = {k[0] for k in self.chain_edits} | {k[0] for k in self.string_edits}
+        return sorted(stmts | set(self.import_edits))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scopes and bindings
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: str  # "module", "function" (also lambdas and comprehensions) or "class"
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    global_names: set[str] = field(default_factory=set)
+
+    def bind(self, binding: Binding) -> None:
+        target = self
+        if binding.name in self.global_names:
+            while target.parent is not None:
+                target = target.parent
+        target.bindings.setdefault(binding.name, []).append(binding)
+
+    def lookup(self, name: str) -> tuple[Scope | None, list[Binding]]:
+        scope: Scope | None = self
+        if name in self.global_names:
+            while scope.parent is not None:
+                scope = scope.parent
+        first = True
+        while scope is not None:
+            # A class body's names are invisible to the functions nested in it.
+            if (first or scope.kind != "class") and name in scope.bindings:
+                return scope, scope.bindings[name]
+            first = False
+            scope = scope.parent
+        return None, []
+
+
+@dataclass(eq=False)
+class Binding:
+    name: str
+    kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
+    line: int
+    qname: str | None = None  # for imports: what the name refers to
+    stmt_index: int = -1
+    alias_index: int = -1
+
+
+def _is_torch(qname: str | None) -> bool:
+    return qname is not None and (qname == "torch" or qname.startswith("torch."))
+
+
+def _under_deprecated_root(qname: str) -> bool:
+    return any(qname == root or qname.startswith(root + ".") for root in DEPRECATED_ROOTS)
+
+
+def _root_replaced(qname: str) -> str:
+    for root in DEPRECATED_ROOTS:
+        if qname == root or qname.startswith(root + "."):
+            return "torch.amp" + qname[len(root) :]
+    return qname
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk: statements numbered in pre-order, bindings per scope, chains and strings recorded.
+
+
+@dataclass(eq=False)
+class ChainRef:
+    node: ast.expr
+    parts: tuple[str, ...]
+    scope: Scope
+    stmt_index: int
+    role: str  # "call", "decorator", "type", "base", "store" or "value"
+    parent: ast.AST | None
+    guarded: bool
+
+
+@dataclass(eq=False)
+class StringRef:
+    node: ast.Constant
+    scope: Scope
+    stmt_index: int
+    in_annotation: bool
+    guarded: bool
+
+
+@dataclass(eq=False)
+class ImportRef:
+    node: ast.Import | ast.ImportFrom
+    stmt_index: int
+    scope: Scope
+    guarded: bool
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.module_scope = Scope("module", None)
+        self.stmt_end: list[int] = []
+        self.chains: list[ChainRef] = []
+        self.strings: list[StringRef] = []
+        self.imports: list[ImportRef] = []
+        self.guard_depth = 0
+        self.annotation_depth = 0
+        self.stmt_index = -1
+
+    # statements ------------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt], scope: Scope) -> None:
+        for stmt in body:
+            self.statement(stmt, scope)
+
+    def statement(self, node: ast.stmt, scope: Scope) -> None:
+        index = len(self.stmt_end)
+        self.stmt_end.append(-1)
+        outer_index, self.stmt_index = self.stmt_index, index
+        handler = getattr(self, "stmt_" + type(node).__name__, None)
+        if handler is not None:
+            handler(node, scope)
+        else:
+            self.generic(node, scope)
+        self.stmt_index = outer_index
+        self.stmt_end[index] = len(self.stmt_end)
+
+    def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        inner = Scope("function", scope)
+        self.arguments(node.args, scope, inner)
+        if node.returns is not None:
+            self.annotation(node.returns, scope)
+        scope.bind(Binding(node.name, "other", node.lineno))
+        self.stmt_index_for_body(node.body, inner)
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def stmt_index_for_body(self, body: list[ast.stmt], scope: Scope) -> None:
+        self.statements(body, scope)
+
+    def stmt_ClassDef(self, node: ast.ClassDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        for base in node.bases:
+            self.expr(base, scope, "base", node)
+        for keyword in node.keywords:
+            self.expr(keyword.value, scope, "value", keyword)
+        scope.bind(Binding(node.name, "other", node.lineno))
+        self.statements(node.body, Scope("class", scope))
+
+    def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        for i, alias in enumerate(node.names):
+            if alias.asname:
+                name, qname = alias.asname, alias.name
+            else:
+                name = qname = alias.name.partition(".")[0]
+            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i))
+
+    def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        module = "." * node.level + (node.module or "")
+        for i, alias in enumerate(node.names):
+            if alias.name == "*":
+                continue
+            qname = f"{module}.{alias.name}" if node.level == 0 else None
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i))
+
+    def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
+        scope.global_names.update(node.names)
+
+    def stmt_Assign(self, node: ast.Assign, scope: Scope) -> None:
+        placeholder = isinstance(node.value, ast.Constant) and node.value.value is None
+        for target in node.targets:
+            if placeholder and isinstance(target, ast.Name):
+                scope.bind(Binding(target.id, "none", target.lineno))
+            else:
+                self.expr(target, scope, "store", node)
+        self.expr(node.value, scope, "value", node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign, scope: Scope) -> None:
+        self.expr(node.target, scope, "store", node)
+        self.annotation(node.annotation, scope)
+        if node.value is not None:
+            self.expr(node.value, scope, "value", node)
+
+    def stmt_If(self, node: ast.If, scope: Scope) -> None:
+        self.expr(node.test, scope, "value", node)
+        guard = _mentions_version(node.test)
+        self.guard_depth += guard
+        self.statements(node.body, scope)
+        self.statements(node.orelse, scope)
+        self.guard_depth -= guard
+
+    def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
+        self.statements(node.body, scope)
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.expr(handler.type, scope, "value", handler)
+            if handler.name:
+                scope.bind(Binding(handler.name, "other", handler.lineno))
+            self.statements(handler.body, scope)
+        self.statements(node.orelse, scope)
+        self.statements(node.finalbody, scope)
+
+    stmt_TryStar = stmt_Try
+
+    def stmt_Match(self, node: ast.Match, scope: Scope) -> None:
+        self.expr(node.subject, scope, "value", node)
+        for case in node.cases:
+            self.pattern(case.pattern, scope)
+            if case.guard is not None:
+                self.expr(case.guard, scope, "value", case)
+            self.statements(case.body, scope)
+
+    def pattern(self, node: ast.AST, scope: Scope) -> None:
+        for name_field in ("name", "rest"):
+            name = getattr(node, name_field, None)
+            if isinstance(name, str):
+                scope.bind(Binding(name, "other", getattr(node, "lineno", 0)))
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.pattern):
+                self.pattern(child, scope)
+            elif isinstance(child, ast.expr):
+                self.expr(child, scope, "value", node)
+
+    def generic(self, node: ast.AST, scope: Scope) -> None:
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for item in value:
+                    self.child(item, scope, node)
+            else:
+                self.child(value, scope, node)
+
+    def child(self, item: object, scope: Scope, parent: ast.AST) -> None:
+        if isinstance(item, ast.stmt):
+            self.statement(item, scope)
+        elif isinstance(item, ast.expr):
+            self.expr(item, scope, "value", parent)
+        elif isinstance(item, ast.AST):
+            self.generic(item, scope)
+
+    def arguments(self, args: ast.arguments, outer: Scope, inner: Scope) -> None:
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            self.expr(default, outer, "value", args)
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        every += [a for a in (args.vararg, args.kwarg) if a is not None]
+        for arg in every:
+            if arg.annotation is not None:
+                self.annotation(arg.annotation, outer)
+            inner.bind(Binding(arg.arg, "other", arg.lineno))
+
+    def annotation(self, node: ast.expr, scope: Scope) -> None:
+        self.annotation_depth += 1
+        self.expr(node, scope, "type", None)
+        self.annotation_depth -= 1
+
+    # expressions -----------------------------------------------------------------------------
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None) -> None:
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            parts = _dotted_parts(node)
+            if parts is not None:
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    scope.bind(Binding(node.id, "other", node.lineno))
+                if self.annotation_depth:
+                    role = "type"
+                self.chains.append(
+                    ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guard_depth > 0)
+                )
+                return
+            self.expr(node.value, scope, "value", node)  # type: ignore[union-attr]
+            return
+        if isinstance(node, ast.Call):
+            self.call(node, scope)
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and "amp" in node.value:
+                self.strings.append(
+                    StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guard_depth > 0)
+                )
+        elif isinstance(node, ast.Lambda):
+            inner = Scope("function", scope)
+            self.arguments(node.args, scope, inner)
+            self.expr(node.body, inner, "value", node)
+        elif isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)
+        elif isinstance(node, ast.JoinedStr):
+            for value in node.values:
+                if isinstance(value, ast.FormattedValue):
+                    self.expr(value.value, scope, "value", value)
+                    if value.format_spec is not None:
+                        self.expr(value.format_spec, scope, "value", value)
+        elif isinstance(node, ast.Tuple) and role == "type":
+            for element in node.elts:
+                self.expr(element, scope, "type", node)
+        elif isinstance(node, ast.NamedExpr):
+            scope.bind(Binding(node.target.id, "other", node.lineno))
+            self.chains.append(
+                ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, False)
+            )
+            self.expr(node.value, scope, "value", node)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.expr(child, scope, "type" if self.annotation_depth else "value", node)
+                elif isinstance(child, ast.AST):
+                    self.generic(child, scope)
+
+    def call(self, node: ast.Call, scope: Scope) -> None:
+        self.expr(node.func, scope, "call", node)
+        type_checked = isinstance(node.func, ast.Name) and node.func.id in _TYPE_CHECK_FUNCS
+        for i, arg in enumerate(node.args):
+            self.expr(arg, scope, "type" if type_checked and i == 1 else "value", node)
+        for keyword in node.keywords:
+            self.expr(keyword.value, scope, "value", node)
+
+    def comprehension(self, node: ast.expr, scope: Scope) -> None:
+        inner = Scope("function", scope)
+        for i, generator in enumerate(node.generators):  # type: ignore[attr-defined]
+            self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
+            self.expr(generator.target, inner, "store", generator)
+            for condition in generator.ifs:
+                self.expr(condition, inner, "value", generator)
+        if isinstance(node, ast.DictComp):
+            self.expr(node.key, inner, "value", node)
+            self.expr(node.value, inner, "value", node)
+        else:
+            self.expr(node.elt, inner, "value", node)  # type: ignore[attr-defined]
+
+
+def _dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return tuple(reversed(parts))
+
+
+def _mentions_version(test: ast.expr) -> bool:
+    """A test on the torch version guards code meant for a torch that may lack the new names."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name) and _VERSION_WORD.search(node.id):
+            return True
+        if isinstance(node, ast.Attribute) and _VERSION_WORD.search(node.attr):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr":
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Deciding
+
+
+@dataclass(eq=False)
+class _Use:
+    """One deprecated use found in the code, and what to do with it."""
+
+    ref: ChainRef
+    code: str
+    message: str
+    edit: ChainEdit | None  # None: left as it is
+    unsafe: bool = False
+    fixable: bool = False
+    suggestion: str | None = None
+    group: tuple[int, str] | None = None  # (id(scope), name) of the import binding it goes through
+
+
+class _Analyzer:
+    def __init__(self, tree: ast.Module, lines: list[str], options: Options) -> None:
+        self.lines = lines
+        self.options = options
+        self.walker = _Walker()
+        self.walker.statements(tree.body, self.walker.module_scope)
+        self.findings: list[PlannedFinding] = []
+        self.chain_edits: dict[tuple[int, int], ChainEdit] = {}
+        self.string_edits: dict[tuple[int, int], str] = {}
+        self.import_edits: dict[int, ImportEdit] = {}
+        self.needs_functools = False
+        self.heads = self._torch_bound_names()
+
+    # helpers -------------------------------------------------------------------------------
+    def _torch_bound_names(self) -> frozenset[str]:
+        names: set[str] = set()
+
+        def collect(scope: Scope) -> None:
+            for name, bindings in scope.bindings.items():
+                if any(b.kind == "import" and _is_torch(b.qname) for b in bindings):
+                    names.add(name)
+
+        for ref in self.walker.chains:  # every scope that holds a chain, plus the module
+            collect(ref.scope)
+        collect(self.walker.module_scope)
+        for imp in self.walker.imports:
+            collect(imp.scope)
+        return frozenset(names)
+
+    def col(self, line: int, byte_col: int) -> int:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
+
+    def add_finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
+                    will_fix: bool = False, suggestion: str | None = None) -> None:
+        line = getattr(node, "lineno", 1)
+        col = self.col(line, getattr(node, "col_offset", 0))
+        self.findings.append(PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion))
+
+    def held_back(self, rule: Rule) -> str | None:
+        target = self.options.target_torch
+        if target is not None and rule.min_torch > target:
+            need = ".".join(map(str, rule.min_torch))
+            have = ".".join(map(str, target))
+            return f"needs torch >= {need}; the target is torch {have}"
+        return None
+
+    def device_text(self, target: Target) -> str:
+        return self.options.cuda_device if target.device == "cuda" else f'"{target.device}"'
+
+    # the main pass -------------------------------------------------------------------------
+    def run(self) -> Plan:
+        uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads for use in self.resolve(ref)]
+        self.settle_groups(uses)
+        self.plan_imports(uses)
+        for use in uses:
+            self.record_use(use)
+        for string in self.walker.strings:
+            self.string(string)
+        return self.plan()
+
+    def resolve(self, ref: ChainRef) -> list[_Use]:
+        if ref.role == "store" and len(ref.parts) == 1:
+            return []
+        scope, bindings = ref.scope.lookup(ref.parts[0])
+        torch_imports = [b for b in bindings if b.kind == "import" and _is_torch(b.qname)]
+        if not torch_imports:
+            return []
+        qnames = {b.qname for b in torch_imports}
+        conflicting = len(qnames) > 1 or any(
+            b.kind == "other" or (b.kind == "import" and not _is_torch(b.qname)) for b in bindings
+        )
+        binding = torch_imports[0]
+        full = ".".join((binding.qname or "", *ref.parts[1:]))
+        symbol = _longest_symbol(full)
+        if symbol is None and not _under_deprecated_root(full):
+            return []
+        through_binding = _under_deprecated_root(binding.qname or "")
+        group = (id(scope), ref.parts[0]) if through_binding else None
+        if conflicting:
+            lines = sorted({b.line for b in bindings})
+            code = symbol[1].code if symbol else NO_TWIN_CODE
+            return [_Use(ref, code, f"`{ref.parts[0]}` is bound to several things (lines "
+                         f"{', '.join(map(str, lines))}); rewriting one use would break the others", None,
+                         group=group)]
+        return [self.decide(ref, full, symbol, binding, group)]
+
+    def decide(self, ref: ChainRef, full: str, symbol: tuple[str, Rule, Target | None] | None,
+               binding: Binding, group: tuple[int, str] | None) -> _Use:
+        if symbol is None:
+            return _Use(ref, NO_TWIN_CODE, f"`{full}` has no known torch.amp twin", None, group=group)
+        name, rule, target = symbol
+        rest = full[len(name):]
+        if target is None:
+            return _Use(ref, rule.code, f"`{full}` has no torch.amp twin", None, group=group)
+        new_name = target.new + rest
+        if group is None:
+            new_dotted = self.new_dotted(ref, binding, new_name)
+            if new_dotted is None:
+                return _Use(ref, rule.code, f"`{full}`: no name bound to `torch` here to spell "
+                            f"`{new_name}` with", None, suggestion=new_name)
+        else:
+            new_dotted = None
+        reason = self.held_back(rule)
+        if reason is None and ref.guarded:
+            reason = "inside a branch that tests the torch version; the new name may not exist there"
+        if reason is not None:
+            return _Use(ref, rule.code, f"`{full}` left: {reason}", None, group=group, suggestion=new_name)
+        return self.decide_context(ref, full, rule, target, rest, new_name, new_dotted, group)
+
+    def new_dotted(self, ref: ChainRef, binding: Binding, new_name: str) -> str | None:
+        """Spell `new_name` through the binding the chain used (`th.cuda.amp.X` -> `th.amp.X`)."""
+        prefix = binding.qname or ""
+        if new_name.startswith(prefix + "."):
+            return ref.parts[0] + new_name[len(prefix):]
+        _, torch_bindings = ref.scope.lookup("torch")
+        if torch_bindings and all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
+            return new_name
+        return None
+
+    def decide_context(self, ref: ChainRef, full: str, rule: Rule, target: Target, rest: str,
+                       new_name: str, new_dotted: str | None, group: tuple[int, str] | None) -> _Use:
+        shape = rule.shape
+        use = _Use(ref, rule.code, "", None, group=group, suggestion=new_name)
+        if shape is None:  # a pure rename
+            if target.module and not rest and ref.role not in ("type",):
+                use.message = f"`{full}`: the module object itself has no drop-in twin"
+                use.code = NO_TWIN_CODE
+                return use
+            return self.fixed(use, f"`{full}` -> `{new_name}`", ChainEdit(new_dotted=new_dotted))
+        if rest:
+            use.message = f"`{full}`: an attribute of a deprecated object; migrate by hand"
+            return use
+        device = self.device_text(target)
+        if ref.role == "call":
+            return self.decide_call(use, full, shape, device, new_name, new_dotted)
+        if ref.role == "type":
+            return self.fixed(use, f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
+        if ref.role == "decorator":
+            if shape.bare_decorator_ok:
+                args = f"{shape.device_keyword}={device}"
+                return self.fixed(use, f"`@{full}` -> `@{new_name}({args})`",
+                                  ChainEdit(new_dotted=new_dotted, decorator_call=args))
+            use.message = f"bare `@{full}` passes the function as `enabled`; add the arguments by hand"
+            return use
+        if ref.role == "base":
+            use.message = (f"class derives from `{full}`: a positional construction of the subclass would "
+                           f"bind to `device` of `{new_name}`")
+            return self.unsafe(use, ChainEdit(new_dotted=new_dotted))
+        use.message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
+        if shape.partial_keeps_meaning:
+            args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
+            if new_dotted is not None or group is None:
+                use.suggestion = f"functools.partial({new_name}, {args})"
+                return self.unsafe(use, ChainEdit(new_dotted=new_dotted, partial_args=args))
+        return use
+
+    def decide_call(self, use: _Use, full: str, shape, device: str, new_name: str,
+                    new_dotted: str | None) -> _Use:
+        call = use.ref.parent
+        assert isinstance(call, ast.Call)
+        if any(isinstance(arg, ast.Starred) for arg in call.args):
+            use.message = f"`{full}(*args)`: the positions of the arguments are unknown"
+            return use
+        positionals = len(call.args)
+        if positionals > len(shape.old_params):
+            use.message = f"`{full}` called with {positionals} positional arguments; it takes at most " \
+                          f"{len(shape.old_params)}"
+            return use
+        keywords = {kw.arg for kw in call.keywords if kw.arg is not None}
+        if shape.device_keyword in keywords or "device_type" in keywords or "device" in keywords:
+            use.message = f"`{full}` already given a device argument"
+            return use
+        if shape.device_position is not None and positionals < shape.device_position:
+            use.message = f"`{full}`: the arguments before the device are passed by keyword"
+            return use
+        names = shape.old_params[:positionals] if shape.positionals_to_keywords else ()
+        edit = CallEdit(device, shape.device_position, shape.device_keyword, tuple(names))
+        what = f"device {device}"
+        if names:
+            what += ", positional arguments named " + ", ".join(names)
+        return self.fixed(use, f"`{full}(...)` -> `{new_name}(...)` with {what}",
+                          ChainEdit(new_dotted=new_dotted, call=edit))
+
+    def fixed(self, use: _Use, message: str, edit: ChainEdit) -> _Use:
+        use.message, use.edit, use.fixable = message, edit, True
+        return use
+
+    def unsafe(self, use: _Use, edit: ChainEdit) -> _Use:
+        use.fixable = use.unsafe = True
+        if self.options.unsafe_fixes:
+            use.edit = edit
+        return use
+
+    # bindings through deprecated imports: all uses rewritten, or none -------------------------
+    def settle_groups(self, uses: list[_Use]) -> None:
+        self.blocked_groups: dict[tuple[int, str], _Use] = {}
+        for use in uses:
+            if use.group is not None and use.edit is None and use.group not in self.blocked_groups:
+                self.blocked_groups[use.group] = use
+        for use in uses:
+            blocker = self.blocked_groups.get(use.group) if use.group else None
+            if blocker is not None and use.edit is not None:
+                use.edit = None
+                use.fixable = False
+                use.message = (f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
+                               f"in a way that cannot be rewritten")
+
+    def plan_imports(self, uses: list[_Use]) -> None:
+        for imp in self.walker.imports:
+            if isinstance(imp.node, ast.ImportFrom):
+                self.plan_import_from(imp)
+            else:
+                self.plan_import(imp)
+
+    def import_blocker(self, imp: ImportRef, name: str, qname: str) -> str | None:
+        """Why the import binding `name` cannot move to its torch.amp twin, or None."""
+        symbol = _longest_symbol(qname)
+        if symbol is None or symbol[2] is None or symbol[0] != qname:
+            return f"`{qname}` has no torch.amp twin"
+        blocker = self.blocked_groups.get((id(imp.scope), name))
+        if blocker is not None:
+            return f"`{name}` is used on line {blocker.ref.node.lineno} in a way that cannot be rewritten"
+        _, bindings = imp.scope.lookup(name)
+        if any(b.kind != "none" and b.qname != qname for b in bindings):
+            return f"`{name}` is bound to several things"
+        reason = self.held_back(symbol[1]) or self.held_back(_RULES_BY_CODE[MODULE_PATH_CODE])
+        if reason is None and imp.guarded:
+            reason = "inside a branch that tests the torch version"
+        return reason
+
+    def plan_import_from(self, imp: ImportRef) -> None:
+        node = imp.node
+        assert isinstance(node, ast.ImportFrom)
+        if node.level or not node.module or not _is_torch(node.module):
+            return
+        migrated: list[int] = []
+        kept: list[int] = []
+        new_modules: set[str] = set()
+        for i, alias in enumerate(node.names):
+            qname = f"{node.module}.{alias.name}"
+            if alias.name == "*":
+                if _under_deprecated_root(node.module):
+                    self.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import *`: the names it "
+                                     "binds cannot be resolved; import them by name", fixable=False)
+                kept.append(i)
+                continue
+            if not _under_deprecated_root(qname):
+                kept.append(i)
+                continue
+            reason = self.import_blocker(imp, alias.asname or alias.name, qname)
+            if reason is not None:
+                symbol = _longest_symbol(qname)
+                code = symbol[1].code if symbol and symbol[2] is None else (
+                    NO_TWIN_CODE if symbol is None else MODULE_PATH_CODE)
+                self.add_finding(alias, code, f"`{qname}` import left: {reason}", fixable=False)
+                kept.append(i)
+                continue
+            migrated.append(i)
+            new_modules.add(_root_replaced(qname).rpartition(".")[0])
+        if not migrated:
+            return
+        if len(new_modules) != 1:  # cannot happen with today's rules; never guess
+            return
+        (new_module,) = new_modules
+        self.import_edits[imp.stmt_index] = ImportEdit(new_module=new_module, kept_aliases=tuple(kept))
+        names = ", ".join(node.names[i].name for i in migrated)
+        self.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import {names}` -> "
+                         f"`from {new_module} import {names}`", fixable=True, will_fix=True)
+
+    def plan_import(self, imp: ImportRef) -> None:
+        node = imp.node
+        renamed: dict[int, str] = {}
+        for i, alias in enumerate(node.names):
+            if not _under_deprecated_root(alias.name):
+                continue
+            if alias.asname:
+                reason = self.import_blocker(imp, alias.asname, alias.name)
+            else:  # binds `torch` itself; `import torch` already loads both paths
+                symbol = _longest_symbol(alias.name)
+                reason = None if symbol and symbol[2] and symbol[0] == alias.name else "no torch.amp twin"
+                reason = reason or self.held_back(_RULES_BY_CODE[MODULE_PATH_CODE])
+                if reason is None and imp.guarded:
+                    reason = "inside a branch that tests the torch version"
+            if reason is not None:
+                self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` left: {reason}", fixable=False)
+                continue
+            renamed[i] = _root_replaced(alias.name)
+            self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` -> `import {renamed[i]}`",
+                             fixable=True, will_fix=True)
+        if renamed:
+            self.import_edits[imp.stmt_index] = ImportEdit(renamed_aliases=renamed)
+
+    # recording -----------------------------------------------------------------------------
+    def record_use(self, use: _Use) -> None:
+        if use.edit is not None and (use.edit.new_dotted or use.edit.call or use.edit.decorator_call
+                                     or use.edit.partial_args):
+            self.chain_edits[self.chain_key(use.ref)] = use.edit
+            self.needs_functools |= use.edit.partial_args is not None
+        message = use.message
+        if use.unsafe and not self.options.unsafe_fixes:
+            message += " (an unsafe fix exists: --unsafe-fixes)"
+        self.add_finding(use.ref.node, use.code, message, fixable=use.fixable, unsafe=use.unsafe,
+                         will_fix=use.edit is not None, suggestion=use.suggestion)
+
+    def chain_key(self, ref: ChainRef) -> tuple[int, int]:
+        ordinal = self.chain_ordinals()[id(ref)]
+        return ref.stmt_index, ordinal
+
+    def chain_ordinals(self) -> dict[int, int]:
+        if not hasattr(self, "_ordinals"):
+            self._ordinals: dict[int, int] = {}
+            self._chain_texts: dict[int, list[str]] = {}
+            per_stmt: dict[int, list[ChainRef]] = {}
+            for ref in self.walker.chains:
+                if ref.parts[0] in self.heads:
+                    per_stmt.setdefault(ref.stmt_index, []).append(ref)
+            for stmt, refs in per_stmt.items():
+                refs.sort(key=lambda r: (r.node.lineno, r.node.col_offset))
+                self._chain_texts[stmt] = [".".join(r.parts) for r in refs]
+                for i, r in enumerate(refs):
+                    self._ordinals[id(r)] = i
+        return self._ordinals
+
+    # strings -------------------------------------------------------------------------------
+    def string(self, ref: StringRef) -> None:
+        if ref.in_annotation:
+            self.string_annotation(ref)
+        elif _DOTTED_PATH.fullmatch(ref.node.value) and _under_deprecated_root(ref.node.value):
+            self.string_path(ref)
+
+    def string_path(self, ref: StringRef) -> None:
+        path = ref.node.value
+        symbol = _longest_symbol(path)
+        if symbol is None or symbol[2] is None or symbol[0] != path:
+            code = symbol[1].code if symbol else NO_TWIN_CODE
+            self.add_finding(ref.node, code, f"string names `{path}`, which has no torch.amp twin", fixable=False)
+            return
+        new_path = symbol[2].new
+        literal = self.literal_with(ref, [(0, len(path), new_path)])
+        fixable = literal is not None
+        if fixable and self.options.unsafe_fixes:
+            self.string_edits[self.string_key(ref)] = literal
+        message = f'string names the deprecated `{path}`; the code now uses `{new_path}`'
+        if fixable and not self.options.unsafe_fixes:
+            message += " (an unsafe fix exists: --unsafe-fixes)"
+        self.add_finding(ref.node, symbol[1].code, message, fixable=fixable, unsafe=True,
+                         will_fix=fixable and self.options.unsafe_fixes, suggestion=f'"{new_path}"')
+
+    def string_annotation(self, ref: StringRef) -> None:
+        value = ref.node.value
+        try:
+            inner = ast.parse(value.strip(), mode="eval")
+        except SyntaxError:
+            return
+        offset = len(value) - len(value.lstrip())
+        inner_values = {id(n.value) for n in ast.walk(inner) if isinstance(n, ast.Attribute)}
+        replacements: list[tuple[int, int, str]] = []
+        found: list[tuple[str, Rule]] = []
+        for node in ast.walk(inner):
+            if id(node) in inner_values or not isinstance(node, (ast.Name, ast.Attribute)):
+                continue
+            parts = _dotted_parts(node)
+            if parts is None or parts[0] not in self.heads:
+                continue
+            _, bindings = ref.scope.lookup(parts[0])
+            torch_imports = [b for b in bindings if b.kind == "import" and _is_torch(b.qname)]
+            if not torch_imports or _under_deprecated_root(torch_imports[0].qname or ""):
+                continue  # through a deprecated import: the import's rewrite covers it
+            full = ".".join((torch_imports[0].qname or "", *parts[1:]))
+            symbol = _longest_symbol(full)
+            if symbol is None or symbol[2] is None:
+                continue
+            new_name = symbol[2].new + full[len(symbol[0]) :]
+            fake = ChainRef(node, parts, ref.scope, -1, "type", None, False)
+            new_dotted = self.new_dotted(fake, torch_imports[0], new_name)
+            if new_dotted is None:
+                continue
+            replacements.append((offset + node.col_offset, offset + node.end_col_offset, new_dotted))
+            found.append((full, symbol[1]))
+        if not found:
+            return
+        literal = self.literal_with(ref, replacements)
+        reason = next((r for r in (self.held_back(rule) for _, rule in found) if r), None)
+        if literal is None:
+            reason = reason or "the literal has escapes, a prefix or several lines"
+        for full, rule in found:
+            if reason:
+                self.add_finding(ref.node, rule.code, f"string annotation names `{full}`; left: {reason}",
+                                 fixable=False)
+            else:
+                self.add_finding(ref.node, rule.code, f"string annotation `{full}` renamed", fixable=True,
+                                 will_fix=True)
+        if not reason:
+            self.string_edits[self.string_key(ref)] = literal
+
+    def literal_with(self, ref: StringRef, replacements: list[tuple[int, int, str]]) -> str | None:
+        """The string literal with spans of its value replaced; None if value != raw content."""
+        node = ref.node
+        if node.lineno != node.end_lineno:
+            return None
+        line = self.lines[node.lineno - 1].encode("utf-8")
+        raw = line[node.col_offset : node.end_col_offset].decode("utf-8")
+        quote = next((q for q in ('"""', "'''", '"', "'") if raw.startswith(q)), None)
+        if quote is None or not raw.endswith(quote) or len(raw) < 2 * len(quote):
+            return None  # a prefix (r, u, b, f) or a concatenation
+        content = raw[len(quote) : -len(quote)]
+        if content != node.value or "\\" in content:
+            return None
+        for start, end, new in sorted(replacements, reverse=True):
+            content = content[:start] + new + content[end:]
+        return quote + content + quote
+
+    def string_key(self, ref: StringRef) -> tuple[int, int]:
+        per_stmt = [s for s in self.walker.strings if s.stmt_index == ref.stmt_index]
+        per_stmt.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
+        return ref.stmt_index, next(i for i, s in enumerate(per_stmt) if s is ref)
+
+    # the result ----------------------------------------------------------------------------
+    def plan(self) -> Plan:
+        self.chain_ordinals()
+        edited = {k[0] for k in self.chain_edits}
+        string_values: dict[int, list[str]] = {}
+        for stmt in {k[0] for k in self.string_edits}:
+            refs = sorted((s for s in self.walker.strings if s.stmt_index == stmt),
+                          key=lambda s: (s.node.lineno, s.node.col_offset))
+            string_values[stmt] = [s.node.value for s in refs]
+        self.findings.sort(key=lambda f: (f.line, f.col, f.code))
+        return Plan(
+            findings=self.findings,
+            stmt_end=self.walker.stmt_end,
+            heads=self.heads,
+            chain_edits=self.chain_edits,
+            chain_texts={s: t for s, t in self._chain_texts.items() if s in edited},
+            string_edits=self.string_edits,
+            string_values=string_values,
+            import_edits=self.import_edits,
+            needs_functools=self.needs_functools,
+        )
+
+
+def _longest_symbol(qname: str) -> tuple[str, Rule, Target | None] | None:
+    parts = qname.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        found = _SYMBOLS.get(name)
+        if found is not None:
+            return name, found[0], found[1]
+    return None
+
+
+def source_lines(source: str) -> list[str]:
+    """Lines as the tokenizer counts them (str.splitlines would also split on form feeds)."""
+    return io.StringIO(source, newline="").readlines()
+
+
+def analyze(tree: ast.Module, source: str, options: Options) -> Plan:
+    return _Analyzer(tree, source_lines(source), options).run()

@@ -1,0 +1,20 @@
+"""AMP011: deprecated names with no torch.amp twin. Always reported, never rewritten."""
+
+from ampfix.rules.base import Example, Rule
+
+RULE = Rule(
+    code="AMP011",
+    title="no torch.amp twin",
+    min_torch=(99, 0),
+    symbols={
+        "torch.cuda.amp.amp_definitely_not_available": None,
+        "torch.cuda.amp.common": None,
+        "torch.cuda.amp.common.amp_definitely_not_available": None,
+    },
+    examples=(
+        Example(
+            "from torch.cuda.amp.common import amp_definitely_not_available\n"
+            "ok = not amp_definitely_not_available()\n"
+        ),
+    ),
+)

@@ -1,0 +1,38 @@
+"""Settings shared by the parent (which launches) and the child (which runs the script).
+
+The parent serialises a :class:`RunnerConfig` into the child's environment; every Python process
+started below it (spawned ranks, DataLoader workers) reads the same settings from there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
+# "main" for the process that runs the script; the harness flips it to "child" in its own
+# environment so that every process started below it knows it is not the main one.
+ROLE_ENV = "AMPFIX_RUNNER_ROLE"
+
+AMP_DTYPES = ("bfloat16", "float16", "keep")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    out_dir: str
+    seed: int = 0
+    threads: int = 1
+    amp_dtype: str = "bfloat16"
+    max_steps: int | None = None
+    # Folders put on sys.path after the script's own (verify runs a rewritten copy from a
+    # temporary folder and still needs the original's neighbours to import).
+    extra_paths: tuple[str, ...] = ()
+
+    def to_env_value(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env_value(cls, value: str) -> RunnerConfig:
+        data = json.loads(value)
+        data["extra_paths"] = tuple(data.get("extra_paths", ()))
+        return cls(**data)
