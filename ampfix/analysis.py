@@ -134,6 +134,7 @@ class Binding:
     qname: str | None = None  # for imports: what the name refers to
     stmt_index: int = -1
     alias_index: int = -1
+    guarded: bool = False  # bound inside a branch that tests the torch version
 
 
 def _is_torch(qname: str | None) -> bool:
@@ -247,7 +248,7 @@ class _Walker:
                 name, qname = alias.asname, alias.name
             else:
                 name = qname = alias.name.partition(".")[0]
-            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i))
+            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guard_depth > 0))
 
     def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
         self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
@@ -256,7 +257,8 @@ class _Walker:
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
-            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i))
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i,
+                               self.guard_depth > 0))
 
     def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
         scope.global_names.update(node.names)
@@ -564,7 +566,11 @@ class _Analyzer:
         else:
             new_dotted = None
         reason = self.held_back(rule)
-        if reason is None and ref.guarded:
+        if reason is None and group is not None:
+            # The import moves too: the uses can only change if it can.
+            imported = _longest_symbol(binding.qname or "")
+            reason = self.held_back(imported[1]) if imported else None
+        if reason is None and (ref.guarded or (group is not None and binding.guarded)):
             reason = "inside a branch that tests the torch version; the new name may not exist there"
         if reason is not None:
             return _Use(ref, rule.code, f"`{full}` left: {reason}", None, group=group, suggestion=new_name)
@@ -686,7 +692,7 @@ class _Analyzer:
         _, bindings = imp.scope.lookup(name)
         if any(b.kind != "none" and b.qname != qname for b in bindings):
             return f"`{name}` is bound to several things"
-        reason = self.held_back(symbol[1]) or self.held_back(_RULES_BY_CODE[MODULE_PATH_CODE])
+        reason = self.held_back(symbol[1])
         if reason is None and imp.guarded:
             reason = "inside a branch that tests the torch version"
         return reason

@@ -1,0 +1,182 @@
+"""Files: discovery, decoding, the engine per file, and careful writing. Never prints."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import re
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ampfix.engine import Finding, SourceResult, check_source, fix_source
+from ampfix.options import Options
+
+READ_ERROR_CODE = "AMP902"
+
+# Never descend into these: tool caches, VCS data, installed packages.
+_SKIPPED_DIRS = frozenset({
+    ".git", ".hg", ".svn", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    "__pycache__", "node_modules", "site-packages", "dist-packages", ".eggs", "build", "dist",
+})
+# Same test as the engine's, on bytes, so a file that cannot hold a use is never decoded.
+_CANDIDATE_BYTES = re.compile(rb"\bamp\b")
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str
+    findings: tuple[Finding, ...] = ()
+    diff: str = ""
+    changed: bool = False  # the new text differs (written, unless a dry run)
+    error: str | None = None
+
+
+def _is_virtualenv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file() or (path / "conda-meta").is_dir()
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Every .py file under the given paths, in a stable order, streamed (not collected).
+
+    A file named explicitly is always taken, whatever its name or location.
+    """
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            yield from _walk(path)
+        else:
+            yield path
+
+
+def _walk(directory: Path) -> Iterator[Path]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    subdirs = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in _SKIPPED_DIRS and not _is_virtualenv(Path(entry.path)):
+                subdirs.append(Path(entry.path))
+        elif entry.name.endswith(".py") and entry.is_file():
+            yield Path(entry.path)
+    for subdir in subdirs:
+        yield from _walk(subdir)
+
+
+def read_candidate(path: Path) -> bytes | None | FileResult:
+    """The file's bytes if it could hold a deprecated use, None if not, or a read error."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return _error(path, f"cannot read: {error.strerror or error}")
+    return data if _CANDIDATE_BYTES.search(data) else None
+
+
+MODES = ("check", "diff", "rewrite")
+
+
+def process_file(path: Path, options: Options, mode: str = "check", data: bytes | None = None) -> FileResult:
+    """Check, diff (a dry run) or rewrite one file. Never raises for a bad file."""
+    if data is None:
+        read = read_candidate(path)
+        if read is None:
+            return FileResult(str(path))
+        if isinstance(read, FileResult):
+            return read
+        data = read
+    try:
+        encoding = _encoding(data)
+        source = data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return _error(path, f"not valid in its declared encoding: {error}")
+    if mode == "check":
+        result = check_source(source, options)
+        return FileResult(str(path), result.findings, error=result.error)
+    return _finish(path, data, encoding, fix_source(source, options), write=mode == "rewrite")
+
+
+def _finish(path: Path, data: bytes, encoding: str, result: SourceResult, write: bool) -> FileResult:
+    if result.error is not None or not result.changed:
+        return FileResult(str(path), result.findings, error=result.error)
+    new_data = result.new_source.encode(encoding)
+    diff = result.diff(str(path))
+    if write:
+        try:
+            _write_in_place(path, new_data)
+        except OSError as error:
+            return FileResult(str(path), result.findings, diff, error=f"cannot write: {error}")
+    return FileResult(str(path), result.findings, diff, changed=True)
+
+
+def _encoding(data: bytes) -> str:
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding  # "utf-8-sig" when there is a BOM: decoding drops it, encoding restores it
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    """Replace the file's content atomically, through a symlink, keeping its mode."""
+    real = Path(os.path.realpath(path))
+    mode = stat.S_IMODE(real.stat().st_mode)
+    fd, temp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ampfix")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, mode)
+        os.replace(temp, real)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def _error(path: Path, message: str) -> FileResult:
+    return FileResult(str(path), (Finding(1, 1, READ_ERROR_CODE, message, False),), error=message)
+
+
+# Below this many candidate files a process pool costs more than it saves.
+MIN_FILES_FOR_POOL = 16
+
+
+def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
+                  jobs: int | None = None) -> Iterator[FileResult]:
+    """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
+
+    Files are filtered by a byte search first; only candidates are parsed, in a process pool
+    when there are enough of them. Only paths are held, never every file's text.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    jobs = jobs or os.cpu_count() or 1
+    items = _candidates(paths)
+    head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
+    if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
+        for item in itertools.chain(head, items):
+            yield _process_item(item, (options, mode))
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(_process_item, itertools.chain(head, items), itertools.repeat((options, mode)),
+                            chunksize=4)
+
+
+def _candidates(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path | FileResult]:
+    for path in discover(paths):
+        read = read_candidate(path)
+        if isinstance(read, FileResult):
+            yield read
+        elif read is not None:
+            yield path
+
+
+def _process_item(item: Path | FileResult, settings: tuple[Options, str]) -> FileResult:
+    if isinstance(item, FileResult):
+        return item
+    options, mode = settings
+    return process_file(item, options, mode)

@@ -1,0 +1,99 @@
+"""Renderers: results in, text out. Plain text unless a terminal asks for colour; never prints."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Sequence
+
+from ampfix.files import FileResult
+from ampfix.rules import ALL_RULES, Rule
+
+
+def finding_lines(result: FileResult, mode: str) -> list[str]:
+    lines = []
+    for finding in result.findings:
+        if mode == "check":
+            mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
+        else:
+            done = "would fix:" if mode == "diff" else "fixed:"
+            mark = f" {done}" if finding.fixed else " left:"
+        lines.append(f"{result.path}:{finding.line}:{finding.col}: {finding.code}{mark} {finding.message}")
+    return lines
+
+
+def summary(results: Sequence[FileResult], mode: str) -> str:
+    findings = [f for r in results for f in r.findings]
+    errors = sum(1 for r in results if r.error)
+    fixed = sum(1 for f in findings if f.fixed)
+    left = len(findings) - fixed
+    parts = []
+    if mode == "check":
+        safe = sum(1 for f in findings if f.fixable and not f.unsafe)
+        unsafe = sum(1 for f in findings if f.fixable and f.unsafe)
+        parts.append(f"{_count(len(findings) - errors, 'finding')}"
+                     f" ({safe} fixable with `ampfix rewrite`, {unsafe} more with --unsafe-fixes)")
+    else:
+        changed = sum(1 for r in results if r.changed)
+        verb = "would rewrite" if mode == "diff" else "rewrote"
+        parts.append(f"{verb} {_count(changed, 'file')} ({_count(fixed, 'fix', 'fixes')})")
+        parts.append(f"{_count(left - errors, 'finding')} left")
+    if errors:
+        parts.append(f"{_count(errors, 'file')} could not be processed")
+    return "; ".join(parts) + "."
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def findings_json(results: Iterable[FileResult]) -> str:
+    rows = [
+        {
+            "path": r.path,
+            "line": f.line,
+            "col": f.col,
+            "code": f.code,
+            "message": f.message,
+            "fixable": f.fixable,
+            "unsafe": f.unsafe,
+            "fixed": f.fixed,
+            "suggestion": f.suggestion,
+        }
+        for r in results
+        for f in r.findings
+    ]
+    return json.dumps(rows, indent=2)
+
+
+def _version(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version)) if version < (99, 0) else "-"
+
+
+def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
+    rows = []
+    for rule in rules:
+        for old, target in rule.symbols.items():
+            if target is None:
+                new, fix = "(no twin)", "report only"
+            else:
+                device = f'"{target.device}"' if target.device else ""
+                if rule.shape and rule.shape.device_keyword:
+                    device = f"{rule.shape.device_keyword}={device}"
+                new = f"{target.new}({device})" if rule.shape and device else target.new
+                fix = "safe"
+            rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
+                         "min_torch": _version(rule.min_torch), "fix": fix})
+    return rows
+
+
+def rules_text(rules: Sequence[Rule] = ALL_RULES) -> str:
+    rows = _rule_rows(rules)
+    headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+    widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
+    lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * widths[k] for k in headers))
+    return "\n".join(lines)
+
+
+def rules_json(rules: Sequence[Rule] = ALL_RULES) -> str:
+    return json.dumps(_rule_rows(rules), indent=2)
