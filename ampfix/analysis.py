@@ -26,7 +26,7 @@ _SYMBOLS: dict[str, tuple[Rule, Target | None]] = {
     name: (rule, target) for rule in ALL_RULES for name, target in rule.symbols.items()
 }
 _DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-_VERSION_WORD = re.compile(r"version", re.IGNORECASE)
+_VERSION_WORD = re.compile(r"version|torch_(?:greater|less|ge|gt|le|lt)", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,12 +224,9 @@ class _Walker:
         if node.returns is not None:
             self.annotation(node.returns, scope)
         scope.bind(Binding(node.name, "other", node.lineno))
-        self.stmt_index_for_body(node.body, inner)
+        self.statements(node.body, inner)
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
-
-    def stmt_index_for_body(self, body: list[ast.stmt], scope: Scope) -> None:
-        self.statements(body, scope)
 
     def stmt_ClassDef(self, node: ast.ClassDef, scope: Scope) -> None:
         for decorator in node.decorator_list:
@@ -440,7 +437,8 @@ def _mentions_version(test: ast.expr) -> bool:
         if isinstance(node, ast.Attribute) and _VERSION_WORD.search(node.attr):
             return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr":
-            return True
+            if "amp" in ast.unparse(node):  # `hasattr(torch.amp, "GradScaler")`, `hasattr(torch, "amp")`
+                return True
     return False
 
 
@@ -478,17 +476,13 @@ class _Analyzer:
     # helpers -------------------------------------------------------------------------------
     def _torch_bound_names(self) -> frozenset[str]:
         names: set[str] = set()
-
-        def collect(scope: Scope) -> None:
+        # Only a scope holding an import can hold a torch import binding (or its module, for `global`).
+        scopes = {id(imp.scope): imp.scope for imp in self.walker.imports}
+        scopes[id(self.walker.module_scope)] = self.walker.module_scope
+        for scope in scopes.values():
             for name, bindings in scope.bindings.items():
                 if any(b.kind == "import" and _is_torch(b.qname) for b in bindings):
                     names.add(name)
-
-        for ref in self.walker.chains:  # every scope that holds a chain, plus the module
-            collect(ref.scope)
-        collect(self.walker.module_scope)
-        for imp in self.walker.imports:
-            collect(imp.scope)
         return frozenset(names)
 
     def col(self, line: int, byte_col: int) -> int:
@@ -524,8 +518,8 @@ class _Analyzer:
         return self.plan()
 
     def resolve(self, ref: ChainRef) -> list[_Use]:
-        if ref.role == "store" and len(ref.parts) == 1:
-            return []
+        if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
+            return []  # a binding, not a use
         scope, bindings = ref.scope.lookup(ref.parts[0])
         torch_imports = [b for b in bindings if b.kind == "import" and _is_torch(b.qname)]
         if not torch_imports:
@@ -618,9 +612,8 @@ class _Analyzer:
         use.message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
         if shape.partial_keeps_meaning:
             args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
-            if new_dotted is not None or group is None:
-                use.suggestion = f"functools.partial({new_name}, {args})"
-                return self.unsafe(use, ChainEdit(new_dotted=new_dotted, partial_args=args))
+            use.suggestion = f"functools.partial({new_name}, {args})"
+            return self.unsafe(use, ChainEdit(new_dotted=new_dotted, partial_args=args))
         return use
 
     def decide_call(self, use: _Use, full: str, shape, device: str, new_name: str,

@@ -1,0 +1,73 @@
+"""Each rule's own examples, and the rule table's promises about torch."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from ampfix.analysis import _root_replaced
+from ampfix.engine import fix_source
+from ampfix.options import Options
+from ampfix.rules import ALL_RULES
+
+EXAMPLES = [
+    pytest.param(rule, example, id=f"{rule.code}-{i}")
+    for rule in ALL_RULES
+    for i, example in enumerate(rule.examples)
+]
+
+
+@pytest.mark.parametrize(("rule", "example"), EXAMPLES)
+def test_rule_example(rule, example):
+    result = fix_source(example.before, Options(unsafe_fixes=example.unsafe_fixes))
+    expected = example.before if example.after is None else example.after
+    assert result.error is None
+    assert result.new_source == expected
+    ast.parse(result.new_source)
+    if example.after is not None:
+        assert any(f.code == rule.code and f.fixed for f in result.findings)
+
+
+def test_every_rule_has_examples_and_a_unique_code():
+    codes = [rule.code for rule in ALL_RULES]
+    assert len(codes) == len(set(codes))
+    assert all(rule.examples for rule in ALL_RULES)
+
+
+def _resolve(qualified_name: str):
+    module_name, _, attribute = qualified_name.rpartition(".")
+    try:
+        return importlib.import_module(qualified_name)
+    except ImportError:
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+SYMBOLS = [(old, target) for rule in ALL_RULES for old, target in rule.symbols.items()]
+
+
+@pytest.mark.parametrize(("old", "target"), SYMBOLS, ids=[old for old, _ in SYMBOLS])
+def test_every_symbol_and_its_twin_exist_in_torch(old, target):
+    import torch  # noqa: F401
+
+    _resolve(old)
+    if target is not None:
+        _resolve(target.new)
+        # A migrated import keeps the user's names: `from torch.cuda.amp.X import Y` becomes
+        # `from torch.amp.X import Y`, so the root-replaced path must exist too.
+        _resolve(_root_replaced(old))
+
+
+def test_rewriting_never_imports_torch_libcst_is_fine():
+    code = (
+        "import sys\n"
+        "from ampfix.engine import fix_source, check_source\n"
+        "check_source('import torch\\nwith torch.cuda.amp.autocast():\\n    pass\\n')\n"
+        "fix_source('import torch\\nwith torch.cuda.amp.autocast():\\n    pass\\n')\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
