@@ -332,11 +332,13 @@ def _edit_arguments(call: cst.Call, edit: CallEdit) -> list[cst.Arg]:
     else:
         device_arg = cst.Arg(value=device_value)
         position = edit.device_position or 0
-    return _insert_argument(call, args, position, device_arg)
+    return _insert_argument(args, position, device_arg)
 
 
-def _insert_argument(call: cst.Call, args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:
-    separator = _separator(call)
+def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:
+    # The new argument shares a line with its neighbour: the user's line breaks and comments
+    # stay exactly where they were.
+    separator = cst.SimpleWhitespace(" ")
     if position < len(args):
         args.insert(position, new.with_changes(comma=cst.Comma(whitespace_after=separator)))
         return args
@@ -350,14 +352,6 @@ def _insert_argument(call: cst.Call, args: list[cst.Arg], position: int, new: cs
             args.append(new.with_changes(comma=last.comma))
         return args
     return [new]
-
-
-def _separator(call: cst.Call) -> cst.BaseParenthesizableWhitespace:
-    """What goes after an inserted argument's comma: the layout the call already uses."""
-    before = call.whitespace_before_args
-    if isinstance(before, cst.ParenthesizedWhitespace):
-        return before  # one argument per line: the new one gets its own line
-    return cst.SimpleWhitespace(" ")
 
 
 def _ensure_functools_import(module: cst.Module) -> cst.Module:
