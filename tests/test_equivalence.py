@@ -1,0 +1,118 @@
+"""The torch oracle: each runnable fixture's ``.in.py`` and ``.out.py`` create the same AMP objects.
+
+tests/amp_recorder.py records the bound arguments of every ``torch.amp`` autocast / GradScaler /
+custom_fwd / custom_bwd / ``_cast`` call that a script makes (the deprecated APIs call these, so both sides
+are seen), plus the FutureWarnings about ``torch.cuda.amp`` / ``torch.cpu.amp``.
+
+This checks the fixtures themselves (that the hand-written expected output means what the input meant on
+torch 2.13): it does not call the engine.
+
+How it is run, and why: starting a process that imports torch costs ~1-2 s, and there are ~100 files to run
+(in + out per case). One process per file would cost minutes on 2 cores. Instead the ``.in.py`` files
+run in one set of processes and the ``.out.py`` files in another, never together, so an input and its
+output can't see each other; within one process the recorder runs each file in a fresh ``runpy``
+namespace, clears its records and resets torch's global autocast state between files. The list is split
+into chunks so that all cores are used; all processes run concurrently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fixture_cases import CASE_IDS, CASES, ROOT, Case
+
+torch = pytest.importorskip("torch")
+
+RECORDER = Path(__file__).resolve().parent / "amp_recorder.py"
+TIMEOUT_S = 300
+# Areas whose fixtures need not create any AMP object.
+MAY_RECORD_NOTHING = {"unchanged"}
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    return [items[i::n] for i in range(n) if items[i::n]]
+
+
+def _run_all(cases: list[Case]) -> dict[str, dict]:
+    """{script path: recorder result} for the .in.py and .out.py of every case given."""
+    n_chunks = max(1, (os.cpu_count() or 2) // 2)
+    jobs = []
+    tmp = tempfile.TemporaryDirectory(prefix="ampfix-oracle-")
+    env = dict(os.environ, PYTHONHASHSEED="0", CUDA_VISIBLE_DEVICES="")
+    env.pop("AMPFIX_FIXTURE_USE_AMP", None)
+    env.pop("AMPFIX_FIXTURE_DISABLE_AMP", None)
+    for side in ("in", "out"):
+        for k, chunk in enumerate(_chunks(cases, n_chunks)):
+            scripts = [str(c.in_path if side == "in" else c.out_path) for c in chunk]
+            out_json = Path(tmp.name) / f"{side}-{k}.json"
+            proc = subprocess.Popen(
+                [sys.executable, str(RECORDER), str(out_json), *scripts],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            jobs.append((proc, out_json, scripts))
+    results: dict[str, dict] = {}
+    try:
+        for proc, out_json, scripts in jobs:
+            output, _ = proc.communicate(timeout=TIMEOUT_S)
+            if proc.returncode != 0 or not out_json.exists():
+                failure = {"crash": f"recorder exited {proc.returncode}:\n{output.decode(errors='replace')[-4000:]}"}
+                results.update({s: failure for s in scripts})
+            else:
+                results.update(json.loads(out_json.read_text(encoding="utf-8")))
+    finally:
+        for proc, _, _ in jobs:
+            if proc.poll() is None:
+                proc.kill()
+        tmp.cleanup()
+    return results
+
+
+RUNNABLE = [c for c in CASES if c.out_path.exists() and c.not_runnable_reason() is None]
+
+
+@pytest.fixture(scope="session")
+def oracle() -> dict[str, dict]:
+    return _run_all(RUNNABLE)
+
+
+def _params():
+    for case, case_id in zip(CASES, CASE_IDS):
+        reason = case.not_runnable_reason()
+        marks = [pytest.mark.skip(reason=f"not runnable: {reason}")] if reason else []
+        yield pytest.param(case, id=case_id, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_params()))
+def test_in_and_out_behave_the_same(case: Case, oracle: dict[str, dict]) -> None:
+    assert case.out_path.exists(), f"{case.id}: missing expected output {case.out_path.name}"
+    before = oracle[str(case.in_path)]
+    after = oracle[str(case.out_path)]
+    for side, run in (("in", before), ("out", after)):
+        assert "crash" not in run, f"{case.id} ({side}): {run['crash']}"
+        assert run["error"] is None, f"{case.id}: .{side}.py raised:\n{run['error']}\noutput:\n{run['output']}"
+
+    assert before["records"] == after["records"], (
+        f"{case.id}: the AMP objects differ\n"
+        f"in:  {json.dumps(before['records'], indent=1)}\nout: {json.dumps(after['records'], indent=1)}"
+    )
+    if case.area not in MAY_RECORD_NOTHING:
+        assert before["records"], f"{case.id}: the fixture creates no AMP object, so the oracle checks nothing"
+
+    findings = case.expected_findings() or []
+    if not any(not fixed for _, _, fixed in findings):
+        # nothing is left deprecated: the migrated file must not warn about the old API
+        assert after["deprecation_warnings"] == [], f"{case.id}: .out.py still warns: {after['deprecation_warnings']}"
+    if case.area != "unsafe_fixes" and case.in_path.read_bytes() != case.out_path.read_bytes():
+        # a rewritten input must really run something deprecated, or the comparison proves little
+        # (unsafe_fixes rewrite strings such as mock.patch targets, which need not run deprecated code)
+        assert before["deprecation_warnings"], f"{case.id}: .in.py ran no deprecated API"
