@@ -535,6 +535,9 @@ class _Analyzer:
             return []
         through_binding = _under_deprecated_root(binding.qname or "")
         group = (id(scope), ref.parts[0]) if through_binding else None
+        imported = _longest_symbol(binding.qname or "") if through_binding else None
+        if imported is not None and imported[2] is None:
+            return []  # a name with no twin stays imported as it is; its import line is reported
         if conflicting:
             lines = sorted({b.line for b in bindings})
             code = symbol[1].code if symbol else NO_TWIN_CODE
