@@ -623,11 +623,13 @@ class _Analyzer:
                     new_dotted: str | None) -> _Use:
         call = use.ref.parent
         assert isinstance(call, ast.Call)
-        if any(isinstance(arg, ast.Starred) for arg in call.args):
+        starred = any(isinstance(arg, ast.Starred) for arg in call.args)
+        # `*args` only matters where positions move: named (autocast) or a device among them (_cast).
+        if starred and (shape.positionals_to_keywords or shape.device_position not in (None, 0)):
             use.message = f"`{full}(*args)`: the positions of the arguments are unknown"
             return use
         positionals = len(call.args)
-        if positionals > len(shape.old_params):
+        if not starred and positionals > len(shape.old_params):
             use.message = f"`{full}` called with {positionals} positional arguments; it takes at most " \
                           f"{len(shape.old_params)}"
             return use

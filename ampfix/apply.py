@@ -314,7 +314,8 @@ def _without_trailing_comma(chosen: list[cst.ImportAlias], every: list[cst.Impor
 
 def _edit_arguments(call: cst.Call, edit: CallEdit) -> list[cst.Arg]:
     args = list(call.args)
-    positional_count = sum(1 for a in args if a.keyword is None and a.star == "")
+    # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
+    positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
     for i, name in enumerate(edit.keywords_for_positionals):
         args[i] = args[i].with_changes(
             keyword=cst.Name(name),

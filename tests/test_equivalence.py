@@ -28,7 +28,7 @@ import pytest
 
 from fixture_cases import CASE_IDS, CASES, ROOT, Case
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: F401,E402 - a test dependency: its absence must fail the run, not skip it
 
 RECORDER = Path(__file__).resolve().parent / "amp_recorder.py"
 TIMEOUT_S = 300
@@ -85,11 +85,19 @@ def oracle() -> dict[str, dict]:
     return _run_all(RUNNABLE)
 
 
+# Cases the oracle cannot execute are not collected (a skipped test would read as a pass);
+# this list is asserted below so that a new one is a decision, not an accident.
+NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp"}
+
+
+def test_only_the_known_cases_are_not_runnable() -> None:
+    assert {c.id for c in CASES if c.not_runnable_reason() is not None} == NOT_RUNNABLE
+
+
 def _params():
     for case, case_id in zip(CASES, CASE_IDS):
-        reason = case.not_runnable_reason()
-        marks = [pytest.mark.skip(reason=f"not runnable: {reason}")] if reason else []
-        yield pytest.param(case, id=case_id, marks=marks)
+        if case.not_runnable_reason() is None:
+            yield pytest.param(case, id=case_id)
 
 
 @pytest.mark.parametrize("case", list(_params()))
