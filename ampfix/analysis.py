@@ -807,7 +807,8 @@ class _Analyzer:
         fixable = literal is not None
         if fixable and self.options.unsafe_fixes:
             self.string_edits[self.string_key(ref)] = literal
-        message = f'string names the deprecated `{path}`; the code now uses `{new_path}`'
+        message = (f"string names the deprecated `{path}`: once the code uses `{new_path}`, a patch or "
+                   f"lookup of this path no longer reaches it")
         if fixable and not self.options.unsafe_fixes:
             message += " (an unsafe fix exists: --unsafe-fixes)"
         self.add_finding(ref.node, symbol[1].code, message, fixable=fixable, unsafe=True,
