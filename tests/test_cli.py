@@ -1,0 +1,212 @@
+"""The command line as users and CI meet it: exit codes, what is written, what is printed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ampfix.cli import app
+
+DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
+MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'
+LEFT_ONLY = "import torch\nctx = torch.cuda.amp.autocast\n"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "old.py").write_text(DEPRECATED)
+    (tmp_path / "pkg" / "clean.py").write_text("import torch\nx = torch.zeros(1)\n")
+    return tmp_path
+
+
+def test_check_clean_tree_exits_0(tmp_path: Path):
+    (tmp_path / "a.py").write_text(MIGRATED)
+    result = invoke("check", str(tmp_path))
+    assert result.exit_code == 0
+    assert result.stdout == "0 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).\n"
+
+
+def test_check_reports_findings_exits_1_and_writes_nothing(tree: Path):
+    result = invoke("check", str(tree))
+    assert result.exit_code == 1
+    path = tree / "pkg" / "old.py"
+    assert result.stdout.splitlines()[0] == (
+        f"{path}:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` "
+        'with device "cuda", positional arguments named enabled'
+    )
+    assert path.read_text() == DEPRECATED
+
+
+def test_check_json_shape(tree: Path):
+    result = invoke("check", "--output-format", "json", str(tree))
+    assert result.exit_code == 1
+    rows = json.loads(result.stdout)
+    assert rows == [
+        {
+            "path": str(tree / "pkg" / "old.py"),
+            "line": 2,
+            "col": 6,
+            "code": "AMP001",
+            "message": '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
+            "positional arguments named enabled",
+            "fixable": True,
+            "unsafe": False,
+            "fixed": False,
+            "suggestion": "torch.amp.autocast",
+        }
+    ]
+
+
+def test_rewrite_changes_files_and_exits_1_then_0(tree: Path):
+    first = invoke("rewrite", str(tree))
+    assert first.exit_code == 1
+    assert (tree / "pkg" / "old.py").read_text() == MIGRATED
+    second = invoke("rewrite", str(tree))
+    assert second.exit_code == 0
+    assert second.stdout == "rewrote 0 files (0 fixes); 0 findings left.\n"
+
+
+def test_rewrite_exits_1_when_findings_are_left(tmp_path: Path):
+    (tmp_path / "a.py").write_text(LEFT_ONLY)
+    result = invoke("rewrite", str(tmp_path))
+    assert result.exit_code == 1
+    assert (tmp_path / "a.py").read_text() == LEFT_ONLY
+    assert "AMP001 left: `torch.cuda.amp.autocast` is referenced without a call" in result.stdout
+
+
+def test_diff_prints_a_diff_and_writes_nothing(tree: Path):
+    path = tree / "pkg" / "old.py"
+    before = path.stat().st_mtime_ns
+    result = invoke("rewrite", "--diff", str(tree))
+    assert result.exit_code == 1
+    assert result.stdout == (
+        f"--- a/{path}\n+++ b/{path}\n@@ -1,3 +1,3 @@\n import torch\n"
+        "-with torch.cuda.amp.autocast(True):\n"
+        '+with torch.amp.autocast("cuda", enabled=True):\n'
+        "     pass\n"
+    )
+    assert path.read_text() == DEPRECATED
+    assert path.stat().st_mtime_ns == before
+
+
+def test_unparsable_file_is_reported_and_the_others_still_rewritten(tree: Path):
+    bad = tree / "pkg" / "broken.py"
+    bad.write_bytes(b"def f(:\n    amp = 1\n")
+    result = invoke("rewrite", str(tree))
+    assert result.exit_code == 2
+    assert bad.read_bytes() == b"def f(:\n    amp = 1\n"
+    assert (tree / "pkg" / "old.py").read_text() == MIGRATED
+    assert f"{bad}:1:7: AMP901 left: cannot parse: invalid syntax" in result.stdout
+
+
+def test_file_not_valid_in_its_encoding_is_left_untouched(tmp_path: Path):
+    bad = tmp_path / "latin.py"
+    data = b"import torch\n# caf\xe9\nwith torch.cuda.amp.autocast():\n    pass\n"
+    bad.write_bytes(data)
+    result = invoke("check", str(tmp_path))
+    assert result.exit_code == 2
+    assert "AMP902" in result.stdout and "not valid in its declared encoding" in result.stdout
+    invoke("rewrite", str(tmp_path))
+    assert bad.read_bytes() == data
+
+
+def test_missing_path_is_an_error(tmp_path: Path):
+    result = invoke("check", str(tmp_path / "nope.py"))
+    assert result.exit_code == 2
+    assert "AMP902" in result.stdout
+
+
+def test_crlf_and_bom_are_kept_byte_for_byte(tmp_path: Path):
+    path = tmp_path / "win.py"
+    path.write_bytes(b"\xef\xbb\xbfimport torch\r\n\r\nwith torch.cuda.amp.autocast():  # x\r\n    pass\r\n")
+    assert invoke("rewrite", str(path)).exit_code == 1
+    assert path.read_bytes() == (
+        b'\xef\xbb\xbfimport torch\r\n\r\nwith torch.amp.autocast("cuda"):  # x\r\n    pass\r\n'
+    )
+
+
+def test_coding_cookie_file_is_rewritten_in_its_encoding(tmp_path: Path):
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\nx = torch.cuda.amp.GradScaler()\n")
+    assert invoke("rewrite", str(path)).exit_code == 1
+    assert path.read_bytes() == (
+        b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\nx = torch.amp.GradScaler(\"cuda\")\n"
+    )
+
+
+def test_unchanged_file_is_not_written(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text(LEFT_ONLY)
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    invoke("rewrite", str(tmp_path))
+    assert path.stat().st_mtime_ns == 1_000_000_000
+
+
+def test_write_keeps_mode_and_goes_through_a_symlink(tmp_path: Path):
+    real = tmp_path / "real.py"
+    real.write_text(DEPRECATED)
+    real.chmod(0o751)
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    assert invoke("rewrite", str(link)).exit_code == 1
+    assert link.is_symlink()
+    assert real.read_text() == MIGRATED
+    assert oct(real.stat().st_mode & 0o777) == oct(0o751)
+
+
+def test_folders_skip_virtualenvs_and_site_packages(tmp_path: Path):
+    venv = tmp_path / "env"
+    (venv / "lib" / "site-packages").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr\n")
+    (venv / "lib" / "site-packages" / "dep.py").write_text(DEPRECATED)
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "site-packages" / "dep.py").write_text(DEPRECATED)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "hook.py").write_text(DEPRECATED)
+    (tmp_path / "notes.txt").write_text(DEPRECATED)
+    result = invoke("check", str(tmp_path))
+    assert result.exit_code == 0
+
+
+def test_unsafe_fixes_flag(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text("import torch\nclass S(torch.cuda.amp.GradScaler):\n    pass\n")
+    assert invoke("rewrite", str(path)).exit_code == 1
+    assert "torch.cuda.amp.GradScaler" in path.read_text()
+    assert invoke("rewrite", "--unsafe-fixes", str(path)).exit_code == 1
+    assert path.read_text() == "import torch\nclass S(torch.amp.GradScaler):\n    pass\n"
+
+
+def test_target_torch_holds_back_newer_rules(tmp_path: Path):
+    path = tmp_path / "a.py"
+    source = "import torch\ns = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    pass\n"
+    path.write_text(source)
+    result = invoke("rewrite", "--target-torch", "2.2", str(path))
+    assert result.exit_code == 1
+    assert path.read_text() == (
+        'import torch\ns = torch.cuda.amp.GradScaler()\nwith torch.amp.autocast("cuda"):\n    pass\n'
+    )
+    assert "needs torch >= 2.3; the target is torch 2.2" in result.stdout
+
+
+def test_bad_target_torch_is_a_usage_error(tmp_path: Path):
+    assert invoke("check", "--target-torch", "two", str(tmp_path)).exit_code == 2
+
+
+def test_rules_table_lists_every_code():
+    result = invoke("rules")
+    assert result.exit_code == 0
+    for code in ("AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP010", "AMP011"):
+        assert code in result.stdout
+    rows = json.loads(invoke("rules", "--output-format", "json").stdout)
+    assert {"code": "AMP002", "title": "GradScaler", "old": "torch.cuda.amp.GradScaler",
+            "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe"} in rows
