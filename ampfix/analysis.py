@@ -54,6 +54,7 @@ class ChainEdit:
 class ImportEdit:
     # `import a.b as c, d`: new dotted name per alias index (missing: unchanged).
     renamed_aliases: dict[int, str] = field(default_factory=dict)
+    removed_aliases: tuple[int, ...] = ()  # duplicates of an import already there
     # `from M import ...`: the new module for the migrated aliases, and the alias indices that
     # stay with the old module (a split: they move to a new statement after this one).
     new_module: str | None = None
@@ -471,6 +472,7 @@ class _Analyzer:
         self.string_edits: dict[tuple[int, int], str] = {}
         self.import_edits: dict[int, ImportEdit] = {}
         self.needs_functools = False
+        self.plain_imports: dict[int, set[str]] = {}
         self.heads = self._torch_bound_names()
 
     # helpers -------------------------------------------------------------------------------
@@ -737,6 +739,7 @@ class _Analyzer:
     def plan_import(self, imp: ImportRef) -> None:
         node = imp.node
         renamed: dict[int, str] = {}
+        removed: list[int] = []
         for i, alias in enumerate(node.names):
             if not _under_deprecated_root(alias.name):
                 continue
@@ -751,11 +754,30 @@ class _Analyzer:
             if reason is not None:
                 self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` left: {reason}", fixable=False)
                 continue
-            renamed[i] = _root_replaced(alias.name)
+            new_name = _root_replaced(alias.name)
+            plain = self.plain_imports.setdefault(id(imp.scope), self.existing_plain_imports(imp.scope))
+            if not alias.asname and new_name in plain:
+                # `import torch.amp` is already there: the renamed line would repeat it.
+                removed.append(i)
+                self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` removed: `import {new_name}` "
+                                 "is already there", fixable=True, will_fix=True)
+                continue
+            if not alias.asname:
+                plain.add(new_name)
+            renamed[i] = new_name
             self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` -> `import {renamed[i]}`",
                              fixable=True, will_fix=True)
-        if renamed:
-            self.import_edits[imp.stmt_index] = ImportEdit(renamed_aliases=renamed)
+        if renamed or removed:
+            self.import_edits[imp.stmt_index] = ImportEdit(renamed_aliases=renamed, removed_aliases=tuple(removed))
+
+    def existing_plain_imports(self, scope: Scope) -> set[str]:
+        return {
+            alias.name
+            for imp in self.walker.imports
+            if imp.scope is scope and isinstance(imp.node, ast.Import)
+            for alias in imp.node.names
+            if not alias.asname
+        }
 
     # recording -----------------------------------------------------------------------------
     def record_use(self, use: _Use) -> None:

@@ -239,14 +239,17 @@ class _Applier(cst.CSTTransformer):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
-    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import) -> cst.Import:
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import):
         edit = self.import_edit()
         if edit is None:
             return updated_node
         names = list(updated_node.names)
         for i, new_name in edit.renamed_aliases.items():
             names[i] = names[i].with_changes(name=_dotted_node(new_name))
-        return updated_node.with_changes(names=names)
+        kept = [name for i, name in enumerate(names) if i not in edit.removed_aliases]
+        if not kept:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(names=_without_trailing_comma(kept, names))
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
         edit = self.import_edit()
