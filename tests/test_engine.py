@@ -1,0 +1,79 @@
+"""The engine's safety nets: what it does when something goes wrong inside it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import ampfix.apply
+from ampfix import analysis
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
+
+SOURCE = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
+
+
+def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: pytest.MonkeyPatch):
+    real_analyze = analysis.analyze
+
+    def wrong_plan(tree, source, options):
+        plan = real_analyze(tree, source, options)
+        # The analysis "saw" another name than the one LibCST will find in that statement.
+        return dataclasses.replace(plan, chain_texts={k: ["torch.cuda.amp.GradScaler"] for k in plan.chain_texts})
+
+    monkeypatch.setattr(analysis, "analyze", wrong_plan)
+    result = fix_source(SOURCE)
+    assert result.new_source == SOURCE
+    assert result.error is not None and result.error.startswith("internal error, file left unchanged: PlanMismatch")
+    assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
+    assert not any(f.fixed for f in result.findings)
+
+
+def test_new_text_that_would_not_parse_is_never_returned(monkeypatch: pytest.MonkeyPatch):
+    class Broken:
+        code = "with torch.amp.autocast('cuda'\n"
+
+    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda module, plan: Broken())
+    result = fix_source(SOURCE)
+    assert result.new_source == SOURCE
+    assert result.error is not None and "SyntaxError" in result.error
+
+
+def test_syntax_error_is_a_finding_with_its_position():
+    result = check_source("import torch\nwith torch.cuda.amp.autocast(:\n    pass\n")
+    assert result.error is not None
+    assert [(f.line, f.code) for f in result.findings] == [(2, SYNTAX_ERROR_CODE)]
+
+
+def test_a_file_that_cannot_hold_a_use_is_not_parsed():
+    # No `amp` token: nothing to find, so not even a syntax error is looked for.
+    broken_but_irrelevant = "def f(:\n    return torch.zeros(1)\n"
+    result = check_source(broken_but_irrelevant)
+    assert result.error is None and result.findings == ()
+
+
+def test_check_reports_what_fix_fixes_without_changing_anything():
+    checked = check_source(SOURCE)
+    fixed = fix_source(SOURCE)
+    assert checked.new_source == SOURCE
+    assert [(f.line, f.col, f.code, f.fixable) for f in checked.findings] == [
+        (f.line, f.col, f.code, f.fixable) for f in fixed.findings
+    ]
+    assert [f.fixed for f in checked.findings] == [False]
+    assert [f.fixed for f in fixed.findings] == [True]
+
+
+def test_columns_count_characters_not_bytes():
+    source = "import torch\nnamé = 'é'; x = torch.cuda.amp.GradScaler()\n"
+    (finding,) = check_source(source).findings
+    assert (finding.line, finding.col) == (2, source.splitlines()[1].index("torch") + 1)
+
+
+def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
+    from ampfix.options import Options
+
+    source = "import torch\na = torch.cuda.amp.autocast()\nb = torch.cpu.amp.autocast()\n"
+    result = fix_source(source, Options(cuda_device="device.type"))
+    assert result.new_source == (
+        'import torch\na = torch.amp.autocast(device.type)\nb = torch.amp.autocast("cpu")\n'
+    )
