@@ -1,0 +1,216 @@
+"""CUDA AMP runs as CPU AMP, and every request is recorded as the script made it.
+
+Runs in the child. ``torch.amp.autocast_mode.autocast.__init__`` is the one constructor all the
+autocast spellings reach (``torch.autocast``, ``torch.amp.autocast``, the deprecated
+``torch.cuda.amp.autocast`` through ``super().__init__``); likewise ``torch.amp.GradScaler.
+__init__`` for the scalers. The patched constructors record the *requested* arguments, normalised
+(``dtype=None`` becomes the device default), then build the object for the CPU: a region asked
+for on "cuda" runs as CPU autocast in the chosen dtype, a "cuda" GradScaler is a CPU GradScaler.
+Recording the request, not what ran, is what lets ``verify`` see a rewrite that changed the
+requested dtype even though the run forces one dtype everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+from ampfix.runner.observe import Recorder, RegionKey, dtype_name
+from ampfix.runner.sites import find_site
+
+_original_get_autocast_dtype = torch.get_autocast_dtype
+_original_is_autocast_enabled = torch.is_autocast_enabled
+_original_cache_enabled = torch.is_autocast_cache_enabled
+
+FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class AmpPlan:
+    """How a request for the emulated device is run on the CPU."""
+
+    def __init__(self, amp_dtype: str) -> None:
+        self.forced_dtype = FORCED_DTYPES.get(amp_dtype)  # None: keep the requested dtype
+
+    @staticmethod
+    def requested_dtype(device_type: Any, dtype: Any) -> Any:
+        if dtype is not None or not isinstance(device_type, str):
+            return dtype
+        try:
+            return _original_get_autocast_dtype(device_type)
+        except RuntimeError:  # an unknown device type: the constructor will say so
+            return None
+
+    def run_device_and_dtype(self, device_type: Any, dtype: Any) -> tuple[Any, Any]:
+        if device_type != "cuda":
+            return device_type, dtype
+        requested = self.requested_dtype(device_type, dtype)
+        if not isinstance(requested, torch.dtype):
+            # Not a dtype at all (a positional `enabled` that slid into `dtype`): passed on, it
+            # fails on entry exactly as it would on a GPU.
+            return "cpu", requested
+        return "cpu", self.forced_dtype or requested
+
+
+def _as_recorded(value: Any) -> Any:
+    return value if isinstance(value, bool) else repr(value)
+
+
+def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> None:
+    autocast = torch.amp.autocast_mode.autocast
+    original_init, original_enter = autocast.__init__, autocast.__enter__
+
+    @functools.wraps(original_init)
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        request = {
+            "site": find_site(),
+            "device_requested": str(device_type),
+            "dtype_requested": dtype_name(plan.requested_dtype(device_type, dtype)),
+            "enabled_requested": _as_recorded(enabled),
+            "cache_enabled_requested": _as_recorded(_original_cache_enabled() if cache_enabled is None else cache_enabled),
+        }
+        run_device, run_dtype = plan.run_device_and_dtype(device_type, dtype)
+        try:
+            original_init(self, run_device, dtype=run_dtype, enabled=enabled, cache_enabled=cache_enabled)
+        except Exception:
+            # The request is what verify compares: keep it even when torch refuses it.
+            recorder.region_created(RegionKey(**request, device_run="-", dtype_run="-", enabled_run=False))
+            raise
+        self._ampfix_region = RegionKey(
+            **request, device_run=self.device, dtype_run=dtype_name(self.fast_dtype), enabled_run=bool(self._enabled)
+        )
+        recorder.region_created(self._ampfix_region)
+
+    @functools.wraps(original_enter)
+    def __enter__(self):
+        region = getattr(self, "_ampfix_region", None)
+        if region is not None:
+            if region.site.origin == "script":
+                at_step_boundary()
+            recorder.region_entered(region, find_site())
+        return original_enter(self)
+
+    autocast.__init__ = __init__
+    autocast.__enter__ = __enter__
+
+
+def install_autocast_state_queries() -> None:
+    """torch.is_autocast_enabled("cuda") (and the legacy no-argument form) asks the CPU state."""
+
+    @functools.wraps(_original_is_autocast_enabled)
+    def is_autocast_enabled(device_type: str = "cuda") -> bool:
+        return _original_is_autocast_enabled("cpu" if device_type == "cuda" else device_type)
+
+    torch.is_autocast_enabled = is_autocast_enabled
+
+
+def install_custom_fwd_bwd(recorder: Recorder) -> None:
+    """custom_fwd/custom_bwd for "cuda" act on CPU autocast; the requested device_type is recorded."""
+    original_fwd = torch.amp.autocast_mode.custom_fwd
+    original_bwd = torch.amp.autocast_mode.custom_bwd
+
+    def run_device(device_type: Any) -> Any:
+        return "cpu" if device_type == "cuda" else device_type
+
+    @functools.wraps(original_fwd)
+    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+        if fwd is None:
+            return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+        cast = dtype_name(cast_inputs) if cast_inputs is not None else None
+        recorder.custom_amp_decorator("custom_fwd", f"device_type={device_type} cast_inputs={cast}", find_site())
+        return original_fwd(fwd, device_type=run_device(device_type), cast_inputs=cast_inputs)
+
+    @functools.wraps(original_bwd)
+    def custom_bwd(bwd=None, *, device_type):
+        if bwd is None:
+            return functools.partial(custom_bwd, device_type=device_type)
+        recorder.custom_amp_decorator("custom_bwd", f"device_type={device_type}", find_site())
+        return original_bwd(bwd, device_type=run_device(device_type))
+
+    for module in (torch.amp, torch.amp.autocast_mode):
+        module.custom_fwd = custom_fwd
+        module.custom_bwd = custom_bwd
+
+
+# -- GradScaler ------------------------------------------------------------------------------
+
+_SCALER_NUMBERS = {"init_scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int}
+
+
+def _normalised_scaler_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """2**16 and 65536.0 are the same request; a device that is not a string stays visible as is."""
+    normalised = {}
+    for name, value in arguments.items():
+        convert = _SCALER_NUMBERS.get(name)
+        if convert is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = convert(value)
+        normalised[name] = value if isinstance(value, (str, bool, int, float)) else repr(value)
+    return normalised
+
+
+def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss) -> None:
+    scaler = torch.amp.grad_scaler.GradScaler
+    _patch_scaler_init(scaler, recorder)
+    _patch_scaler_calls(scaler, recorder, at_step_boundary, record_scaled_loss)
+
+
+def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
+    original_init = scaler.__init__
+    signature = inspect.signature(original_init)
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        site = find_site()
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original_init(self, *args, **kwargs)  # raises the constructor's own error
+        bound.apply_defaults()
+        arguments = {name: value for name, value in bound.arguments.items() if name != "self"}
+        recorder.scaler_created(_normalised_scaler_arguments(arguments), site)
+        if arguments["device"] == "cuda":
+            arguments["device"] = "cpu"
+        original_init(self, **arguments)
+
+    scaler.__init__ = __init__
+
+
+def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, record_scaled_loss) -> None:
+    original_scale, original_unscale = scaler.scale, scaler.unscale_
+    original_step, original_update = scaler.step, scaler.update
+
+    @functools.wraps(original_scale)
+    def scale(self, outputs):
+        at_step_boundary()
+        recorder.scaler_called("scale")
+        scaled = original_scale(self, outputs)
+        record_scaled_loss(outputs, scaled)
+        return scaled
+
+    @functools.wraps(original_unscale)
+    def unscale_(self, optimizer):
+        if not getattr(self, "_ampfix_in_step", False):  # step() unscales by itself; not a script call
+            recorder.scaler_called("unscale")
+        return original_unscale(self, optimizer)
+
+    @functools.wraps(original_step)
+    def step(self, optimizer, *args, **kwargs):
+        recorder.scaler_called("step")
+        steps_before = recorder.optimizer_steps
+        self._ampfix_in_step = True
+        try:
+            result = original_step(self, optimizer, *args, **kwargs)
+        finally:
+            self._ampfix_in_step = False
+        if self.is_enabled() and recorder.optimizer_steps == steps_before:
+            recorder.scaler_step_skipped()  # inf/NaN gradients: the optimizer step was skipped
+        return result
+
+    @functools.wraps(original_update)
+    def update(self, new_scale=None):
+        recorder.scaler_called("update")
+        return original_update(self, new_scale)
+
+    scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update

@@ -1,0 +1,127 @@
+"""Sets up every Python process the runner starts, before the script runs.
+
+Called from the bootstrap ``sitecustomize`` whenever the runner's configuration is in the
+environment: in the main child that runs the script, and in every process started below it
+(``torch.multiprocessing.spawn`` ranks, spawned DataLoader workers). It seeds the generators,
+captures deprecation warnings with their file:line, arranges for the torch patches to be installed
+the moment torch is imported, and writes what was observed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import os
+import random
+import sys
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+
+from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
+from ampfix.runner.observe import Recorder
+
+_DEPRECATIONS = (DeprecationWarning, FutureWarning)
+
+
+def start() -> None:
+    config = RunnerConfig.from_env_value(os.environ[CONFIG_ENV])
+    role = os.environ.get(ROLE_ENV, "child")
+    os.environ[ROLE_ENV] = "child"  # this process's own environment: what its children inherit
+    recorder = Recorder(role)
+    random.seed(config.seed)
+    _capture_deprecations(recorder)
+    _AfterImport.install(
+        {
+            "torch": lambda torch: _install_harness(torch, recorder, config),
+            "numpy": lambda numpy: numpy.random.seed(config.seed),
+        }
+    )
+    atexit.register(_write_observation, recorder, config)
+    os.register_at_fork(after_in_child=lambda: _forget_parent(recorder))
+
+
+def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
+    from ampfix.runner import harness
+
+    try:
+        harness.install(torch, recorder, config)
+    except Exception:
+        print("ampfix run: could not install the CPU harness into this torch:", file=sys.stderr)
+        raise
+
+
+def _capture_deprecations(recorder: Recorder) -> None:
+    """Record every deprecation with its file:line; show each distinct one once, as Python would."""
+    for category in _DEPRECATIONS:
+        warnings.simplefilter("always", category)
+    original_show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, _DEPRECATIONS):
+            if recorder.deprecation(str(message), category.__name__, filename, lineno) > 1:
+                return
+        original_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+
+
+def _forget_parent(recorder: Recorder) -> None:
+    # A forked process starts with a copy of its parent's counts; it reports only its own.
+    recorder.reset()
+    recorder.role = "child"
+
+
+def _process_label(recorder: Recorder) -> str:
+    if recorder.role == "main":
+        return "main"
+    import multiprocessing
+
+    name = multiprocessing.current_process().name
+    return name if name != "MainProcess" else f"process-{os.getpid()}"
+
+
+def _write_observation(recorder: Recorder, config: RunnerConfig) -> None:
+    if recorder.role != "main" and recorder.is_empty():
+        return  # a worker that saw nothing worth reporting
+    try:
+        recorder.write(config.out_dir, _process_label(recorder))
+    except OSError as error:  # the parent is gone or its folder was removed: nothing to report to
+        print(f"ampfix run: could not write the observation: {error}", file=sys.stderr)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a top-level module has finished executing its import."""
+
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self._callbacks = dict(callbacks)
+
+    @classmethod
+    def install(cls, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        sys.meta_path.insert(0, cls(callbacks))
+
+    def find_spec(self, fullname, path, target=None):
+        callback = self._callbacks.pop(fullname, None)
+        if callback is None:
+            return None
+        spec = self._spec_from_other_finders(fullname, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original_exec = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original_exec(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def _spec_from_other_finders(self, fullname, path, target):
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            if finder is self or find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None

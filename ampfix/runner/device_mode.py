@@ -1,0 +1,192 @@
+"""Tensors asked for on "cuda" live on the CPU; ops inside autocast have their output dtypes counted.
+
+Runs in the child. One :class:`CudaOnCpuMode` (a ``TorchFunctionMode``) sees every torch call:
+it rewrites ``device=`` arguments, turns ``.cuda()`` / ``.to("cuda")`` / ``.pin_memory()`` into
+CPU no-ops, notes reads of ``x.is_cuda`` (which stays False: that cannot be emulated), and, while
+CPU autocast is on, counts the dtypes the call produced.
+
+A torch function mode is thread-local and autograd switches it off while running backward, so
+the mode is re-entered in every new thread, in custom ``Function.backward`` and in tensor hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+from ampfix.runner.observe import Recorder
+from ampfix.runner.sites import find_site
+
+_Tensor = torch.Tensor
+_is_autocast_enabled = torch._C.is_autocast_enabled
+# Functions whose positional arguments may hold a device (the rest only take ``device=``).
+_TENSOR_TO = _Tensor.to
+
+
+def is_cuda_device(device: Any) -> bool:
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    # A bare integer names an accelerator index; on the machine the script was written for
+    # that is a GPU.
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+def _map_keyword_devices(kwargs: dict[str, Any]) -> dict[str, Any]:
+    device = kwargs.get("device")
+    move = device is not None and is_cuda_device(device)
+    pin = bool(kwargs.get("pin_memory"))
+    if not move and not pin:
+        return kwargs
+    kwargs = dict(kwargs)
+    if move:
+        kwargs["device"] = "cpu"
+    if pin:
+        kwargs["pin_memory"] = False  # pinned memory needs an accelerator; plain CPU memory is the same data
+    return kwargs
+
+
+class CudaOnCpuMode(TorchFunctionMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self._recorder = recorder
+        self._handlers: dict[Any, Callable[[tuple, dict], Any]] = {
+            _Tensor.cuda: self._cuda,
+            _TENSOR_TO: self._to,
+            _Tensor.pin_memory: self._pin_memory,
+            _Tensor.type: self._type,
+            _Tensor.is_cuda.__get__: self._is_cuda,
+        }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = _map_keyword_devices(kwargs) if kwargs else {}
+        handler = self._handlers.get(func)
+        if handler is not None:
+            return handler(args, kwargs)
+        result = func(*args, **kwargs)
+        if _is_autocast_enabled("cpu"):
+            self._count_dtypes(result)
+        return result
+
+    def _count_dtypes(self, result: Any) -> None:
+        if isinstance(result, _Tensor):
+            self._recorder.count_op_dtype(result.dtype)
+        elif isinstance(result, (tuple, list)):
+            for item in result:
+                if isinstance(item, _Tensor):
+                    self._recorder.count_op_dtype(item.dtype)
+
+    # -- the calls that name a device positionally, or that need an accelerator ----------------
+
+    @staticmethod
+    def _cuda(args: tuple, kwargs: dict) -> Any:
+        # Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)
+        tensor = args[0]
+        memory_format = kwargs.get("memory_format", args[3] if len(args) > 3 else None)
+        if memory_format is None or memory_format is torch.preserve_format:
+            return tensor
+        return _TENSOR_TO(tensor, memory_format=memory_format)
+
+    @staticmethod
+    def _to(args: tuple, kwargs: dict) -> Any:
+        if len(args) > 1 and is_cuda_device(args[1]):
+            args = (args[0], "cpu", *args[2:])
+        return _TENSOR_TO(*args, **kwargs)
+
+    @staticmethod
+    def _pin_memory(args: tuple, kwargs: dict) -> Any:
+        return args[0]
+
+    @staticmethod
+    def _type(args: tuple, kwargs: dict) -> Any:
+        # x.type("torch.cuda.FloatTensor") / x.type(torch.cuda.FloatTensor) -> the CPU twin.
+        if len(args) > 1:
+            args = (args[0], _cpu_twin_of_cuda_type(args[1]), *args[2:])
+        elif "dtype" in kwargs:
+            kwargs = {**kwargs, "dtype": _cpu_twin_of_cuda_type(kwargs["dtype"])}
+        return _Tensor.type(*args, **kwargs)
+
+    def _is_cuda(self, args: tuple, kwargs: dict) -> Any:
+        site = find_site()
+        if site.origin == "script":
+            self._recorder.unemulated_use("x.is_cuda (False on CPU: the script's is_cuda branch is not taken)", site)
+        return _Tensor.is_cuda.__get__(*args, **kwargs)
+
+
+def _cpu_twin_of_cuda_type(wanted: Any) -> Any:
+    if isinstance(wanted, str):
+        name = wanted
+    elif isinstance(wanted, type):
+        name = f"{wanted.__module__}.{wanted.__name__}"
+    else:
+        return wanted
+    return "torch." + name[len("torch.cuda.") :] if name.startswith("torch.cuda.") else wanted
+
+
+@contextlib.contextmanager
+def mode_active(mode: CudaOnCpuMode) -> Iterator[None]:
+    """Enter ``mode`` unless this thread already has it (autograd and new threads do not)."""
+    if mode in _get_current_function_mode_stack():
+        yield
+        return
+    with mode:
+        yield
+
+
+def install(mode: CudaOnCpuMode) -> None:
+    """Enter the mode for good in this thread and re-enter it where torch leaves it behind."""
+    mode.__enter__()
+    _reenter_in_new_threads(mode)
+    _reenter_in_custom_backward(mode)
+    _reenter_in_tensor_hooks(mode)
+
+
+def _reenter_in_new_threads(mode: CudaOnCpuMode) -> None:
+    original_start = threading.Thread.start
+
+    @functools.wraps(original_start)
+    def start(self: threading.Thread) -> None:
+        run = self.run
+
+        def run_with_mode() -> None:
+            with mode_active(mode):
+                run()
+
+        self.run = run_with_mode  # an instance attribute: subclasses overriding run() are covered too
+        original_start(self)
+
+    threading.Thread.start = start
+
+
+def _reenter_in_custom_backward(mode: CudaOnCpuMode) -> None:
+    backward_node = torch.autograd.function.BackwardCFunction
+    original_apply = backward_node.apply
+
+    @functools.wraps(original_apply)
+    def apply(self, *args):
+        with mode_active(mode):
+            return original_apply(self, *args)
+
+    backward_node.apply = apply
+
+
+def _reenter_in_tensor_hooks(mode: CudaOnCpuMode) -> None:
+    original_register_hook = _Tensor.register_hook
+
+    @functools.wraps(original_register_hook)
+    def register_hook(self, hook):
+        @functools.wraps(hook)
+        def hook_with_mode(*args, **kwargs):
+            with mode_active(mode):
+                return hook(*args, **kwargs)
+
+        return original_register_hook(self, hook_with_mode)
+
+    _Tensor.register_hook = register_hook

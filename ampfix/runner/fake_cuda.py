@@ -1,0 +1,269 @@
+"""``torch.cuda`` answers as one fake device, so the script takes its CUDA path on the CPU.
+
+Runs in the child. The utilities a training script calls (availability, device queries, memory
+statistics, events, streams, nvtx) get CPU stand-ins. What cannot be emulated (CUDA graphs, the
+legacy ``torch.cuda.FloatTensor`` types) is recorded where the script touches it and then fails
+the way it would on a CPU, so the report names it instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ampfix.runner.observe import Recorder
+from ampfix.runner.sites import find_site
+
+DEVICE_NAME = "ampfix emulated CUDA device (runs on CPU)"
+# Ampere: scripts that check for bf16 / TF32 support take the modern path.
+CAPABILITY = (8, 0)
+
+LEGACY_TENSOR_TYPES = (
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor",
+    "CharTensor", "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
+)  # fmt: skip
+CUDA_GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle")
+
+
+def _physical_memory() -> tuple[int, int]:
+    """(free, total) bytes of host memory, the closest thing this machine has to GPU memory."""
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_AVPHYS_PAGES"), page * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0, 0
+
+
+class _DeviceIndex:
+    """The index set_device() was given; there is one device, but scripts read their rank back."""
+
+    def __init__(self) -> None:
+        self.index = 0
+
+    def set(self, device: Any) -> None:
+        if isinstance(device, torch.device):
+            self.index = device.index or 0
+        elif isinstance(device, str):
+            self.index = torch.device(device).index or 0
+        elif isinstance(device, int) and device >= 0:
+            self.index = device
+
+    def current(self) -> int:
+        return self.index
+
+
+class FakeEvent:
+    """torch.cuda.Event timed with the host clock; elapsed_time() in milliseconds like CUDA."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._recorded_at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._recorded_at = time.perf_counter()
+
+    def elapsed_time(self, end_event: FakeEvent) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._recorded_at is None or end_event._recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._recorded_at - self._recorded_at) * 1000.0
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+
+class FakeStream:
+    """A stream on the fake device: work is synchronous on the CPU, so every wait is a no-op."""
+
+    cuda_stream = 0
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", 0)
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: FakeEvent | None = None) -> FakeEvent:
+        event = event or FakeEvent()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> FakeStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_DEFAULT_STREAM = FakeStream()
+
+
+@contextlib.contextmanager
+def _stream_context(stream: Any = None) -> Iterator[None]:
+    yield
+
+
+def _device_functions(device_index: _DeviceIndex) -> dict[str, Any]:
+    def properties(device: Any = None) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            name=DEVICE_NAME,
+            major=CAPABILITY[0],
+            minor=CAPABILITY[1],
+            total_memory=_physical_memory()[1],
+            multi_processor_count=os.cpu_count() or 1,
+            is_integrated=False,
+            is_multi_gpu_board=False,
+        )
+
+    @contextlib.contextmanager
+    def device_context(device: Any) -> Iterator[None]:
+        previous = device_index.current()
+        device_index.set(device)
+        try:
+            yield
+        finally:
+            device_index.index = previous
+
+    return {
+        "is_available": lambda: True,
+        "init": lambda: None,
+        "device_count": lambda: 1,
+        "current_device": device_index.current,
+        "set_device": device_index.set,
+        "device": device_context,
+        "synchronize": lambda device=None: None,
+        "get_device_name": lambda device=None: DEVICE_NAME,
+        "get_device_properties": properties,
+        "get_device_capability": lambda device=None: CAPABILITY,
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "is_current_stream_capturing": lambda: False,
+        "ipc_collect": lambda: None,
+        "Event": FakeEvent,
+        "Stream": FakeStream,
+        "current_stream": lambda device=None: _DEFAULT_STREAM,
+        "default_stream": lambda device=None: _DEFAULT_STREAM,
+        "set_stream": lambda stream: None,
+        "stream": _stream_context,
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+        "get_rng_state_all": lambda: [torch.get_rng_state()],
+        "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[0]),
+    }
+
+
+def _memory_functions() -> dict[str, Any]:
+    def zero(device: Any = None) -> int:
+        return 0
+
+    def nothing(device: Any = None) -> None:
+        return None
+
+    functions: dict[str, Any] = {
+        name: zero
+        for name in (
+            "memory_allocated", "max_memory_allocated", "memory_reserved",
+            "max_memory_reserved", "memory_cached", "max_memory_cached",
+        )
+    }  # fmt: skip
+    functions.update(
+        {
+            name: nothing
+            for name in (
+                "empty_cache", "reset_peak_memory_stats", "reset_max_memory_allocated",
+                "reset_max_memory_cached", "reset_accumulated_memory_stats",
+            )
+        }  # fmt: skip
+    )
+    functions["memory_stats"] = lambda device=None: {}
+    functions["memory_summary"] = lambda device=None, abbreviated=False: (
+        "ampfix run: CUDA memory is emulated by host memory; no allocator statistics."
+    )
+    functions["mem_get_info"] = lambda device=None: _physical_memory()
+    functions["set_per_process_memory_fraction"] = lambda fraction, device=None: None
+    return functions
+
+
+def _nvtx_functions() -> dict[str, Callable[..., Any]]:
+    return {
+        "range_push": lambda msg: 0,
+        "range_pop": lambda: 0,
+        "range_start": lambda msg: 0,
+        "range_end": lambda range_id: None,
+        "mark": lambda msg: None,
+    }
+
+
+def _unemulated_callable(recorder: Recorder, feature: str, original: Any) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        recorder.unemulated_use(feature, find_site())
+        raise RuntimeError(f"ampfix run: {feature} cannot be emulated on the CPU.")
+
+    refuse.__name__ = getattr(original, "__name__", feature)
+    return refuse
+
+
+class _LegacyCudaType(type):
+    """Stands in for torch.cuda.FloatTensor & co: notes the use, then behaves as on a CPU build."""
+
+    recorder: Recorder
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        cls.recorder.unemulated_use(f"torch.cuda.{cls.__name__} constructor", find_site())
+        return cls.original(*args, **kwargs)  # raises: "Torch not compiled with CUDA enabled"
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        site = find_site()
+        if site.origin == "script":
+            cls.recorder.unemulated_use(f"isinstance(x, torch.cuda.{cls.__name__}) (False on CPU)", site)
+        return False
+
+
+def _legacy_type(recorder: Recorder, name: str, original: type) -> type:
+    proxy = _LegacyCudaType(name, (), {"original": original, "__module__": "torch.cuda"})
+    proxy.recorder = recorder
+    return proxy
+
+
+def _set_everywhere(module: types.ModuleType, name: str, value: Any, submodules: list[types.ModuleType]) -> None:
+    setattr(module, name, value)
+    for submodule in submodules:
+        if hasattr(submodule, name):
+            setattr(submodule, name, value)
+
+
+def install(recorder: Recorder) -> None:
+    cuda = torch.cuda
+    submodules = [getattr(cuda, name) for name in ("memory", "random", "streams", "graphs") if hasattr(cuda, name)]
+    replacements = {**_device_functions(_DeviceIndex()), **_memory_functions()}
+    for name in CUDA_GRAPH_NAMES:
+        replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})", getattr(cuda, name, None))
+    for name in LEGACY_TENSOR_TYPES:
+        if hasattr(cuda, name):
+            replacements[name] = _legacy_type(recorder, name, getattr(cuda, name))
+    for name, value in replacements.items():
+        _set_everywhere(cuda, name, value, submodules)
+    for name, value in _nvtx_functions().items():
+        setattr(cuda.nvtx, name, value)

@@ -1,0 +1,134 @@
+"""The results of ``run`` and ``verify``, as the parent sees them. Pure data; never prints.
+
+A run may involve several processes (the script, its spawned ranks, spawned DataLoader workers);
+each leaves one observation. :class:`RunReport` keeps them all, main first, and sums them into the
+fields the summary and the JSON show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCALER_FIELDS = ("scale", "unscale", "step", "update", "skipped_steps")
+
+
+@dataclass
+class RunReport:
+    script: str
+    exit_code: int | None  # None: the script never ran, or did not finish (see ``error``)
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    # Set when the runner could not run the script or observe it: a missing file, a syntax error,
+    # a timeout, a process that ended without writing its observation.
+    error: str | None = None
+    stdout: str | None = None  # only when the output was captured (verify, tests)
+    stderr: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.error is None
+
+    @property
+    def main(self) -> dict[str, Any] | None:
+        return next((process for process in self.processes if process["label"] == "main"), None)
+
+    @property
+    def autocast_regions(self) -> list[dict[str, Any]]:
+        return [{**region, "process": p["label"]} for p in self.processes for region in p["autocast_regions"]]
+
+    @property
+    def op_dtypes(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for process in self.processes:
+            for name, count in process["op_dtypes"].items():
+                totals[name] = totals.get(name, 0) + count
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    @property
+    def scaler(self) -> dict[str, int]:
+        return {name: sum(p["scaler"][name] for p in self.processes) for name in SCALER_FIELDS}
+
+    @property
+    def grad_scalers(self) -> list[dict[str, Any]]:
+        return [{**scaler, "process": p["label"]} for p in self.processes for scaler in p["grad_scalers"]]
+
+    @property
+    def optimizer_steps(self) -> int:
+        return sum(process["optimizer_steps"] for process in self.processes)
+
+    @property
+    def losses(self) -> list[float]:
+        return [loss for process in self.processes for loss in process["losses"]]
+
+    @property
+    def deprecations(self) -> list[dict[str, Any]]:
+        return _merge_counted(self.processes, "deprecations", ("message", "category", "file", "line"))
+
+    @property
+    def unemulated(self) -> list[dict[str, Any]]:
+        return _merge_counted(self.processes, "unemulated", ("feature", "file", "line"))
+
+    @property
+    def stopped_at_max_steps(self) -> bool:
+        return any(process["stopped_at_max_steps"] for process in self.processes)
+
+    def to_json(self, include_traces: bool = False) -> dict[str, Any]:
+        processes = self.processes if include_traces else [_without_trace(p) for p in self.processes]
+        return {
+            "script": self.script,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "autocast_regions": self.autocast_regions,
+            "op_dtypes": self.op_dtypes,
+            "scaler": self.scaler,
+            "grad_scalers": self.grad_scalers,
+            "optimizer_steps": self.optimizer_steps,
+            "losses": self.losses,
+            "deprecations": self.deprecations,
+            "unemulated": self.unemulated,
+            "stopped_at_max_steps": self.stopped_at_max_steps,
+            "processes": processes,
+        }
+
+
+@dataclass
+class VerifyReport:
+    original: RunReport | None  # None: nothing was run (the rewrite could not be produced)
+    rewritten: RunReport | None
+    equivalent: bool | None  # None: could not compare (see ``error``)
+    first_difference: str | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.equivalent is None:
+            return 2
+        return 0 if self.equivalent else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "equivalent": self.equivalent,
+            "first_difference": self.first_difference,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "notes": self.notes,
+            "original": self.original.to_json() if self.original is not None else None,
+            "rewritten": self.rewritten.to_json() if self.rewritten is not None else None,
+        }
+
+
+def _without_trace(process: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in process.items() if key != "trace"}
+
+
+def _merge_counted(processes: list[dict[str, Any]], field_name: str, key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    merged: dict[tuple, dict[str, Any]] = {}
+    for process in processes:
+        for item in process[field_name]:
+            key = tuple(item[name] for name in key_fields)
+            if key in merged:
+                merged[key]["count"] += item["count"]
+            else:
+                merged[key] = dict(item)
+    return list(merged.values())

@@ -1,0 +1,197 @@
+"""What the harness sees inside one process, and the JSON it leaves behind when the process exits.
+
+Runs in the child. Pure Python (no torch import): the patches call into a :class:`Recorder`,
+which keeps two kinds of data:
+
+* counters and lists for the summary (regions, op dtypes, scaler calls, losses, deprecations);
+* an ordered *trace* of the things a migration must not change (autocast requests, GradScaler
+  arguments, custom_fwd/custom_bwd device types, scaler calls, losses, optimizer steps), each
+  tagged with the number of optimizer steps taken so far. ``verify`` compares two traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+# A run without --max-steps can be long; past this many events the trace stops growing (and
+# says so) while the counters keep counting.
+TRACE_LIMIT = 100_000
+
+SCALER_CALLS = ("scale", "unscale", "step", "update")
+
+
+@dataclass(frozen=True)
+class Site:
+    file: str
+    line: int
+    # "script" when the script asked for it, "torch" when torch did it on the script's behalf
+    # (custom_fwd's inner autocast, for instance).
+    origin: str = "script"
+
+
+@dataclass(frozen=True)
+class RegionKey:
+    """One autocast construction site with what was asked for and what actually ran."""
+
+    site: Site
+    device_requested: str
+    dtype_requested: str  # normalised: None became the device default
+    enabled_requested: bool
+    cache_enabled_requested: bool
+    device_run: str
+    dtype_run: str
+    enabled_run: bool
+
+    def request_text(self) -> str:
+        return (
+            f"device={self.device_requested} dtype={self.dtype_requested} "
+            f"enabled={self.enabled_requested} cache_enabled={self.cache_enabled_requested}"
+        )
+
+
+def dtype_name(dtype: Any) -> str:
+    """'torch.bfloat16' -> 'bfloat16'; anything that is not a dtype keeps its repr."""
+    text = str(dtype)
+    return text[len("torch.") :] if text.startswith("torch.") else repr(dtype)
+
+
+class Recorder:
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.reset()
+
+    def reset(self) -> None:
+        self.regions: dict[RegionKey, int] = {}
+        self.op_dtypes: dict[Any, int] = {}
+        self.scaler_calls = dict.fromkeys(SCALER_CALLS, 0)
+        self.skipped_steps = 0
+        self.grad_scalers: list[dict[str, Any]] = []
+        self.optimizer_steps = 0
+        self.losses: list[float] = []
+        self.deprecations: dict[tuple[str, str, str, int], int] = {}
+        self.unemulated: dict[tuple[str, str, int], int] = {}
+        self.trace: list[dict[str, Any]] = []
+        self.trace_truncated = False
+        self.stopped_at_max_steps = False
+
+    # -- the trace -------------------------------------------------------------------------
+
+    def _trace(self, kind: str, what: str, site: Site | None = None) -> None:
+        if len(self.trace) >= TRACE_LIMIT:
+            self.trace_truncated = True
+            return
+        event = {"step": self.optimizer_steps, "kind": kind, "what": what}
+        if site is not None:
+            event["where"] = f"{site.file}:{site.line}"
+        self.trace.append(event)
+
+    # -- autocast --------------------------------------------------------------------------
+
+    def region_created(self, key: RegionKey) -> None:
+        self.regions.setdefault(key, 0)
+        if key.site.origin == "script":
+            self._trace("autocast", key.request_text(), key.site)
+
+    def region_entered(self, key: RegionKey, site: Site) -> None:
+        self.regions[key] = self.regions.get(key, 0) + 1
+        if key.site.origin == "script":
+            self._trace("autocast_enter", key.request_text(), site)
+
+    def custom_amp_decorator(self, name: str, request: str, site: Site) -> None:
+        self._trace(name, request, site)
+
+    def count_op_dtype(self, dtype: Any) -> None:
+        self.op_dtypes[dtype] = self.op_dtypes.get(dtype, 0) + 1
+
+    # -- GradScaler, optimizer, losses -----------------------------------------------------
+
+    def scaler_created(self, arguments: dict[str, Any], site: Site) -> None:
+        text = " ".join(f"{name}={value!r}" for name, value in arguments.items())
+        self.grad_scalers.append({**arguments, "file": site.file, "line": site.line})
+        self._trace("grad_scaler", text, site)
+
+    def scaler_called(self, name: str) -> None:
+        self.scaler_calls[name] += 1
+        self._trace(f"scaler.{name}", "")
+
+    def scaler_step_skipped(self) -> None:
+        self.skipped_steps += 1
+        self._trace("scaler.skipped_step", "")
+
+    def optimizer_stepped(self) -> None:
+        self.optimizer_steps += 1
+        self._trace("optimizer_step", str(self.optimizer_steps))
+
+    def loss(self, value: float, site: Site) -> None:
+        self.losses.append(value)
+        # float.hex: verify compares losses bit for bit, and a NaN equals itself as text.
+        self._trace("loss", value.hex(), site)
+
+    # -- what the user should know ---------------------------------------------------------
+
+    def deprecation(self, message: str, category: str, file: str, line: int) -> int:
+        """Count one more occurrence; returns how many times this one has been seen."""
+        key = (message, category, file, line)
+        self.deprecations[key] = count = self.deprecations.get(key, 0) + 1
+        return count
+
+    def unemulated_use(self, feature: str, site: Site) -> None:
+        key = (feature, site.file, site.line)
+        self.unemulated[key] = self.unemulated.get(key, 0) + 1
+
+    def is_empty(self) -> bool:
+        return not (
+            self.regions or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
+            or self.losses or self.deprecations or self.unemulated or self.trace
+        )  # fmt: skip
+
+    # -- output ----------------------------------------------------------------------------
+
+    def to_dict(self, label: str) -> dict[str, Any]:
+        return {
+            "label": label,
+            "pid": os.getpid(),
+            "role": self.role,
+            "autocast_regions": [_region_dict(key, entered) for key, entered in self.regions.items()],
+            "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
+            "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
+            "grad_scalers": self.grad_scalers,
+            "optimizer_steps": self.optimizer_steps,
+            "losses": self.losses,
+            "deprecations": [
+                {"message": m, "category": c, "file": f, "line": n, "count": count}
+                for (m, c, f, n), count in self.deprecations.items()
+            ],
+            "unemulated": [
+                {"feature": feature, "file": f, "line": n, "count": count}
+                for (feature, f, n), count in self.unemulated.items()
+            ],
+            "stopped_at_max_steps": self.stopped_at_max_steps,
+            "trace": self.trace,
+            "trace_truncated": self.trace_truncated,
+        }
+
+    def write(self, out_dir: str, label: str) -> None:
+        path = os.path.join(out_dir, f"process-{os.getpid()}.json")
+        temporary = path + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(label), handle)
+        os.replace(temporary, path)  # the parent never reads half a file
+
+
+def _region_dict(key: RegionKey, entered: int) -> dict[str, Any]:
+    return {
+        "device_requested": key.device_requested,
+        "dtype_requested": key.dtype_requested,
+        "enabled_requested": key.enabled_requested,
+        "device_run": key.device_run,
+        "dtype": key.dtype_run,
+        "enabled": key.enabled_run,
+        "entered": entered,
+        "origin": key.site.origin,
+        "file": key.site.file,
+        "line": key.site.line,
+    }

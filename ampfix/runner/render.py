@@ -1,0 +1,152 @@
+"""The rich summaries ``ampfix run`` and ``ampfix verify`` print (to stderr: the script owns stdout)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ampfix.runner.model import RunReport, VerifyReport
+
+LOSSES_SHOWN = 8
+
+
+def _where(file: str, line: int) -> str:
+    return f"{os.path.basename(file)}:{line}"
+
+
+def _region_text(device: str, dtype: str, enabled: Any) -> str:
+    return f"{device} {dtype}" + ("" if enabled is True else f" enabled={enabled}")
+
+
+def _regions_table(report: RunReport) -> Table:
+    table = Table(title="autocast regions", title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("where", "requested", "ran as", "entered"):
+        table.add_column(column, justify="right" if column == "entered" else "left")
+    multi_process = len(report.processes) > 1
+    for region in report.autocast_regions:
+        where = _where(region["file"], region["line"])
+        if region["origin"] != "script":
+            where += " (torch)"
+        if multi_process:
+            where = f"[{region['process']}] {where}"
+        requested = _region_text(region["device_requested"], region["dtype_requested"], region["enabled_requested"])
+        ran = _region_text(region["device_run"], region["dtype"], region["enabled"])
+        table.add_row(where, requested, ran, str(region["entered"]))
+    return table
+
+
+def _losses_text(losses: list[float]) -> str:
+    if not losses:
+        return "none recorded"
+    shown = [f"{loss:.6g}" for loss in losses]
+    if len(shown) > LOSSES_SHOWN:
+        shown = shown[: LOSSES_SHOWN - 2] + ["…"] + shown[-2:]
+    return f"{len(losses)}: " + ", ".join(shown)
+
+
+def _scaler_text(report: RunReport) -> str:
+    calls = report.scaler
+    text = " · ".join(
+        f"{label} {calls[name]}"
+        for name, label in (("scale", "scale"), ("unscale", "unscale_"), ("step", "step"), ("update", "update"))
+    )
+    return f"{text} · skipped steps {calls['skipped_steps']}"
+
+
+def _facts_grid(report: RunReport) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    op_dtypes = " · ".join(f"{name} {count}" for name, count in report.op_dtypes.items()) or "none"
+    grid.add_row("ops inside autocast", op_dtypes)
+    grid.add_row("GradScaler calls", _scaler_text(report))
+    for scaler in report.grad_scalers:
+        arguments = " ".join(
+            f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process")
+        )
+        grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}: {arguments}")
+    grid.add_row("optimizer steps", str(report.optimizer_steps))
+    grid.add_row("losses", _losses_text(report.losses))
+    if len(report.processes) > 1:
+        grid.add_row("processes", ", ".join(process["label"] for process in report.processes))
+    return grid
+
+
+def _findings(report: RunReport) -> list[Text]:
+    lines = []
+    for item in report.deprecations:
+        lines.append(
+            Text.assemble(
+                ("deprecated ", "yellow"),
+                f"{_where(item['file'], item['line'])} {item['category']}: {item['message']} (×{item['count']})",
+            )
+        )
+    for item in report.unemulated:
+        lines.append(
+            Text.assemble(("not emulated ", "red"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
+        )
+    return lines
+
+
+def _status_line(report: RunReport) -> Text:
+    name = os.path.basename(report.script)
+    if report.error is not None:
+        return Text.assemble(("ampfix run: ", "bold"), f"{name}: ", (report.error, "red"))
+    style = "green" if report.exit_code == 0 else "red"
+    status = Text.assemble(("ampfix run: ", "bold"), f"{name} exited ", (str(report.exit_code), f"bold {style}"))
+    if report.stopped_at_max_steps:
+        status.append(" (stopped by --max-steps)")
+    return status
+
+
+def render_run(report: RunReport, console: Console) -> None:
+    console.print(_status_line(report))
+    if not report.processes:
+        return
+    if report.autocast_regions:
+        console.print(_regions_table(report))
+    else:
+        console.print("no autocast region was created")
+    console.print(_facts_grid(report))
+    for line in _findings(report):
+        console.print(line)
+
+
+def _run_line(label: str, report: RunReport | None) -> str:
+    if report is None:
+        return f"{label}: not run"
+    if report.error is not None:
+        return f"{label}: {report.error}"
+    return (
+        f"{label}: exit {report.exit_code}, {report.optimizer_steps} optimizer steps, "
+        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites"
+    )
+
+
+def render_verify(report: VerifyReport, console: Console) -> None:
+    console.print(_run_line("original", report.original))
+    console.print(_run_line("rewrite ", report.rewritten))
+    for note in report.notes:
+        console.print(f"note: {note}")
+    if report.equivalent is None:
+        console.print(Text.assemble(("could not verify: ", "bold red"), report.error or ""))
+        _print_failure_output(report, console)
+    elif report.equivalent:
+        console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)", "bold green"))
+    else:
+        console.print(Text.assemble(("NOT equivalent", "bold red"), f" — first difference: {report.first_difference}"))
+        _print_failure_output(report, console)
+
+
+def _print_failure_output(report: VerifyReport, console: Console) -> None:
+    """The end of what a failed run wrote to stderr: usually its traceback."""
+    for label, run in (("original", report.original), ("rewrite", report.rewritten)):
+        if run is None or run.exit_code in (0, None) or not run.stderr:
+            continue
+        tail = "\n".join(run.stderr.rstrip().splitlines()[-15:])
+        console.print(f"--- {label} stderr (last lines) ---", style="dim")
+        console.print(Text(tail))

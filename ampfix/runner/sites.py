@@ -1,0 +1,66 @@
+"""Find the line of the user's script that caused what a patch is looking at.
+
+Runs in the child. Frames are classified once per file: *plumbing* (this package, the autocast
+and GradScaler modules, decorator helpers) is skipped; a frame inside torch marks the event as
+done by torch on the script's behalf; the first other frame is the script's site.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+
+from ampfix.runner.observe import Site
+
+_PLUMBING, _TORCH, _SCRIPT = 0, 1, 2
+_kind_by_file: dict[str, int] = {}
+_torch_dir: str | None = None
+_plumbing_prefixes: tuple[str, ...] = ()
+
+
+def configure(torch_dir: str) -> None:
+    global _torch_dir, _plumbing_prefixes
+    _torch_dir = os.path.join(torch_dir, "")
+    amp_modules = [
+        os.path.join(torch_dir, "amp", ""),
+        os.path.join(torch_dir, "cuda", "amp", ""),
+        os.path.join(torch_dir, "cpu", "amp", ""),
+        os.path.join(torch_dir, "overrides.py"),
+        os.path.join(torch_dir, "_tensor.py"),  # Tensor.backward -> torch.autograd.backward
+        os.path.join(torch_dir, "utils", "_contextlib.py"),
+    ]
+    helpers = [os.path.dirname(__file__) + os.sep, contextlib.__file__, functools.__file__]
+    typing_extensions = sys.modules.get("typing_extensions")
+    if typing_extensions is not None and getattr(typing_extensions, "__file__", None):
+        helpers.append(typing_extensions.__file__)
+    _plumbing_prefixes = tuple(amp_modules + helpers)
+    _kind_by_file.clear()
+
+
+def _kind(filename: str) -> int:
+    kind = _kind_by_file.get(filename)
+    if kind is None:
+        if filename.startswith(_plumbing_prefixes):
+            kind = _PLUMBING
+        elif _torch_dir is not None and filename.startswith(_torch_dir):
+            kind = _TORCH
+        else:
+            kind = _SCRIPT
+        _kind_by_file[filename] = kind
+    return kind
+
+
+def find_site() -> Site:
+    """The first frame outside torch and the harness, and whether torch stood in between."""
+    frame = sys._getframe(1)
+    origin = "script"
+    while frame is not None:
+        kind = _kind(frame.f_code.co_filename)
+        if kind == _SCRIPT:
+            return Site(frame.f_code.co_filename, frame.f_lineno, origin)
+        if kind == _TORCH:
+            origin = "torch"
+        frame = frame.f_back
+    return Site("<unknown>", 0, origin)
