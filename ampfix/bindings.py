@@ -1,0 +1,340 @@
+"""One walk over a module's `ast`: statements numbered in pre-order, bindings per scope, and every
+dotted name, string and import recorded with its scope, its statement and its role.
+
+This is the cheap half of name resolution: `ampfix.analysis` then resolves only the dotted names
+whose head some `torch` import binds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+_VERSION_WORD = re.compile(r"version|torch_(?:greater|less|ge|gt|le|lt)", re.IGNORECASE)
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: str  # "module", "function" (also lambdas and comprehensions) or "class"
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    global_names: set[str] = field(default_factory=set)
+
+    def bind(self, binding: Binding) -> None:
+        target = self
+        if binding.name in self.global_names:
+            while target.parent is not None:
+                target = target.parent
+        target.bindings.setdefault(binding.name, []).append(binding)
+
+    def lookup(self, name: str) -> tuple[Scope | None, list[Binding]]:
+        scope: Scope | None = self
+        if name in self.global_names:
+            while scope.parent is not None:
+                scope = scope.parent
+        first = True
+        while scope is not None:
+            # A class body's names are invisible to the functions nested in it.
+            if (first or scope.kind != "class") and name in scope.bindings:
+                return scope, scope.bindings[name]
+            first = False
+            scope = scope.parent
+        return None, []
+
+
+@dataclass(eq=False)
+class Binding:
+    name: str
+    kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
+    line: int
+    qname: str | None = None  # for imports: what the name refers to
+    stmt_index: int = -1
+    alias_index: int = -1
+    guarded: bool = False  # bound inside a branch that tests the torch version
+
+
+@dataclass(eq=False)
+class ChainRef:
+    node: ast.expr
+    parts: tuple[str, ...]
+    scope: Scope
+    stmt_index: int
+    role: str  # "call", "decorator", "type", "base", "store" or "value"
+    parent: ast.AST | None
+    guarded: bool
+
+
+@dataclass(eq=False)
+class StringRef:
+    node: ast.Constant
+    scope: Scope
+    stmt_index: int
+    in_annotation: bool
+    guarded: bool
+
+
+@dataclass(eq=False)
+class ImportRef:
+    node: ast.Import | ast.ImportFrom
+    stmt_index: int
+    scope: Scope
+    guarded: bool
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
+
+
+class Walker:
+    def __init__(self) -> None:
+        self.module_scope = Scope("module", None)
+        self.stmt_end: list[int] = []
+        self.chains: list[ChainRef] = []
+        self.strings: list[StringRef] = []
+        self.imports: list[ImportRef] = []
+        self.guard_depth = 0
+        self.annotation_depth = 0
+        self.stmt_index = -1
+
+    # statements ------------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt], scope: Scope) -> None:
+        for stmt in body:
+            self.statement(stmt, scope)
+
+    def statement(self, node: ast.stmt, scope: Scope) -> None:
+        index = len(self.stmt_end)
+        self.stmt_end.append(-1)
+        outer_index, self.stmt_index = self.stmt_index, index
+        handler = getattr(self, "stmt_" + type(node).__name__, None)
+        if handler is not None:
+            handler(node, scope)
+        else:
+            self.generic(node, scope)
+        self.stmt_index = outer_index
+        self.stmt_end[index] = len(self.stmt_end)
+
+    def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        inner = Scope("function", scope)
+        self.arguments(node.args, scope, inner)
+        if node.returns is not None:
+            self.annotation(node.returns, scope)
+        scope.bind(Binding(node.name, "other", node.lineno))
+        self.statements(node.body, inner)
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def stmt_ClassDef(self, node: ast.ClassDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        for base in node.bases:
+            self.expr(base, scope, "base", node)
+        for keyword in node.keywords:
+            self.expr(keyword.value, scope, "value", keyword)
+        scope.bind(Binding(node.name, "other", node.lineno))
+        self.statements(node.body, Scope("class", scope))
+
+    def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        for i, alias in enumerate(node.names):
+            if alias.asname:
+                name, qname = alias.asname, alias.name
+            else:
+                name = qname = alias.name.partition(".")[0]
+            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guard_depth > 0))
+
+    def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        module = "." * node.level + (node.module or "")
+        for i, alias in enumerate(node.names):
+            if alias.name == "*":
+                continue
+            qname = f"{module}.{alias.name}" if node.level == 0 else None
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i,
+                               self.guard_depth > 0))
+
+    def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
+        scope.global_names.update(node.names)
+
+    def stmt_Assign(self, node: ast.Assign, scope: Scope) -> None:
+        placeholder = isinstance(node.value, ast.Constant) and node.value.value is None
+        for target in node.targets:
+            if placeholder and isinstance(target, ast.Name):
+                scope.bind(Binding(target.id, "none", target.lineno))
+            else:
+                self.expr(target, scope, "store", node)
+        self.expr(node.value, scope, "value", node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign, scope: Scope) -> None:
+        self.expr(node.target, scope, "store", node)
+        self.annotation(node.annotation, scope)
+        if node.value is not None:
+            self.expr(node.value, scope, "value", node)
+
+    def stmt_If(self, node: ast.If, scope: Scope) -> None:
+        self.expr(node.test, scope, "value", node)
+        guard = _mentions_version(node.test)
+        self.guard_depth += guard
+        self.statements(node.body, scope)
+        self.statements(node.orelse, scope)
+        self.guard_depth -= guard
+
+    def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
+        self.statements(node.body, scope)
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.expr(handler.type, scope, "value", handler)
+            if handler.name:
+                scope.bind(Binding(handler.name, "other", handler.lineno))
+            self.statements(handler.body, scope)
+        self.statements(node.orelse, scope)
+        self.statements(node.finalbody, scope)
+
+    stmt_TryStar = stmt_Try
+
+    def stmt_Match(self, node: ast.Match, scope: Scope) -> None:
+        self.expr(node.subject, scope, "value", node)
+        for case in node.cases:
+            self.pattern(case.pattern, scope)
+            if case.guard is not None:
+                self.expr(case.guard, scope, "value", case)
+            self.statements(case.body, scope)
+
+    def pattern(self, node: ast.AST, scope: Scope) -> None:
+        for name_field in ("name", "rest"):
+            name = getattr(node, name_field, None)
+            if isinstance(name, str):
+                scope.bind(Binding(name, "other", getattr(node, "lineno", 0)))
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.pattern):
+                self.pattern(child, scope)
+            elif isinstance(child, ast.expr):
+                self.expr(child, scope, "value", node)
+
+    def generic(self, node: ast.AST, scope: Scope) -> None:
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for item in value:
+                    self.child(item, scope, node)
+            else:
+                self.child(value, scope, node)
+
+    def child(self, item: object, scope: Scope, parent: ast.AST) -> None:
+        if isinstance(item, ast.stmt):
+            self.statement(item, scope)
+        elif isinstance(item, ast.expr):
+            self.expr(item, scope, "value", parent)
+        elif isinstance(item, ast.AST):
+            self.generic(item, scope)
+
+    def arguments(self, args: ast.arguments, outer: Scope, inner: Scope) -> None:
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            self.expr(default, outer, "value", args)
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        every += [a for a in (args.vararg, args.kwarg) if a is not None]
+        for arg in every:
+            if arg.annotation is not None:
+                self.annotation(arg.annotation, outer)
+            inner.bind(Binding(arg.arg, "other", arg.lineno))
+
+    def annotation(self, node: ast.expr, scope: Scope) -> None:
+        self.annotation_depth += 1
+        self.expr(node, scope, "type", None)
+        self.annotation_depth -= 1
+
+    # expressions -----------------------------------------------------------------------------
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None) -> None:
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            parts = dotted_parts(node)
+            if parts is not None:
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    scope.bind(Binding(node.id, "other", node.lineno))
+                if self.annotation_depth:
+                    role = "type"
+                self.chains.append(
+                    ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guard_depth > 0)
+                )
+                return
+            self.expr(node.value, scope, "value", node)  # type: ignore[union-attr]
+            return
+        if isinstance(node, ast.Call):
+            self.call(node, scope)
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and "amp" in node.value:
+                self.strings.append(
+                    StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guard_depth > 0)
+                )
+        elif isinstance(node, ast.Lambda):
+            inner = Scope("function", scope)
+            self.arguments(node.args, scope, inner)
+            self.expr(node.body, inner, "value", node)
+        elif isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)
+        elif isinstance(node, ast.JoinedStr):
+            for value in node.values:
+                if isinstance(value, ast.FormattedValue):
+                    self.expr(value.value, scope, "value", value)
+                    if value.format_spec is not None:
+                        self.expr(value.format_spec, scope, "value", value)
+        elif isinstance(node, ast.Tuple) and role == "type":
+            for element in node.elts:
+                self.expr(element, scope, "type", node)
+        elif isinstance(node, ast.NamedExpr):
+            scope.bind(Binding(node.target.id, "other", node.lineno))
+            self.chains.append(
+                ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, False)
+            )
+            self.expr(node.value, scope, "value", node)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.expr(child, scope, "type" if self.annotation_depth else "value", node)
+                elif isinstance(child, ast.AST):
+                    self.generic(child, scope)
+
+    def call(self, node: ast.Call, scope: Scope) -> None:
+        self.expr(node.func, scope, "call", node)
+        type_checked = isinstance(node.func, ast.Name) and node.func.id in _TYPE_CHECK_FUNCS
+        for i, arg in enumerate(node.args):
+            self.expr(arg, scope, "type" if type_checked and i == 1 else "value", node)
+        for keyword in node.keywords:
+            self.expr(keyword.value, scope, "value", node)
+
+    def comprehension(self, node: ast.expr, scope: Scope) -> None:
+        inner = Scope("function", scope)
+        for i, generator in enumerate(node.generators):  # type: ignore[attr-defined]
+            self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
+            self.expr(generator.target, inner, "store", generator)
+            for condition in generator.ifs:
+                self.expr(condition, inner, "value", generator)
+        if isinstance(node, ast.DictComp):
+            self.expr(node.key, inner, "value", node)
+            self.expr(node.value, inner, "value", node)
+        else:
+            self.expr(node.elt, inner, "value", node)  # type: ignore[attr-defined]
+
+
+def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return tuple(reversed(parts))
+
+
+def _mentions_version(test: ast.expr) -> bool:
+    """A test on the torch version guards code meant for a torch that may lack the new names."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Name) and _VERSION_WORD.search(node.id):
+            return True
+        if isinstance(node, ast.Attribute) and _VERSION_WORD.search(node.attr):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr":
+            if "amp" in ast.unparse(node):  # `hasattr(torch.amp, "GradScaler")`, `hasattr(torch, "amp")`
+                return True
+    return False
