@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ampfix.runner.compare import first_difference
 from ampfix.runner.config import AMP_DTYPES
-from ampfix.runner.launch import LaunchedRun
+from ampfix.runner.launch import LaunchedRun, precheck
 from ampfix.runner.model import RunReport, VerifyReport
 
 
@@ -86,6 +86,10 @@ def verify_scripts(
         if rewritten is None:
             rewritten, problem = _write_engine_rewrite(original, Path(workspace), notes)
             if problem is not None:
+                return VerifyReport(None, None, None, error=problem, notes=notes)
+        for script in (original, Path(rewritten)):
+            problem = precheck(script)
+            if problem is not None:  # do not start the other side for nothing
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         runs = [
             _launch(original, script_args, options, capture_output=True, timeout=timeout),

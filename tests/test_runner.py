@@ -1,0 +1,284 @@
+"""`ampfix run` and `ampfix verify` on the realistic CUDA scripts in fixtures/run, on this CPU.
+
+Every CLI invocation is one *job*. Starting a child Python with torch costs seconds, so each job
+runs once per module (a module-scoped fixture per job) and the jobs the selected tests need are
+started together up front, two at a time, to use both cores while pytest walks the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
+JOB_TIMEOUT_S = 300
+
+# fixture name -> the ampfix command line (a fixture script name is made a path under FIXTURES)
+JOBS: dict[str, list[str]] = {
+    "cnn_run": ["run", "cnn_amp.py", "--", "--steps", "4"],
+    "cnn_short_float16_run": ["run", "cnn_amp.py", "--max-steps", "2", "--amp-dtype", "keep"],
+    "custom_function_run": ["run", "custom_function.py"],
+    "dataloader_run": ["run", "dataloader_pinned.py"],
+    "event_timing_run": ["run", "event_timing.py"],
+    "spawn_run": ["run", "spawn_ddp.py"],
+    "cuda_graphs_run": ["run", "cuda_graphs.py"],
+    "cnn_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.migrated.py", "--", "--steps", "3"],
+    "custom_function_verify": ["verify", "custom_function.py", "--rewritten", "custom_function.migrated.py"],
+    "dataloader_verify": ["verify", "dataloader_pinned.py", "--rewritten", "dataloader_pinned.migrated.py"],
+    "event_timing_verify": ["verify", "event_timing.py", "--rewritten", "event_timing.migrated.py"],
+    "spawn_verify": ["verify", "spawn_ddp.py", "--rewritten", "spawn_ddp.migrated.py", "--", "--nprocs", "1", "--steps", "2"],
+    "wrong_enabled_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_enabled.py", "--", "--steps", "3"],
+    "wrong_cpu_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--", "--steps", "3"],
+    "engine_rewrite_verify": ["verify", "cnn_amp.py", "--", "--steps", "3"],
+}
+
+
+@dataclass
+class Job:
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any]
+
+
+def _command(arguments: list[str], json_path: Path) -> list[str]:
+    command = [sys.executable, "-m", "ampfix"]
+    for argument in arguments:
+        command.append(str(FIXTURES / argument) if argument.endswith(".py") else argument)
+    separator = command.index("--") if "--" in command else len(command)
+    return [*command[:separator], "--json", str(json_path), *command[separator:]]
+
+
+def _invoke(arguments: list[str], json_path: Path) -> Job:
+    completed = subprocess.run(_command(arguments, json_path), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    report = json.loads(json_path.read_text()) if json_path.exists() else {}
+    return Job(completed.returncode, completed.stdout, completed.stderr, report)
+
+
+class JobPool:
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._executor = ThreadPoolExecutor(max_workers=2)
+        self._futures: dict[str, Future[Job]] = {}
+
+    def submit(self, name: str) -> None:
+        if name not in self._futures:
+            self._futures[name] = self._executor.submit(_invoke, JOBS[name], self._folder / f"{name}.json")
+
+    def result(self, name: str) -> Job:
+        self.submit(name)
+        return self._futures[name].result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def jobs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    pool = JobPool(tmp_path_factory.mktemp("runner-jobs"))
+    selected = set()
+    for item in request.session.items:
+        selected.update(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "job_name" in callspec.params:
+            selected.add(callspec.params["job_name"])
+    for name in JOBS:
+        if name in selected:
+            pool.submit(name)
+    yield pool
+    pool.close()
+
+
+def _job_fixture(name: str):
+    @pytest.fixture(scope="module", name=name)
+    def job(jobs: JobPool) -> Job:
+        return jobs.result(name)
+
+    return job
+
+
+for _name in JOBS:
+    globals()[f"_{_name}_fixture"] = _job_fixture(_name)
+
+
+def _region(report: dict[str, Any], line: int, origin: str = "script", process: str = "main") -> dict[str, Any]:
+    matches = [
+        region
+        for region in report["autocast_regions"]
+        if region["line"] == line and region["origin"] == origin and region["process"] == process
+    ]
+    assert len(matches) == 1, report["autocast_regions"]
+    return matches[0]
+
+
+def _deprecation_lines(report: dict[str, Any]) -> dict[int, int]:
+    return {item["line"]: item["count"] for item in report["deprecations"] if item["category"] == "FutureWarning"}
+
+
+# -- ampfix run -----------------------------------------------------------------------------------
+
+
+def test_cnn_runs_cuda_autocast_as_cpu_bfloat16(cnn_run: Job) -> None:
+    report = cnn_run.report
+    assert cnn_run.returncode == 0, cnn_run.stderr
+    assert report["exit_code"] == 0
+    training = _region(report, 50)
+    assert training == {
+        "device_requested": "cuda", "dtype_requested": "float16", "enabled_requested": True,
+        "device_run": "cpu", "dtype": "bfloat16", "enabled": True, "entered": 4, "origin": "script",
+        "file": str(FIXTURES / "cnn_amp.py"), "line": 50, "process": "main",
+    }  # fmt: skip
+    assert _region(report, 59)["entered"] == 1  # the evaluation pass
+    # Per step conv, relu, pool, conv, relu, pool, flatten, linear ran in bfloat16; the same 8 in eval.
+    assert report["op_dtypes"]["bfloat16"] == 4 * 8 + 8
+    assert report["op_dtypes"]["float32"] > 0  # cross_entropy is autocast to float32
+
+
+def test_cnn_scaler_optimizer_and_losses(cnn_run: Job) -> None:
+    report = cnn_run.report
+    assert report["scaler"] == {"scale": 4, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 4  # the script's own --steps 4 reached it through `--`
+    printed = [float(line.split()[3]) for line in cnn_run.stdout.splitlines() if line.startswith("step ")]
+    assert [round(loss, 4) for loss in report["losses"]] == printed
+    (scaler,) = report["grad_scalers"]
+    assert (scaler["device"], scaler["init_scale"], scaler["enabled"], scaler["line"]) == ("cuda", 65536.0, True, 41)
+
+
+def test_cnn_deprecations_have_file_and_line(cnn_run: Job) -> None:
+    assert _deprecation_lines(cnn_run.report) == {41: 1, 50: 4, 59: 1}
+    assert all(item["file"] == str(FIXTURES / "cnn_amp.py") for item in cnn_run.report["deprecations"])
+    assert cnn_run.report["unemulated"] == []
+
+
+def test_cnn_summary_is_printed(cnn_run: Job) -> None:
+    assert "ampfix run: cnn_amp.py exited 0" in cnn_run.stderr
+    assert "cnn_amp.py:50" in cnn_run.stderr and "cpu bfloat16" in cnn_run.stderr
+
+
+def test_max_steps_stops_cleanly_and_keep_runs_the_requested_float16(cnn_short_float16_run: Job) -> None:
+    report = cnn_short_float16_run.report
+    assert cnn_short_float16_run.returncode == 0
+    assert report["stopped_at_max_steps"] is True
+    assert report["optimizer_steps"] == 2
+    assert report["scaler"] == {"scale": 2, "unscale": 0, "step": 2, "update": 2, "skipped_steps": 0}
+    assert len(report["losses"]) == 2
+    assert "accuracy" not in cnn_short_float16_run.stdout  # stopped before the evaluation
+    assert _region(report, 50)["dtype"] == "float16"
+    assert report["op_dtypes"]["float16"] == 2 * 8 and "bfloat16" not in report["op_dtypes"]
+
+
+def test_custom_fwd_cast_inputs_keeps_working(custom_function_run: Job) -> None:
+    report = custom_function_run.report
+    # The script itself raises if custom_fwd did not cast to float32 or left autocast on inside.
+    assert custom_function_run.returncode == 0, custom_function_run.stderr
+    training = _region(report, 50)
+    assert (training["device_run"], training["dtype"], training["enabled"], training["entered"]) == ("cpu", "bfloat16", True, 5)
+    # custom_fwd's own region (autocast off around forward) and custom_bwd's, both made by torch.
+    inner_regions = [region for region in report["autocast_regions"] if region["origin"] == "torch"]
+    assert sorted((region["enabled"], region["entered"]) for region in inner_regions) == [(False, 5), (False, 5)]
+    assert report["op_dtypes"] == {"bfloat16": 10, "float32": 5}  # linear+gelu per step; mse_loss
+    assert report["scaler"]["step"] == 5 and report["optimizer_steps"] == 5
+    messages = " ".join(item["message"] for item in report["deprecations"])
+    assert "torch.cuda.amp.custom_fwd" in messages and "torch.cuda.amp.custom_bwd" in messages
+
+
+def test_dataloader_with_workers_and_pinned_memory(dataloader_run: Job) -> None:
+    report = dataloader_run.report
+    assert dataloader_run.returncode == 0, dataloader_run.stderr
+    region = _region(report, 33)
+    assert (region["dtype_requested"], region["device_run"], region["dtype"], region["entered"]) == ("float16", "cpu", "bfloat16", 8)
+    assert report["op_dtypes"]["bfloat16"] == 8 * 3  # linear, relu, linear in 2 epochs x 4 batches
+    assert report["scaler"] == {"scale": 8, "unscale": 0, "step": 8, "update": 8, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 8
+
+
+def test_cuda_events_streams_and_memory_answer(event_timing_run: Job) -> None:
+    report = event_timing_run.report
+    assert event_timing_run.returncode == 0, event_timing_run.stderr
+    assert "device: ampfix emulated CUDA device (runs on CPU), 1 visible" in event_timing_run.stdout
+    assert "median step" in event_timing_run.stdout
+    region = _region(report, 30)
+    assert (region["dtype_requested"], region["dtype"], region["enabled"], region["entered"]) == ("float16", "bfloat16", True, 6)
+    assert report["op_dtypes"]["bfloat16"] > 0
+    assert report["scaler"]["step"] == 6 and report["scaler"]["update"] == 6
+    assert report["grad_scalers"][0]["init_scale"] == 4096.0
+    assert report["deprecations"][0]["line"] == 17  # torch.autocast(device_type=...) is not deprecated
+
+
+def test_spawned_ranks_get_the_same_mapping(spawn_run: Job) -> None:
+    report = spawn_run.report
+    assert spawn_run.returncode == 0, spawn_run.stderr
+    assert [process["label"] for process in report["processes"]] == ["main", "SpawnProcess-1", "SpawnProcess-2"]
+    for rank in ("SpawnProcess-1", "SpawnProcess-2"):
+        region = _region(report, 30, process=rank)
+        assert (region["device_run"], region["dtype"], region["enabled"], region["entered"]) == ("cpu", "bfloat16", True, 3)
+    assert report["optimizer_steps"] == 6 and len(report["losses"]) == 6
+    assert report["scaler"]["step"] == 6
+    assert report["op_dtypes"]["bfloat16"] > 0
+    (nccl,) = report["unemulated"]
+    assert nccl["feature"].startswith("NCCL") and nccl["count"] == 2
+
+
+def test_a_failing_script_keeps_its_status_traceback_and_summary(cuda_graphs_run: Job) -> None:
+    report = cuda_graphs_run.report
+    assert cuda_graphs_run.returncode == 1
+    assert report["exit_code"] == 1
+    assert "Traceback" in cuda_graphs_run.stderr and "CUDA graphs (torch.cuda.CUDAGraph)" in cuda_graphs_run.stderr
+    assert "ampfix run: cuda_graphs.py exited 1" in cuda_graphs_run.stderr
+    assert report["optimizer_steps"] == 2 and report["scaler"]["step"] == 2  # what ran before the failure
+    features = {(item["line"], item["feature"].split(" (")[0]) for item in report["unemulated"]}
+    assert features == {
+        (23, "x.is_cuda"),
+        (26, "torch.cuda.FloatTensor constructor"),
+        (30, "CUDA graphs"),
+    }
+
+
+# -- ampfix verify --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "job_name",
+    ["cnn_verify", "custom_function_verify", "dataloader_verify", "event_timing_verify", "spawn_verify"],
+)
+def test_each_fixture_and_its_migration_are_equivalent(job_name: str, jobs: JobPool) -> None:
+    job = jobs.result(job_name)
+    assert job.returncode == 0, job.stderr
+    assert job.report["equivalent"] is True
+    assert job.report["first_difference"] is None
+    assert job.report["original"]["losses"] == job.report["rewritten"]["losses"]
+    assert job.report["original"]["losses"]  # something was compared
+    assert "equivalent" in job.stderr
+
+
+def test_positional_enabled_moved_into_dtype_is_not_equivalent(wrong_enabled_verify: Job) -> None:
+    report = wrong_enabled_verify.report
+    assert wrong_enabled_verify.returncode == 1, wrong_enabled_verify.stderr
+    assert report["equivalent"] is False
+    difference = report["first_difference"]
+    assert difference.startswith("step 0:")
+    assert "device=cuda dtype=float16 enabled=True" in difference  # the original's request
+    assert "device=cuda dtype=True enabled=True" in difference  # `enabled` landed in dtype
+    assert report["rewritten"]["exit_code"] == 1  # and torch refuses it on entry, as on a GPU
+
+
+def test_autocast_moved_to_cpu_is_not_equivalent_even_with_equal_losses(wrong_cpu_verify: Job) -> None:
+    report = wrong_cpu_verify.report
+    assert wrong_cpu_verify.returncode == 1
+    assert report["equivalent"] is False
+    assert "device=cpu dtype=bfloat16" in report["first_difference"]
+    # Both ran in CPU bfloat16, so the losses agree bit for bit: only the requests tell them apart.
+    assert report["original"]["losses"] == report["rewritten"]["losses"]
+
+
+def test_verify_with_ampfix_own_rewrite(engine_rewrite_verify: Job) -> None:
+    assert engine_rewrite_verify.returncode == 0, engine_rewrite_verify.stderr
+    assert engine_rewrite_verify.report["equivalent"] is True
+    assert len(engine_rewrite_verify.report["original"]["losses"]) == 3

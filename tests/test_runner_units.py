@@ -1,0 +1,165 @@
+"""The runner's parent-side pieces, without starting torch: comparison, reports, environment, imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampfix.runner import api, compare, launch
+from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
+from ampfix.runner.model import RunReport
+from ampfix.runner.observe import Recorder, RegionKey, Site
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
+
+
+def _process(label: str = "main", trace: list[dict] | None = None, **fields) -> dict:
+    recorder = Recorder("main" if label == "main" else "child")
+    data = recorder.to_dict(label)
+    data["trace"] = trace or []
+    data.update(fields)
+    return data
+
+
+def _event(step: int, kind: str, what: str, where: str = "/x/train.py:10") -> dict:
+    return {"step": step, "kind": kind, "what": what, "where": where}
+
+
+def _report(*processes: dict, exit_code: int = 0) -> RunReport:
+    return RunReport("/x/train.py", exit_code, list(processes))
+
+
+TRACE = [
+    _event(0, "grad_scaler", "device='cuda' init_scale=65536.0"),
+    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "loss", (0.6931471824645996).hex()),
+    _event(1, "optimizer_step", "1"),
+]
+
+
+def test_importing_the_commands_imports_neither_torch_nor_libcst() -> None:
+    code = (
+        "import sys, ampfix.runner.commands, ampfix.runner.api\n"
+        "print(sorted(name for name in ('torch', 'libcst', 'numpy') if name in sys.modules))"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == "[]"
+
+
+def test_child_environment_is_a_copy_with_the_bootstrap_first() -> None:
+    base = {"PATH": "/bin", "PYTHONPATH": "/user/lib"}
+    config = RunnerConfig(out_dir="/tmp/out", seed=7, threads=3, amp_dtype="keep", max_steps=5)
+    env = launch.child_environment(base, config, extra_paths=["/original/dir"])
+    assert base == {"PATH": "/bin", "PYTHONPATH": "/user/lib"}
+    paths = env["PYTHONPATH"].split(os.pathsep)
+    assert paths[:3] == [str(launch.BOOTSTRAP_DIR), "/original/dir", "/user/lib"]
+    assert (launch.BOOTSTRAP_DIR / "sitecustomize.py").is_file()
+    assert RunnerConfig.from_env_value(env[CONFIG_ENV]) == config
+    assert env[ROLE_ENV] == "main"
+    assert env["PYTHONHASHSEED"] == "7"
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+
+
+def test_identical_traces_are_equivalent() -> None:
+    assert compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=list(TRACE)))) is None
+
+
+def test_line_numbers_are_shown_not_compared() -> None:
+    moved = [{**event, "where": "/tmp/copy/train.py:11"} for event in TRACE]
+    assert compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=moved))) is None
+
+
+def test_a_loss_one_bit_apart_is_a_difference() -> None:
+    other = 0.6931471824645996 + 2**-52
+    changed = [*TRACE[:2], _event(0, "loss", other.hex()), TRACE[3]]
+    difference = compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=changed)))
+    assert difference == (
+        "step 0: original loss 0.6931471824645996 (0x1.62e4300000000p-1) at train.py:10; "
+        f"rewrite loss {other!r} ({other.hex()}) at train.py:10"
+    )
+
+
+def test_a_rewrite_that_stops_early_is_a_difference() -> None:
+    difference = compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=TRACE[:2])))
+    assert difference.startswith("step 0: the rewrite stopped before loss 0.6931471824645996")
+
+
+def test_child_process_traces_are_compared_too() -> None:
+    original = _report(_process(), _process("SpawnProcess-1", trace=TRACE))
+    rewritten = _report(_process(), _process("SpawnProcess-1", trace=TRACE[:1]))
+    assert compare.first_difference(original, rewritten).startswith("process SpawnProcess-1: step 0:")
+    missing = _report(_process())
+    assert compare.first_difference(original, missing) == "process SpawnProcess-1: ran in the original, not in the rewrite"
+
+
+def test_exit_status_is_compared_after_the_traces() -> None:
+    difference = compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=TRACE), exit_code=1))
+    assert difference == "exit status: original 0, rewrite 1"
+
+
+def test_verify_cannot_compare_when_the_original_fails() -> None:
+    report = api.compare_runs(_report(_process(), exit_code=1), _report(_process()))
+    assert report.equivalent is None and report.exit_code == 2
+    assert "original exited with status 1" in report.error
+
+
+def test_verify_cannot_compare_when_a_side_did_not_run() -> None:
+    broken = RunReport("/x/train.py", None, [], error="timed out after 5 s")
+    report = api.compare_runs(_report(_process()), broken)
+    assert report.exit_code == 2 and report.error == "the rewrite could not be run: timed out after 5 s"
+
+
+def test_verify_refuses_a_rewrite_that_does_not_compile_without_running_anything(tmp_path: Path) -> None:
+    rewrite = tmp_path / "cnn_amp.py"
+    rewrite.write_text("with torch.amp.autocast('cuda'\n")
+    report = api.verify_scripts(FIXTURES / "cnn_amp.py", rewrite)
+    assert report.exit_code == 2 and report.original is None
+    assert "does not compile" in report.error
+    assert json.loads(json.dumps(report.to_json()))["equivalent"] is None
+
+
+def test_run_report_sums_processes() -> None:
+    main = _process(op_dtypes={"float32": 1}, optimizer_steps=0)
+    deprecation = {"message": "old", "category": "FutureWarning", "file": "/x/train.py", "line": 3, "count": 2}
+    rank = _process("SpawnProcess-1", op_dtypes={"bfloat16": 5, "float32": 2}, optimizer_steps=3, losses=[1.0, 0.5], deprecations=[deprecation])
+    rank2 = _process("SpawnProcess-2", optimizer_steps=3, losses=[2.0], deprecations=[deprecation])
+    report = _report(main, rank, rank2).to_json()
+    assert report["op_dtypes"] == {"bfloat16": 5, "float32": 3}
+    assert report["optimizer_steps"] == 6
+    assert report["losses"] == [1.0, 0.5, 2.0]
+    assert report["deprecations"] == [{**deprecation, "count": 4}]
+    assert "trace" not in report["processes"][1]
+
+
+def test_recorder_traces_script_regions_and_counts_torch_ones() -> None:
+    recorder = Recorder("main")
+    def region(origin: str) -> RegionKey:
+        return RegionKey(Site("/x/train.py", 9, origin), "cuda", "float16", True, True, "cpu", "bfloat16", True)
+    recorder.region_created(region("script"))
+    recorder.region_entered(region("script"), Site("/x/train.py", 9))
+    recorder.region_created(region("torch"))
+    recorder.region_entered(region("torch"), Site("/x/train.py", 20))
+    recorder.loss(0.25, Site("/x/train.py", 12))
+    data = recorder.to_dict("main")
+    assert [event["kind"] for event in data["trace"]] == ["autocast", "autocast_enter", "loss"]
+    assert data["trace"][2]["what"] == "0x1.0000000000000p-2"
+    assert [(r["origin"], r["entered"], r["dtype"]) for r in data["autocast_regions"]] == [("script", 1, "bfloat16"), ("torch", 1, "bfloat16")]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"amp_dtype": "float32"}, {"max_steps": 0}, {"threads": 0}],
+)
+def test_run_options_reject_nonsense(options: dict) -> None:
+    with pytest.raises(ValueError):
+        api.RunOptions(**options)
+
+
+def test_precheck_names_a_missing_file(tmp_path: Path) -> None:
+    assert launch.precheck(tmp_path / "absent.py") == f"no such file: {tmp_path / 'absent.py'}"
+    assert launch.precheck(FIXTURES / "cnn_amp.py") is None
