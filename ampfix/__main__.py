@@ -1,6 +1,23 @@
-"""`python -m ampfix`: the same as the `ampfix` command."""
+"""`ampfix` and `python -m ampfix`.
 
-from ampfix.cli import main
+`ampfix check FILES` and `ampfix rewrite FILES` without a flag (what a pre-commit hook runs) take
+the fast path of `ampfix.console`, before typer is imported; everything else goes to the typer
+app in `ampfix.cli`.
+"""
+
+import sys
+
+
+def main() -> None:
+    from ampfix.console import fast_path
+
+    code = fast_path(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from ampfix.cli import app
+
+    app()
+
 
 if __name__ == "__main__":
     main()

@@ -8,14 +8,51 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from ampfix import __version__
+from ampfix.console import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fast_path, run_files
 from ampfix.options import Options
-from ampfix.runner.commands import run_command, verify_command
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "app", "main"]
+
+# `run` and `verify` are registered on first use: the runner's commands import rich, which
+# `check` and `rewrite` never need (they print plain text, and start-up is paid per commit).
+_RUNNER_COMMANDS = {"run": "run_command", "verify": "verify_command"}
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _runner_command(name: str):
+    from ampfix.runner import commands
+
+    single = typer.Typer(add_completion=False)
+    single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))
+    return typer.main.get_command(single)
+
+
+class _Group(TyperGroup):
+    def _load(self, name: str) -> None:
+        if name in _RUNNER_COMMANDS and name not in self.commands:
+            self.commands[name] = _runner_command(name)
+
+    def list_commands(self, ctx) -> list[str]:
+        for name in _RUNNER_COMMANDS:
+            self._load(name)
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, cmd_name: str):
+        self._load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands:  # an unknown name: suggest among every command
+            for name in _RUNNER_COMMANDS:
+                self._load(name)
+        return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     help="Migrate deprecated torch.cuda.amp / torch.cpu.amp to torch.amp; run CUDA scripts on CPU.",
@@ -48,27 +85,11 @@ def _options(unsafe_fixes: bool, target_torch: str | None) -> Options:
     return Options(unsafe_fixes=unsafe_fixes, target_torch=version)
 
 
-def _collect(paths: list[Path], options: Options, mode: str):
-    from ampfix.files import process_paths
-
-    return [r for r in process_paths(paths, options, mode) if r.findings or r.error or r.changed]
-
-
-def _exit_code(results, mode: str) -> int:
-    if any(r.error for r in results):
-        return EXIT_ERROR
-    if mode == "check":
-        return EXIT_FINDINGS if any(r.findings for r in results) else EXIT_CLEAN
-    return EXIT_FINDINGS if any(r.changed or any(not f.fixed for f in r.findings) for r in results) else EXIT_CLEAN
-
-
 @app.command()
 def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = False,
           target_torch: TargetOpt = None) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
-    results = _collect(paths, _options(unsafe_fixes, target_torch), "check")
-    _emit(results, "check", output_format)
-    raise typer.Exit(_exit_code(results, "check"))
+    raise typer.Exit(run_files(paths, "check", _options(unsafe_fixes, target_torch), output_format.value))
 
 
 @app.command()
@@ -77,29 +98,7 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             target_torch: TargetOpt = None) -> None:
     """Rewrite in place (or --diff). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
-    results = _collect(paths, _options(unsafe_fixes, target_torch), mode)
-    _emit(results, mode, output_format)
-    raise typer.Exit(_exit_code(results, mode))
-
-
-def _emit(results, mode: str, output_format: OutputFormat) -> None:
-    from ampfix import report
-
-    if output_format is OutputFormat.json:
-        if mode == "diff":
-            sys.stdout.write("".join(r.diff for r in results))
-            sys.stderr.write(report.findings_json(results) + "\n")
-        else:
-            sys.stdout.write(report.findings_json(results) + "\n")
-        return
-    # With --diff the diff alone goes to stdout (it can be piped to `git apply`).
-    findings_out = sys.stderr if mode == "diff" else sys.stdout
-    for result in results:
-        if mode == "diff" and result.diff:
-            sys.stdout.write(result.diff)
-        for line in report.finding_lines(result, mode):
-            findings_out.write(line + "\n")
-    findings_out.write(report.summary(results, mode) + "\n")
+    raise typer.Exit(run_files(paths, mode, _options(unsafe_fixes, target_torch), output_format.value))
 
 
 @app.command()
@@ -109,11 +108,6 @@ def rules(output_format: FormatOpt = OutputFormat.text) -> None:
 
     text = report.rules_json() if output_format is OutputFormat.json else report.rules_text()
     sys.stdout.write(text + "\n")
-
-
-_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-app.command("run", context_settings=_PASS_THROUGH)(run_command)
-app.command("verify", context_settings=_PASS_THROUGH)(verify_command)
 
 
 def _version_callback(value: bool) -> None:
@@ -128,4 +122,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version_c
 
 
 def main() -> None:
+    code = fast_path(sys.argv[1:])  # `ampfix check FILES`: the typer defaults, without parsing
+    if code is not None:
+        sys.exit(code)
     app()
