@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import difflib
-import re
 from dataclasses import dataclass
 
 
 from ampfix.options import Options
+from ampfix.prefilter import could_hold_deprecated_use
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,9 @@ class SourceResult:
 INTERNAL_ERROR_CODE = "AMP900"
 SYNTAX_ERROR_CODE = "AMP901"
 
-# Every deprecated use spells the token `amp` somewhere: `torch.cuda.amp.X`, `from torch.cuda
-# import amp`, `import torch.cuda.amp as m`, a string "torch.cuda.amp...". A file without it is
-# done without parsing.
-_CANDIDATE = re.compile(r"\bamp\b")
-
-
-def could_hold_deprecated_use(source: str) -> bool:
-    return _CANDIDATE.search(source) is not None
+# Every deprecated use spells the name `amp` somewhere (`torch.cuda.amp.X`, `from torch.cuda
+# import amp`, `import torch.cuda.amp as m`, a string "torch.cuda.amp..."): a file without it is
+# done without parsing. The argument is in `ampfix.prefilter`.
 
 
 def check_source(source: str, options: Options = Options()) -> SourceResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import itertools
 import os
-import re
 import stat
 import tempfile
 import tokenize
@@ -15,6 +14,7 @@ from typing import Iterable, Iterator
 
 from ampfix.engine import Finding, SourceResult, check_source, fix_source
 from ampfix.options import Options
+from ampfix.prefilter import could_hold_deprecated_use
 
 READ_ERROR_CODE = "AMP902"
 
@@ -23,8 +23,6 @@ _SKIPPED_DIRS = frozenset({
     ".git", ".hg", ".svn", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     "__pycache__", "node_modules", "site-packages", "dist-packages", ".eggs", "build", "dist",
 })
-# Same test as the engine's, on bytes, so a file that cannot hold a use is never decoded.
-_CANDIDATE_BYTES = re.compile(rb"\bamp\b")
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,8 @@ def read_candidate(path: Path) -> bytes | None | FileResult:
         data = path.read_bytes()
     except OSError as error:
         return _error(path, f"cannot read: {error.strerror or error}")
-    return data if _CANDIDATE_BYTES.search(data) else None
+    # The engine's test, on the bytes: a file that cannot hold a use is never decoded.
+    return data if could_hold_deprecated_use(data) else None
 
 
 MODES = ("check", "diff", "rewrite")

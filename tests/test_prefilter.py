@@ -1,0 +1,145 @@
+"""The pre-filter never drops a file that holds a deprecated use (the argument: ampfix/prefilter.py).
+
+Each source is analysed directly (`ampfix.analysis.analyze`, bypassing the pre-filter); whenever
+the analysis finds something, the pre-filter must keep the source, as text and as bytes.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ampfix.analysis import analyze
+from ampfix.engine import check_source
+from ampfix.files import process_file
+from ampfix.options import Options
+from ampfix.prefilter import could_hold_deprecated_use
+from ampfix.rules import ALL_RULES
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+SPELLINGS = [
+    "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
+    "import torch\nx = torch.cpu.amp.autocast(dtype=torch.bfloat16)\n",
+    "import torch as th\nscaler = th.cuda.amp.GradScaler()\n",
+    "import torch as th\nwith th.cpu.amp.autocast():\n    pass\n",
+    "from torch.cuda.amp import autocast, GradScaler\nwith autocast():\n    s = GradScaler()\n",
+    "from torch.cuda.amp import autocast as ac\nwith ac():\n    pass\n",
+    "from torch.cuda import amp\nscaler = amp.GradScaler()\n",
+    "from torch.cuda import amp as a\nwith a.autocast():\n    pass\n",
+    "from torch.cpu import amp\nwith amp.autocast():\n    pass\n",
+    "import torch.cuda.amp\nwith torch.cuda.amp.autocast():\n    pass\n",
+    "import torch.cuda.amp as cuda_amp\nwith cuda_amp.autocast():\n    pass\n",
+    "from torch import cuda\nwith cuda.amp.autocast():\n    pass\n",
+    "from torch import cuda as c\nscaler = c.amp.GradScaler()\n",
+    "from torch.cuda.amp import custom_fwd, custom_bwd\n@custom_fwd(cast_inputs=None)\ndef f(ctx, x): ...\n"
+    "@custom_bwd\ndef b(ctx, g): ...\n",
+    "import torch\n@torch.cuda.amp.custom_fwd\ndef f(ctx, x): ...\n",
+    "from torch.cuda.amp.autocast_mode import autocast\nwith autocast():\n    pass\n",
+    "from torch.cuda.amp.grad_scaler import GradScaler\ns = GradScaler()\n",
+    "import torch\nctx = torch.cuda.amp.autocast\n",
+    "import torch\nclass S(torch.cuda.amp.GradScaler):\n    pass\n",
+    "import torch\ndef f(s: 'torch.cuda.amp.GradScaler') -> None: ...\n",
+    "import torch\ndef f(s: torch.cuda.amp.GradScaler) -> None: ...\n",
+    "import torch\nx = torch.cuda.amp.common.amp_definitely_not_available()\n",
+    "from torch.cuda.amp import *\nwith autocast():\n    pass\n",
+    "path = 'torch.cuda.amp.autocast'\n",
+    "import torch\nwith torch.cuda.\\\n        amp.autocast():\n    pass\n",
+    "import torch\nwith (torch.cuda\n      .amp.autocast()):\n    pass\n",
+    "import torch\nwith torch.cuda.amp.autocast():pass\n",
+    # Identifiers are NFKC-normalised by Python: this is torch.cuda.amp.
+    "import torch\nwith torch.cuda.\uff41\uff4d\uff50.autocast():\n    pass\n",
+    "from torch.cuda import \U0001d41a\U0001d426\U0001d429\nx = \U0001d41a\U0001d426\U0001d429.GradScaler()\n",
+]
+
+NOT_CANDIDATES = [
+    "use_amp = True\namp_dtype = 'float16'\n",
+    "import torch\nx = torch.clamp(torch.randn(3), 0, 1)  # sample, example\n",
+    "import torch\nwith torch.autocast('cuda'):\n    pass\n",
+    "from torch import autocast\nwith autocast('cuda'):\n    pass\n",
+    "import torch as th\nscaler = th.GradScaler('cuda')\n",
+    "from mypackage import autocast, GradScaler, custom_fwd\n",
+    "def example(ampere): return ampere.amps\n",
+    "x = 'caf\u00e9'  # non-ASCII, no AMP\n",
+]
+
+
+def _rule_examples() -> list[str]:
+    return [example.before for rule in ALL_RULES for example in rule.examples]
+
+
+def _fixture_inputs() -> list[Path]:
+    return sorted(FIXTURES.rglob("*.py")) if FIXTURES.is_dir() else []
+
+
+def _analysed_findings(source: str, options: Options = Options()) -> list:
+    return analyze(ast.parse(source), source, options).findings
+
+
+def _assert_kept_if_found(source: str) -> None:
+    for options in (Options(), Options(unsafe_fixes=True)):
+        if _analysed_findings(source, options):
+            assert could_hold_deprecated_use(source), source
+            assert could_hold_deprecated_use(source.encode("utf-8")), source
+            return
+
+
+@pytest.mark.parametrize("source", SPELLINGS)
+def test_every_spelling_is_found_and_kept(source: str):
+    assert _analysed_findings(source), f"the analysis finds no use in:\n{source}"
+    assert could_hold_deprecated_use(source)
+    assert could_hold_deprecated_use(source.encode("utf-8"))
+    assert check_source(source).findings == check_source(source).findings  # deterministic
+    assert check_source(source).findings, "the engine (with its pre-filter) finds it too"
+
+
+@pytest.mark.parametrize("source", _rule_examples())
+def test_rule_examples_with_a_finding_are_kept(source: str):
+    _assert_kept_if_found(source)
+
+
+def test_fixture_inputs_with_a_finding_are_kept():
+    checked = 0
+    for path in _fixture_inputs():
+        try:
+            source = path.read_text(encoding="utf-8")
+            ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        _assert_kept_if_found(source)
+        checked += 1
+    assert checked > 0 or not FIXTURES.is_dir()
+
+
+@pytest.mark.parametrize("source", NOT_CANDIDATES)
+def test_files_without_the_name_amp_are_dropped(source: str):
+    assert not _analysed_findings(source)
+    assert not could_hold_deprecated_use(source)
+    assert not could_hold_deprecated_use(source.encode("utf-8"))
+
+
+def test_a_declared_encoding_that_spells_amp_otherwise_is_decoded(tmp_path: Path):
+    data = b"# -*- coding: utf-7 -*-\nimport torch\nx = torch.cuda.+AGE-mp.GradScaler()\n"
+    assert b"amp" not in data
+    assert could_hold_deprecated_use(data)
+    path = tmp_path / "utf7.py"
+    path.write_bytes(data)
+    assert [f.code for f in process_file(path, Options()).findings] == ["AMP002"]
+
+
+def test_a_latin1_file_with_the_name_is_kept():
+    data = "# -*- coding: latin-1 -*-\n# caf\u00e9\nfrom torch.cuda import amp\n".encode("latin-1")
+    assert could_hold_deprecated_use(data)
+
+
+def test_undecodable_bytes_without_the_name_are_dropped():
+    assert not could_hold_deprecated_use(b"x = '\xff\xfe'\n")
+
+
+def test_the_documented_limit_escaped_strings():
+    # Not a spelling anyone writes; documented in ampfix/prefilter.py.
+    source = "path = 'torch.cuda.\\x61mp.autocast'\n"
+    assert _analysed_findings(source)
+    assert not could_hold_deprecated_use(source)
