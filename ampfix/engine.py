@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import difflib
 from dataclasses import dataclass
 
 
@@ -35,6 +34,8 @@ class SourceResult:
         return self.new_source != self.source
 
     def diff(self, path: str = "<string>") -> str:
+        import difflib
+
         return "".join(
             difflib.unified_diff(
                 self.source.splitlines(keepends=True),

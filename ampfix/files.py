@@ -6,7 +6,6 @@ import io
 import itertools
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +119,8 @@ def _encoding(data: bytes) -> str:
 
 def _write_in_place(path: Path, data: bytes) -> None:
     """Replace the file's content atomically, through a symlink, keeping its mode."""
+    import tempfile  # only a rewrite writes: `check` does not pay for the import
+
     real = Path(os.path.realpath(path))
     mode = stat.S_IMODE(real.stat().st_mode)
     fd, temp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ampfix")
@@ -138,8 +139,20 @@ def _error(path: Path, message: str) -> FileResult:
     return FileResult(str(path), (Finding(1, 1, READ_ERROR_CODE, message, False),), error=message)
 
 
-# Below this many candidate files a process pool costs more than it saves.
+# Below this many candidate files a process pool costs more than it saves (measured: see
+# benchmarks/README.md). Candidates go to the workers in chunks of CHUNK_SIZE, at most
+# IN_FLIGHT chunks per worker at a time, so memory stays bounded however many there are.
 MIN_FILES_FOR_POOL = 16
+CHUNK_SIZE = 4
+IN_FLIGHT = 4
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
@@ -151,18 +164,39 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or default_jobs()
+    settings = (options, mode)
     items = _candidates(paths)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
-            yield _process_item(item, (options, mode))
+            yield _process_item(item, settings)
         return
+    yield from _pooled(itertools.chain(head, items), settings, jobs)
+
+
+def _pooled(items: Iterator[Path | FileResult], settings: tuple[Options, str], jobs: int) -> Iterator[FileResult]:
+    """`_process_item` over `items` in `jobs` processes, results in order, a bounded window ahead."""
+    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from pool.map(_process_item, itertools.chain(head, items), itertools.repeat((options, mode)),
-                            chunksize=4)
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    pending: deque = deque()
+    try:
+        while True:
+            chunk = list(itertools.islice(items, CHUNK_SIZE))
+            if chunk:
+                pending.append(pool.submit(_process_chunk, chunk, settings))
+            if pending and (not chunk or len(pending) >= IN_FLIGHT * jobs):
+                yield from pending.popleft().result()
+            elif not chunk:
+                return
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]) -> list[FileResult]:
+    return [_process_item(item, settings) for item in chunk]
 
 
 def _candidates(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path | FileResult]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ampfix.files import FileResult
-from ampfix.rules import ALL_RULES, Rule
+if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules`: `check` does not import it
+    from ampfix.files import FileResult
+    from ampfix.rules import Rule
 
 
 def finding_lines(result: FileResult, mode: str) -> list[str]:
@@ -62,6 +62,8 @@ def findings_json(results: Iterable[FileResult]) -> str:
         for r in results
         for f in r.findings
     ]
+    import json
+
     return json.dumps(rows, indent=2)
 
 
@@ -86,8 +88,14 @@ def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
     return rows
 
 
-def rules_text(rules: Sequence[Rule] = ALL_RULES) -> str:
-    rows = _rule_rows(rules)
+def _all_rules() -> Sequence[Rule]:
+    from ampfix.rules import ALL_RULES
+
+    return ALL_RULES
+
+
+def rules_text(rules: Sequence[Rule] | None = None) -> str:
+    rows = _rule_rows(_all_rules() if rules is None else rules)
     headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
     lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
@@ -95,5 +103,7 @@ def rules_text(rules: Sequence[Rule] = ALL_RULES) -> str:
     return "\n".join(lines)
 
 
-def rules_json(rules: Sequence[Rule] = ALL_RULES) -> str:
-    return json.dumps(_rule_rows(rules), indent=2)
+def rules_json(rules: Sequence[Rule] | None = None) -> str:
+    import json
+
+    return json.dumps(_rule_rows(_all_rules() if rules is None else rules), indent=2)
