@@ -12,8 +12,11 @@ requested dtype even though the run forces one dtype everywhere.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -58,22 +61,39 @@ def _as_recorded(value: Any) -> Any:
     return value if isinstance(value, bool) else repr(value)
 
 
+def _request(plan: AmpPlan, device_type: Any, dtype: Any, enabled: Any, cache_enabled: Any) -> dict[str, Any]:
+    """What the script asked autocast for, normalised: defaults filled in as torch would."""
+    if cache_enabled is None:
+        cache_enabled = _original_cache_enabled()
+    return {
+        "site": find_site(),
+        "device_requested": str(device_type),
+        "dtype_requested": dtype_name(plan.requested_dtype(device_type, dtype)),
+        "enabled_requested": _as_recorded(enabled),
+        "cache_enabled_requested": _as_recorded(cache_enabled),
+    }
+
+
+@contextlib.contextmanager
+def _quiet_cpu_dtype_check() -> Iterator[None]:
+    """CUDA autocast does not vet the dtype when built (a bad one fails on entry); CPU autocast warns."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="In CPU autocast, but the target dtype is not supported")
+        yield
+
+
 def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> None:
     autocast = torch.amp.autocast_mode.autocast
     original_init, original_enter = autocast.__init__, autocast.__enter__
 
     @functools.wraps(original_init)
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        request = {
-            "site": find_site(),
-            "device_requested": str(device_type),
-            "dtype_requested": dtype_name(plan.requested_dtype(device_type, dtype)),
-            "enabled_requested": _as_recorded(enabled),
-            "cache_enabled_requested": _as_recorded(_original_cache_enabled() if cache_enabled is None else cache_enabled),
-        }
+        request = _request(plan, device_type, dtype, enabled, cache_enabled)
         run_device, run_dtype = plan.run_device_and_dtype(device_type, dtype)
+        unusual_dtype = device_type == "cuda" and run_dtype not in (torch.bfloat16, torch.float16)
         try:
-            original_init(self, run_device, dtype=run_dtype, enabled=enabled, cache_enabled=cache_enabled)
+            with _quiet_cpu_dtype_check() if unusual_dtype else contextlib.nullcontext():
+                original_init(self, run_device, dtype=run_dtype, enabled=enabled, cache_enabled=cache_enabled)
         except Exception:
             # The request is what verify compares: keep it even when torch refuses it.
             recorder.region_created(RegionKey(**request, device_run="-", dtype_run="-", enabled_run=False))

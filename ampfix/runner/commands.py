@@ -18,9 +18,6 @@ from rich.console import Console
 
 from ampfix.runner import api, render
 
-SCRIPT_ARGS_HELP = "Arguments for the script go after `--`: ampfix run train.py -- --epochs 1"
-
-
 class AmpDtype(str, enum.Enum):
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -58,7 +55,10 @@ def run_command(
     threads: ThreadsOption = 1,
     json_path: JsonOption = None,
 ) -> None:
-    """Run a CUDA-written script on the CPU, with mixed precision really exercised, and report what AMP did."""
+    """Run a CUDA-written script on the CPU, with mixed precision really exercised, and report what AMP did.
+
+    The script's own arguments go after `--`: ampfix run train.py --max-steps 5 -- --epochs 1
+    """
     report = api.run_script(script, ctx.args, _options(max_steps, amp_dtype, seed, threads))
     render.render_run(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
@@ -80,7 +80,11 @@ def verify_command(
     threads: ThreadsOption = 1,
     json_path: JsonOption = None,
 ) -> None:
-    """Run a script and its rewrite side by side on the CPU; exit 0 if they behave the same, 1 if not, 2 if either could not run."""
+    """Run a script and its rewrite side by side on the CPU and compare them step by step.
+
+    Exit 0 when they behave the same, 1 when not, 2 when either could not run. The rewrite is
+    ampfix's own unless --rewritten names a hand migration; script arguments go after `--`.
+    """
     report = api.verify_scripts(script, rewritten, ctx.args, _options(max_steps, amp_dtype, seed, threads))
     render.render_verify(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
