@@ -29,6 +29,7 @@ JOBS: dict[str, list[str]] = {
     "event_timing_run": ["run", "event_timing.py"],
     "spawn_run": ["run", "spawn_ddp.py"],
     "cuda_graphs_run": ["run", "cuda_graphs.py"],
+    "resume_prefetch_run": ["run", "resume_prefetch.py"],
     "cnn_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.migrated.py", "--", "--steps", "3"],
     "custom_function_verify": ["verify", "custom_function.py", "--rewritten", "custom_function.migrated.py"],
     "dataloader_verify": ["verify", "dataloader_pinned.py", "--rewritten", "dataloader_pinned.migrated.py"],
@@ -225,6 +226,20 @@ def test_spawned_ranks_get_the_same_mapping(spawn_run: Job) -> None:
     assert report["op_dtypes"]["bfloat16"] > 0
     (nccl,) = report["unemulated"]
     assert nccl["feature"].startswith("NCCL") and nccl["count"] == 2
+
+
+def test_threads_hooks_generators_checkpoints_and_a_skipped_step(resume_prefetch_run: Job) -> None:
+    report = resume_prefetch_run.report
+    # The script moves batches to "cuda" in a thread, builds CUDA tensors in a gradient hook, draws
+    # from torch.Generator(device="cuda"), reloads with map_location="cuda:0" and checks the scaler
+    # backed off: any of those failing would fail the script.
+    assert resume_prefetch_run.returncode == 0, resume_prefetch_run.stderr
+    assert report["scaler"] == {"scale": 4, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 1}
+    assert report["optimizer_steps"] == 3  # the corrupt batch's step was skipped
+    losses = report["losses"]
+    assert len(losses) == 4 and losses[2] == float("inf")
+    assert all(loss < 10 for index, loss in enumerate(losses) if index != 2)
+    assert _region(report, 30)["entered"] == 4
 
 
 def test_a_failing_script_keeps_its_status_traceback_and_summary(cuda_graphs_run: Job) -> None:

@@ -47,7 +47,7 @@ def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig
     try:
         harness.install(torch, recorder, config)
     except Exception:
-        print("ampfix run: could not install the CPU harness into this torch:", file=sys.stderr)
+        print(f"ampfix run: could not install the CPU harness into torch {torch.__version__}:", file=sys.stderr)
         raise
 
 

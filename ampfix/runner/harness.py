@@ -8,6 +8,8 @@ entered last, so the patches above are installed without it watching.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from types import ModuleType
 
 from ampfix.runner import sites
@@ -22,15 +24,33 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     from ampfix.runner import amp_patches, device_mode, fake_cuda, process_patches, training_hooks
 
     limit = training_hooks.StepLimit(recorder, config.max_steps)
-    fake_cuda.install(recorder)
-    amp_patches.install_autocast(recorder, amp_patches.AmpPlan(config.amp_dtype), limit.at_boundary)
-    amp_patches.install_autocast_state_queries()
-    amp_patches.install_custom_fwd_bwd(recorder)
-    amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss)
-    training_hooks.install_optimizer_hooks(recorder, limit)
-    training_hooks.install_backward_hook(recorder, limit)
-    process_patches.install(recorder)
-    device_mode.install(device_mode.CudaOnCpuMode(recorder))
+    plan = amp_patches.AmpPlan(config.amp_dtype)
+    steps = [
+        ("torch.cuda", lambda: fake_cuda.install(recorder)),
+        ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary)),
+        ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
+        ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder)),
+        ("GradScaler", lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss)),
+        ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit)),
+        ("backward", lambda: training_hooks.install_backward_hook(recorder, limit)),
+        *process_patches.installers(recorder),
+        # Last: the mode would otherwise watch the installation itself.
+        ("device mapping", lambda: device_mode.install(device_mode.CudaOnCpuMode(recorder))),
+    ]
+    for name, install_step in steps:
+        _install_step(torch, name, install_step)
+
+
+def _install_step(torch: ModuleType, name: str, install_step: Callable[[], None]) -> None:
+    """A torch other than the one this was written against may lack a name: say so, carry on."""
+    try:
+        install_step()
+    except (AttributeError, ImportError, TypeError, ValueError) as error:
+        print(
+            f"ampfix run: could not emulate {name} on torch {torch.__version__} ({type(error).__name__}: {error}); "
+            "the script may fail or behave as on a CPU there",
+            file=sys.stderr,
+        )
 
 
 def _fix_seed_and_threads(torch: ModuleType, config: RunnerConfig) -> None:

@@ -90,8 +90,12 @@ class LaunchedRun:
             # Files, not pipes: two children run side by side and neither may block on a full pipe.
             self._outputs = (tempfile.TemporaryFile(), tempfile.TemporaryFile())
         stdout, stderr = self._outputs or (None, None)
+        # A captured run has nobody at the keyboard: a breakpoint() must not wait for one.
+        stdin = subprocess.DEVNULL if capture_output else None
         try:
-            self._process = subprocess.Popen([python, str(self.script), *script_args], env=env, stdout=stdout, stderr=stderr)
+            self._process = subprocess.Popen(
+                [python, str(self.script), *script_args], env=env, stdin=stdin, stdout=stdout, stderr=stderr
+            )
         except OSError as error:
             self.error = f"could not start {python}: {error}"
 

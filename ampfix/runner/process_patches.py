@@ -1,4 +1,5 @@
-"""The process-level CUDA paths: DataLoader pinning, distributed backends, checkpoints, default device.
+"""The CUDA paths outside tensor calls: DataLoader pinning, distributed backends, checkpoints,
+the default device, random generators.
 
 Runs in the child. Child processes need no patch here: ``torch.multiprocessing.spawn`` and
 spawned DataLoader workers start a fresh interpreter that finds the bootstrap ``sitecustomize``
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,14 +21,19 @@ from ampfix.runner.observe import Recorder
 from ampfix.runner.sites import find_site
 
 
-def install(recorder: Recorder) -> None:
-    _pin_memory_in_data_loaders()
-    _single_accelerator_index()
-    _checkpoints_load_on_cpu()
-    _default_device_on_cpu()
+def installers(recorder: Recorder) -> list[tuple[str, Callable[[], None]]]:
+    """(what, how) pairs; the harness installs each on its own so one missing name costs only itself."""
+    steps = [
+        ("DataLoader pin_memory", _pin_memory_in_data_loaders),
+        ("torch.accelerator device index", _single_accelerator_index),
+        ("torch.load map_location", _checkpoints_load_on_cpu),
+        ("torch.set_default_device", _default_device_on_cpu),
+        ("torch.Generator(device=...)", _generators_on_cpu),
+    ]
     if torch.distributed.is_available():
-        _nccl_runs_as_gloo(recorder)
-        _ddp_device_ids_on_cpu()
+        steps.append(("NCCL process groups", lambda: _nccl_runs_as_gloo(recorder)))
+        steps.append(("DistributedDataParallel device_ids", _ddp_device_ids_on_cpu))
+    return steps
 
 
 def _pin_memory_in_data_loaders() -> None:
@@ -82,6 +89,22 @@ def _default_device_on_cpu() -> None:
         return original("cpu" if device is not None and is_cuda_device(device) else device)
 
     torch.set_default_device = set_default_device
+
+
+def _generators_on_cpu() -> None:
+    """torch.Generator(device="cuda") is a CPU generator; isinstance() still accepts every generator."""
+    base = torch._C.Generator
+
+    class GeneratorType(type(base)):
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, base)
+
+    class Generator(base, metaclass=GeneratorType):
+        def __new__(cls, device: Any = "cpu"):
+            return super().__new__(cls, "cpu" if is_cuda_device(device) else device)
+
+    Generator.__module__, Generator.__qualname__ = "torch", "Generator"
+    torch.Generator = Generator
 
 
 def _nccl_runs_as_gloo(recorder: Recorder) -> None:
