@@ -1,0 +1,308 @@
+"""Wall time and peak memory of the ampfix CLI against its baselines, measured in one run.
+
+    python benchmarks/bench_cli.py                       # a generated tree of 2,500 files
+    python benchmarks/bench_cli.py --tree ~/src/NeMo     # a real tree (its .py files, copied)
+    python benchmarks/bench_cli.py --scaling 1000,10000,100000   # peak memory as the tree grows
+
+Every command runs in a fresh process, `--repeat` times (default 5), round-robin after one
+untimed warm-up round (so the page cache is warm for all of them alike); the table shows the
+median wall time, and the median of each run's peak RSS: that of the largest process of the run
+(/usr/bin/time's %M, from wait4's ru_maxrss, which covers the waited-for children too: a pool
+worker counts if it is the largest; the processes' sum is not measured). Ratios are against baselines measured in the same rounds:
+
+- `grep -rlE 'amp|autocast|GradScaler' TREE`: reading the tree, in C;
+- the Python floor (benchmarks/floors.py ast): walk, read, filter on \\bamp\\b, ast.parse;
+- the LibCST floor (benchmarks/floors.py libcst): the same, then LibCST parse and print;
+- `python -c pass`: the interpreter's start-up, for the single-file (pre-commit) runs.
+
+The figures are checked for sense: candidate counts against the floor's, and on a generated tree
+the files with findings against the generator's manifest; `rewrite` is followed by a `check` of
+the rewritten copy, which must find only what `rewrite` reported as left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import generate_tree  # noqa: E402
+
+GREP = ["grep", "-rlE", "amp|autocast|GradScaler"]
+
+
+@dataclass
+class Timing:
+    label: str
+    argv: list[str]
+    setup: Callable[[], None] | None = None
+    walls: list[float] = field(default_factory=list)
+    rss_kb: list[int] = field(default_factory=list)
+    last_stdout: str = ""
+    last_stderr: str = ""
+    last_code: int = 0
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def rss_mb(self) -> float:
+        return statistics.median(self.rss_kb) / 1024
+
+
+TIME = "/usr/bin/time"
+
+
+def run_once(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int, str, str]:
+    """(wall seconds, peak RSS KiB of the largest process, exit code, stdout, stderr).
+
+    Through /usr/bin/time when there is one: a child forked from this (larger) Python process
+    would otherwise report this process's pages in its ru_maxrss.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as rss_file:
+        timed = [TIME, "-f", "%M", "-o", rss_file.name, *argv] if os.access(TIME, os.X_OK) else argv
+        start = time.perf_counter()
+        process = subprocess.Popen(timed, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        rss = usage.ru_maxrss
+        if timed is not argv:
+            rss = int(rss_file.read().split()[-1])
+        out.seek(0)
+        err.seek(0)
+        return wall, rss, process.returncode, out.read().decode(errors="replace"), \
+            err.read().decode(errors="replace")
+
+
+def measure(timings: list[Timing], repeat: int) -> None:
+    for round_index in range(repeat + 1):  # round 0 warms the page cache and is not counted
+        for timing in timings:
+            if timing.setup is not None:
+                timing.setup()
+            wall, rss, code, stdout, stderr = run_once(timing.argv)
+            if round_index:
+                timing.walls.append(wall)
+                timing.rss_kb.append(rss)
+            timing.last_stdout, timing.last_stderr, timing.last_code = stdout, stderr, code
+
+
+def generated_tree(workdir: Path, files: int, seed: int, tiny: bool = False) -> tuple[Path, dict]:
+    tree = workdir / f"tree-{'tiny-' if tiny else ''}{files}-{seed}"
+    manifest_path = tree / "manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("files") == files and manifest.get("seed") == seed and manifest.get("tiny") == tiny:
+            return tree, manifest
+    if tree.exists():
+        shutil.rmtree(tree)
+    print(f"generating {files} {'tiny ' if tiny else ''}files in {tree} ...", file=sys.stderr)
+    return tree, generate_tree.generate(tree, files, seed, tiny)
+
+
+def single_files(workdir: Path) -> tuple[Path, Path]:
+    """A plain module and one with deprecated uses, both of about 300 lines."""
+    import random
+
+    folder = workdir / "single"
+    folder.mkdir(parents=True, exist_ok=True)
+    clean, used = folder / "clean_module.py", folder / "amp_module.py"
+    rng = random.Random(1)
+    text = ""
+    while not 250 <= text.count("\n") <= 400:
+        text = generate_tree.make_file(rng, "models", "plain")
+    clean.write_text(text)
+    text = ""
+    while not 250 <= text.count("\n") <= 400:
+        text = generate_tree.make_file(rng, "training", "amp:dotted")
+    used.write_text(text)
+    return clean, used
+
+
+def check_counts(ampfix: list[str], tree: Path) -> tuple[int, int]:
+    """(files with findings, findings) from one untimed `check --output-format json`."""
+    _, _, _, stdout, _ = run_once([*ampfix, "check", "--output-format", "json", str(tree)])
+    rows = json.loads(stdout)
+    return len({row["path"] for row in rows}), len(rows)
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True)
+        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--", "../ampfix"],
+                               capture_output=True, text=True).stdout.strip()
+        return f"commit {done.stdout.strip()}{' + local changes' if dirty else ''}"
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+
+
+def default_ampfix() -> list[str]:
+    script = Path(sys.executable).parent / "ampfix"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "ampfix"]
+
+
+def fmt_mb(mb: float) -> str:
+    return f"{mb:.0f}"
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for n, row in enumerate(rows):
+        print("  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:3], widths[1:3])), row[3]]))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _not_python(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if not n.endswith(".py") and not os.path.isdir(os.path.join(folder, n))]
+
+
+def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> None:
+    python = args.python
+    if args.tree:
+        source = args.tree.resolve()
+        tree, manifest = workdir / f"mirror-{source.name}", None
+        if tree.exists():
+            shutil.rmtree(tree)
+        shutil.copytree(source, tree, symlinks=True, ignore=_not_python)
+        described = f"{source} (its .py files, mirrored to {tree}: grep reads what ampfix reads)"
+    else:
+        tree, manifest = generated_tree(workdir, args.files, args.seed)
+        described = (f"generated: {manifest['files']} files, {manifest['lines']:,} lines, seed {manifest['seed']} "
+                     f"(benchmarks/generate_tree.py)")
+    copy = workdir / "rewrite-copy"
+
+    def fresh_copy() -> None:
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(tree, copy, symlinks=True)
+
+    clean, used = single_files(workdir)
+    module = [python, "-m", "ampfix"]
+    grep = Timing("grep -rlE 'amp|autocast|GradScaler' TREE", [*GREP, str(tree)])
+    floor = Timing("Python floor: walk, read, \\bamp\\b, ast.parse", [python, str(HERE / "floors.py"), "ast", str(tree)])
+    check = Timing("ampfix check TREE", [*ampfix, "check", str(tree)])
+    cst_floor = Timing("LibCST floor: walk, read, \\bamp\\b, parse+print", [python, str(HERE / "floors.py"), "libcst",
+                                                                          str(tree)])
+    rewrite = Timing("ampfix rewrite COPY", [*ampfix, "rewrite", str(copy)], setup=fresh_copy)
+    bare = Timing("python -c pass", [python, "-c", "pass"])
+    one_clean = Timing("ampfix check clean_module.py", [*ampfix, "check", str(clean)])
+    one_used = Timing("ampfix check amp_module.py", [*ampfix, "check", str(used)])
+    m_clean = Timing("python -m ampfix check clean_module.py", [*module, "check", str(clean)])
+    m_used = Timing("python -m ampfix check amp_module.py", [*module, "check", str(used)])
+    timings = [grep, floor, check, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used]
+    if args.skip_libcst:
+        timings.remove(cst_floor)
+    load_before = os.getloadavg()[0]
+    measure(timings, args.repeat)
+    load_after = os.getloadavg()[0]
+
+    # Sense checks ----------------------------------------------------------------------------
+    files_seen, candidates = (int(x) for x in floor.last_stdout.split())
+    with_findings, findings = check_counts(ampfix, tree)
+    summary = check.last_stdout.strip().splitlines()[-1] if check.last_stdout.strip() else "(no output)"
+    rewrote = rewrite.last_stdout.strip().splitlines()[-1] if rewrite.last_stdout.strip() else "(no output)"
+    left_after = check_counts(ampfix, copy)
+    problems = []
+    if check.last_code not in (0, 1):
+        problems.append(f"check exited {check.last_code}: {check.last_stderr[-500:]}")
+    if rewrite.last_code not in (0, 1):
+        problems.append(f"rewrite exited {rewrite.last_code}: {rewrite.last_stderr[-500:]}")
+    if manifest is not None:
+        if candidates != len(manifest["amp_token"]):
+            problems.append(f"{candidates} candidates, the generator wrote {len(manifest['amp_token'])}")
+        if with_findings != len(manifest["deprecated"]):
+            problems.append(f"{with_findings} files with findings, the generator wrote {len(manifest['deprecated'])}")
+    match = re.search(r"(\d+) findings? left", rewrote)
+    if match and int(match.group(1)) != left_after[1]:
+        problems.append(f"rewrite reported {match.group(1)} left, a check of the copy finds {left_after[1]}")
+
+    def ratio(a: Timing, b: Timing) -> str:
+        return f"{a.wall / b.wall:.2f}x {b.label.split(':')[0]}"
+
+    print(f"tree: {described}")
+    print(f".py files: {files_seen}; candidates (\\bamp\\b): {candidates}; files with findings: {with_findings}; "
+          f"findings: {findings}")
+    print(f"check:   {summary}")
+    print(f"rewrite: {rewrote}; then a check of the copy: {left_after[1]} findings in {left_after[0]} files")
+    print(f"ampfix: {shlex.join(ampfix)} ({_commit()}); CPUs: {len(os.sched_getaffinity(0))}; "
+          f"Python {sys.version.split()[0]}; median of {args.repeat} runs; "
+          f"load average {load_before:.2f} before, {load_after:.2f} after")
+    print()
+    rows = [("command", "median s", "peak RSS MB", "ratio")]
+    rows.append((grep.label, f"{grep.wall:.3f}", fmt_mb(grep.rss_mb), ""))
+    rows.append((floor.label, f"{floor.wall:.3f}", fmt_mb(floor.rss_mb), ratio(floor, grep)))
+    rows.append((check.label, f"{check.wall:.3f}", fmt_mb(check.rss_mb),
+                 f"{ratio(check, floor)}, {ratio(check, grep)}"))
+    if not args.skip_libcst:
+        rows.append((cst_floor.label, f"{cst_floor.wall:.3f}", fmt_mb(cst_floor.rss_mb), ""))
+        rows.append((rewrite.label, f"{rewrite.wall:.3f}", fmt_mb(rewrite.rss_mb), ratio(rewrite, cst_floor)))
+    else:
+        rows.append((rewrite.label, f"{rewrite.wall:.3f}", fmt_mb(rewrite.rss_mb), ""))
+    rows.append((bare.label, f"{bare.wall:.3f}", fmt_mb(bare.rss_mb), ""))
+    for single in (one_clean, one_used, m_clean, m_used):
+        rows.append((single.label, f"{single.wall:.3f}", fmt_mb(single.rss_mb),
+                     f"+{single.wall - bare.wall:.3f} s over python -c pass"))
+    print_table(rows)
+    if problems:
+        print("\nSENSE CHECKS FAILED:\n  " + "\n  ".join(problems))
+        raise SystemExit(1)
+
+
+def bench_scaling(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> None:
+    rows = [("tiny files (90% plain, 9% naming amp, 1% deprecated)", "median s", "peak RSS MB", "candidates / findings")]
+    for count in (int(n) for n in args.scaling.split(",")):
+        tree, manifest = generated_tree(workdir, count, args.seed, tiny=True)
+        timing = Timing(f"ampfix check: {count:,} files", [*ampfix, "check", str(tree)])
+        measure([timing], min(args.repeat, 3))
+        with_findings, findings = check_counts(ampfix, tree)
+        if with_findings != len(manifest["deprecated"]):
+            raise SystemExit(f"{with_findings} files with findings, the generator wrote {len(manifest['deprecated'])}")
+        rows.append((timing.label, f"{timing.wall:.3f}", fmt_mb(timing.rss_mb),
+                     f"{len(manifest['amp_token'])} / {findings}"))
+    print(f"ampfix: {shlex.join(ampfix)} ({_commit()}); median of {min(args.repeat, 3)} runs")
+    print_table(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", type=Path, help="a real tree to measure (default: a generated one)")
+    parser.add_argument("--files", type=int, default=2500, help="files in the generated tree")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs of each command")
+    parser.add_argument("--ampfix", type=shlex.split, default=None,
+                        help="the ampfix command (default: the ampfix script next to this Python)")
+    parser.add_argument("--python", default=sys.executable, help="the Python for the floors and `-c pass`")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ampfix-bench",
+                        help="generated trees (kept and reused) and the rewrite copy")
+    parser.add_argument("--skip-libcst", action="store_true", help="skip the (slow) LibCST floor")
+    parser.add_argument("--scaling", help="comma-separated file counts: peak memory of check on tiny-file trees")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    ampfix = args.ampfix or default_ampfix()
+    if args.scaling:
+        bench_scaling(args, args.workdir, ampfix)
+    else:
+        bench_tree(args, args.workdir, ampfix)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
