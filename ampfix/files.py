@@ -180,7 +180,11 @@ def _pooled(items: Iterator[Path | FileResult], settings: tuple[Options, str], j
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs)
+    except (OSError, ImportError, NotImplementedError):  # no working multiprocessing here (no /dev/shm)
+        yield from (_process_item(item, settings) for item in items)
+        return
     pending: deque = deque()
     try:
         while True:

@@ -77,3 +77,14 @@ def test_the_pool_reads_ahead_only_a_bounded_window(tree: Path):
     assert pulled <= len(candidates) + window
     results.close()  # stops the pool without waiting for the endless input
     assert [r.path for r in first] == [str(c) if isinstance(c, Path) else c.path for c in candidates]
+
+
+def test_without_a_working_pool_the_files_are_processed_in_this_process(tree: Path, monkeypatch):
+    import concurrent.futures
+
+    def broken(*args, **kwargs):
+        raise OSError("no /dev/shm")
+
+    sequential = list(files.process_paths([tree], Options(), "check", jobs=1))
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", broken)
+    assert list(files.process_paths([tree], Options(), "check", jobs=2)) == sequential
