@@ -24,9 +24,9 @@ from ampfix.runner.observe import Recorder
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
-_is_autocast_enabled = torch._C.is_autocast_enabled
-# Functions whose positional arguments may hold a device (the rest only take ``device=``).
 _TENSOR_TO = _Tensor.to
+# The C function itself: torch.is_autocast_enabled is patched to answer "cuda" with the CPU state.
+_is_autocast_enabled = torch._C.is_autocast_enabled
 
 
 def is_cuda_device(device: Any) -> bool:

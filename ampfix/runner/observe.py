@@ -39,8 +39,8 @@ class RegionKey:
     site: Site
     device_requested: str
     dtype_requested: str  # normalised: None became the device default
-    enabled_requested: bool
-    cache_enabled_requested: bool
+    enabled_requested: bool | str  # repr() of anything that is not a bool
+    cache_enabled_requested: bool | str
     device_run: str
     dtype_run: str
     enabled_run: bool
