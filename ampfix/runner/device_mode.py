@@ -146,6 +146,8 @@ def install(mode: CudaOnCpuMode) -> None:
     _reenter_in_new_threads(mode)
     _reenter_in_custom_backward(mode)
     _reenter_in_tensor_hooks(mode)
+    _reenter_in_module_backward_hooks(mode)
+    _reenter_in_saved_tensor_unpacking(mode)
 
 
 def _reenter_in_new_threads(mode: CudaOnCpuMode) -> None:
@@ -177,16 +179,43 @@ def _reenter_in_custom_backward(mode: CudaOnCpuMode) -> None:
     backward_node.apply = apply
 
 
+def _with_mode(mode: CudaOnCpuMode, hook: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(hook)
+    def hook_with_mode(*args, **kwargs):
+        with mode_active(mode):
+            return hook(*args, **kwargs)
+
+    return hook_with_mode
+
+
 def _reenter_in_tensor_hooks(mode: CudaOnCpuMode) -> None:
     original_register_hook = _Tensor.register_hook
 
     @functools.wraps(original_register_hook)
     def register_hook(self, hook):
-        @functools.wraps(hook)
-        def hook_with_mode(*args, **kwargs):
-            with mode_active(mode):
-                return hook(*args, **kwargs)
-
-        return original_register_hook(self, hook_with_mode)
+        return original_register_hook(self, _with_mode(mode, hook))
 
     _Tensor.register_hook = register_hook
+
+
+def _reenter_in_module_backward_hooks(mode: CudaOnCpuMode) -> None:
+    module = torch.nn.Module
+    for name in ("register_full_backward_hook", "register_full_backward_pre_hook", "register_backward_hook"):
+        original = getattr(module, name)
+
+        def register(self, hook, *args, _original=original, **kwargs):
+            return _original(self, _with_mode(mode, hook), *args, **kwargs)
+
+        setattr(module, name, functools.wraps(original)(register))
+
+
+def _reenter_in_saved_tensor_unpacking(mode: CudaOnCpuMode) -> None:
+    """Non-reentrant checkpointing recomputes the forward while unpacking, inside backward."""
+    hooks = torch.autograd.graph.saved_tensors_hooks
+    original_init = hooks.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, pack_hook, unpack_hook):
+        original_init(self, pack_hook, _with_mode(mode, unpack_hook))
+
+    hooks.__init__ = __init__
