@@ -38,7 +38,8 @@ def start() -> None:
         }
     )
     atexit.register(_write_observation, recorder, config)
-    os.register_at_fork(after_in_child=lambda: _forget_parent(recorder))
+    if hasattr(os, "register_at_fork"):  # not on Windows, where children are spawned, never forked
+        os.register_at_fork(after_in_child=lambda: _forget_parent(recorder))
 
 
 def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
