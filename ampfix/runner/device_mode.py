@@ -6,7 +6,8 @@ CPU no-ops, notes reads of ``x.is_cuda`` (which stays False: that cannot be emul
 CPU autocast is on, counts the dtypes the call produced.
 
 A torch function mode is thread-local and autograd switches it off while running backward, so
-the mode is re-entered in every new thread, in custom ``Function.backward`` and in tensor hooks.
+the mode is re-entered in every new thread, in custom ``Function.backward``, in tensor and module
+backward hooks, and in saved-tensor unpacking (where activation checkpointing recomputes).
 """
 
 from __future__ import annotations
