@@ -7,8 +7,8 @@ Files are 50 to 1,500 lines (models, training loops, utilities, configs, tests, 
 torch.cuda.amp import autocast, GradScaler`, `from torch.cuda import amp`, `import torch as th;
 th.cuda.amp...`, `import torch.cuda.amp as ...`, `torch.cpu.amp`, custom_fwd / custom_bwd); about
 10% mention AMP without a deprecated use (`use_amp`, `args.amp`, the new `torch.amp.autocast`);
-the rest is plain torch code. `--tiny` writes small files (5 lines each: 90% plain, 9% naming `amp`, 1% with a deprecated use)
-for the memory test.
+the rest is plain torch code. `--tiny` writes small files (5 lines each: 90% plain, 9% naming
+`amp`, 1% with a deprecated use) for the memory test.
 
 The same seed and file count give byte-identical trees. `OUT_DIR/manifest.json` records what was
 generated: the files with deprecated uses, the files holding the token `amp`, the line count.
@@ -443,7 +443,8 @@ def make_file(rng: random.Random, kind: str, role: str) -> str:
     if kind == "scripts":
         body.append(gen.script_main())
     head = LICENSE.format(year=rng.choice((2020, 2021, 2022, 2023, 2024)), org=rng.choice(ORGS))
-    parts = [head.rstrip("\n"), "", *imports, "", "logger = logging.getLogger(__name__)" if "import logging" in imports else "", ""]
+    logger = "logger = logging.getLogger(__name__)" if "import logging" in imports else ""
+    parts = [head.rstrip("\n"), "", *imports, "", logger, ""]
     for unit in body:
         parts += ["", *unit, ""]
     return "\n".join(parts).rstrip("\n") + "\n"
@@ -453,7 +454,8 @@ def tiny_file(rng: random.Random, index: int) -> tuple[str, str]:
     """(role, text): 90% plain, 9% naming `amp` without a deprecated use, 1% with one."""
     draw = rng.random()
     if draw < 0.01:
-        return "amp", f"import torch\n\n\ndef f_{index}(x):\n    with torch.cuda.amp.autocast():\n        return x * 2\n"
+        return "amp", (f"import torch\n\n\ndef f_{index}(x):\n    with torch.cuda.amp.autocast():\n"
+                       "        return x * 2\n")
     if draw < 0.10:
         return "mention_token", f"import torch\n\n\ndef f_{index}(x, args):\n    # amp\n    return x * args.amp\n"
     return "plain", f"import torch\n\n\ndef f_{index}(x):\n    return torch.relu(x) * {rng.randint(1, 9)}\n"
