@@ -242,7 +242,7 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
         problems.append(f"rewrite reported {match.group(1)} left, a check of the copy finds {left_after[1]}")
 
     def ratio(a: Timing, b: Timing) -> str:
-        return f"{a.wall / b.wall:.2f}x {b.label.split(':')[0]}"
+        return f"{a.wall / b.wall:.2f}x {'grep' if b is grep else b.label.split(':')[0]}"
 
     print(f"tree: {described}")
     print(f".py files: {files_seen}; candidates (\\bamp\\b): {candidates}; files with findings: {with_findings}; "
