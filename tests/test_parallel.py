@@ -88,3 +88,12 @@ def test_without_a_working_pool_the_files_are_processed_in_this_process(tree: Pa
     sequential = list(files.process_paths([tree], Options(), "check", jobs=1))
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", broken)
     assert list(files.process_paths([tree], Options(), "check", jobs=2)) == sequential
+
+
+def test_the_collector_is_back_on_after_each_file(tree: Path):
+    import gc
+
+    seen = []
+    for result in files.process_paths([tree], Options(), "check", jobs=1):
+        seen.append(gc.isenabled())
+    assert seen and all(seen) and gc.isenabled()
