@@ -239,8 +239,26 @@ class _Analyzer:
         if reason is None and (ref.guarded or (group is not None and binding.guarded)):
             reason = "inside a branch that tests the torch version; the new name may not exist there"
         if reason is not None:
-            return _Use(ref, rule.code, f"`{full}` left: {reason}", None, group=group, suggestion=new_name)
+            suggestion = new_name if rest or ref.role == "type" else self.suggest(rule, target, new_name)
+            return _Use(ref, rule.code, f"`{full}` left: {reason}", None, group=group, suggestion=suggestion)
         return self.decide_context(ref, full, rule, target, rest, new_name, new_dotted, group)
+
+    def suggest(self, rule: Rule, target: Target, new_name: str) -> str:
+        """The new call, spelled out for a person to finish by hand."""
+        shape = rule.shape
+        if shape is None:
+            return new_name
+        device = self.device_text(target)
+        if shape.device_keyword:
+            return f"{new_name}(..., {shape.device_keyword}={device})"
+        if shape.positionals_to_keywords:
+            params = [f"{p}=..." for p in shape.old_params]
+        elif shape.device_position:
+            params = list(shape.old_params)
+        else:
+            params = ["..."]
+        params.insert(shape.device_position or 0, device)
+        return f"{new_name}({', '.join(params)})"
 
     def new_dotted(self, ref: ChainRef, binding: Binding, new_name: str) -> str | None:
         """Spell `new_name` through the binding the chain used (`th.cuda.amp.X` -> `th.amp.X`)."""
@@ -255,7 +273,8 @@ class _Analyzer:
     def decide_context(self, ref: ChainRef, full: str, rule: Rule, target: Target, rest: str,
                        new_name: str, new_dotted: str | None, group: tuple[int, str] | None) -> _Use:
         shape = rule.shape
-        use = _Use(ref, rule.code, "", None, group=group, suggestion=new_name)
+        suggestion = new_name if rest or ref.role == "type" else self.suggest(rule, target, new_name)
+        use = _Use(ref, rule.code, "", None, group=group, suggestion=suggestion)
         if shape is None:  # a pure rename
             if target.module and not rest and ref.role not in ("type",):
                 use.message = f"`{full}`: the module object itself has no drop-in twin"
@@ -572,6 +591,10 @@ class _Analyzer:
         per_stmt.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
         return ref.stmt_index, next(i for i, s in enumerate(per_stmt) if s is ref)
 
+    def functools_imported(self) -> bool:
+        bindings = self.walker.module_scope.bindings.get("functools", [])
+        return any(b.kind == "import" and b.qname == "functools" for b in bindings)
+
     # the result ----------------------------------------------------------------------------
     def plan(self) -> Plan:
         self.chain_ordinals()
@@ -591,7 +614,7 @@ class _Analyzer:
             string_edits=self.string_edits,
             string_values=string_values,
             import_edits=self.import_edits,
-            needs_functools=self.needs_functools,
+            needs_functools=self.needs_functools and not self.functools_imported(),
         )
 
 

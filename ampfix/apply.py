@@ -32,7 +32,7 @@ def apply_plan(module: cst.Module, plan: Plan) -> cst.Module:
     new_module = module.visit(applier)
     applier.check_complete()
     if plan.needs_functools:
-        new_module = _ensure_functools_import(new_module)
+        new_module = _insert_functools_import(new_module)
     return new_module
 
 
@@ -358,13 +358,33 @@ def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[c
     return [new]
 
 
-def _ensure_functools_import(module: cst.Module) -> cst.Module:
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor
+def _insert_functools_import(module: cst.Module) -> cst.Module:
+    """`import functools` on the line after the imports that open the module (after its docstring).
 
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, "functools")
-    return AddImportsVisitor(context).transform_module(module)
+    Written by hand rather than with LibCST's AddImportsVisitor, which also adds a blank line.
+    """
+    body = list(module.body)
+    index = 0
+    for i, statement in enumerate(body):
+        if isinstance(statement, cst.SimpleStatementLine) and (
+            all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+            or (i == 0 and _is_docstring(statement))
+        ):
+            index = i + 1
+        else:
+            break
+    new_line = cst.parse_statement("import functools\n")
+    if index < len(body) and index == 0:
+        # Comments just above the first statement stay above the code they describe.
+        new_line = new_line.with_changes(leading_lines=body[0].leading_lines)
+        body[0] = body[0].with_changes(leading_lines=())
+    body.insert(index, new_line)
+    return module.with_changes(body=body)
+
+
+def _is_docstring(line: cst.SimpleStatementLine) -> bool:
+    return len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and isinstance(
+        line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 __all__: Sequence[str] = ["PlanMismatch", "apply_plan"]

@@ -9,15 +9,23 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules`: `check` do
     from ampfix.rules import Rule
 
 
+# Errors (internal, syntax, read) carry no rewrite to suggest.
+_NO_SUGGESTION_CODES = frozenset({"AMP900", "AMP901", "AMP902"})
+
+
 def finding_lines(result: FileResult, mode: str) -> list[str]:
     lines = []
     for finding in result.findings:
         if mode == "check":
             mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
         else:
-            done = "would fix:" if mode == "diff" else "fixed:"
-            mark = f" {done}" if finding.fixed else " left:"
-        lines.append(f"{result.path}:{finding.line}:{finding.col}: {finding.code}{mark} {finding.message}")
+            done = "would fix" if mode == "diff" else "fixed"
+            mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
+        message = finding.message
+        needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
+        if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
+            message += f"; suggested: {finding.suggestion}"
+        lines.append(f"{result.path}:{finding.line}:{finding.col}: {finding.code}{mark} {message}")
     return lines
 
 

@@ -61,7 +61,7 @@ def test_check_json_shape(tree: Path):
             "fixable": True,
             "unsafe": False,
             "fixed": False,
-            "suggestion": "torch.amp.autocast",
+            "suggestion": 'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
         }
     ]
 
@@ -210,3 +210,22 @@ def test_rules_table_lists_every_code():
     rows = json.loads(invoke("rules", "--output-format", "json").stdout)
     assert {"code": "AMP002", "title": "GradScaler", "old": "torch.cuda.amp.GradScaler",
             "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe"} in rows
+
+
+def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path):
+    path = tmp_path / "a.py"
+    path.write_text("import torch\nS = torch.cuda.amp.GradScaler\nA = torch.cuda.amp.autocast\n")
+    left = invoke("rewrite", str(path))
+    assert left.stdout.splitlines()[:2] == [
+        f"{path}:2:5: AMP002 left: `torch.cuda.amp.GradScaler` is referenced without a call; its calls cannot "
+        "be given the device here (an unsafe fix exists: --unsafe-fixes); suggested: "
+        'functools.partial(torch.amp.GradScaler, "cuda")',
+        f"{path}:3:5: AMP001 left: `torch.cuda.amp.autocast` is referenced without a call; its calls cannot "
+        'be given the device here; suggested: torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+    ]
+    fixed = invoke("rewrite", "--unsafe-fixes", str(path))
+    assert fixed.stdout.splitlines()[0].startswith(f"{path}:2:5: AMP002 fixed (unsafe): ")
+    assert path.read_text() == (
+        'import torch\nimport functools\nS = functools.partial(torch.amp.GradScaler, "cuda")\n'
+        "A = torch.cuda.amp.autocast\n"
+    )
