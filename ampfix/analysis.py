@@ -179,7 +179,7 @@ class _Analyzer:
     def run(self) -> Plan:
         uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads for use in self.resolve(ref)]
         self.settle_groups(uses)
-        self.plan_imports(uses)
+        self.plan_imports()
         for use in uses:
             self.record_use(use)
         for string in self.walker.strings:
@@ -360,7 +360,7 @@ class _Analyzer:
                 use.message = (f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
                                f"in a way that cannot be rewritten")
 
-    def plan_imports(self, uses: list[_Use]) -> None:
+    def plan_imports(self) -> None:
         for imp in self.walker.imports:
             if isinstance(imp.node, ast.ImportFrom):
                 self.plan_import_from(imp)
