@@ -161,7 +161,8 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
 
     Files are filtered by a byte search first; only candidates are parsed, in a process pool
-    when there are enough of them. Only paths are held, never every file's text.
+    when there are enough of them. Never every file's text is held: at most the first
+    MIN_FILES_FOR_POOL candidates' bytes, while deciding whether to start the pool.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -176,7 +177,15 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     yield from _pooled(itertools.chain(head, items), settings, jobs)
 
 
-def _pooled(items: Iterator[Path | FileResult], settings: tuple[Options, str], jobs: int) -> Iterator[FileResult]:
+@dataclass(frozen=True)
+class _Candidate:
+    """A file the pre-filter kept, with the bytes it read (so one process reads each file once)."""
+
+    path: Path
+    data: bytes
+
+
+def _pooled(items: Iterator[_Candidate | FileResult], settings: tuple[Options, str], jobs: int) -> Iterator[FileResult]:
     """`_process_item` over `items` in `jobs` processes, results in order, a bounded window ahead."""
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
@@ -191,7 +200,9 @@ def _pooled(items: Iterator[Path | FileResult], settings: tuple[Options, str], j
         while True:
             chunk = list(itertools.islice(items, CHUNK_SIZE))
             if chunk:
-                pending.append(pool.submit(_process_chunk, chunk, settings))
+                # Workers get paths and read the files themselves: the parent stays a light walker.
+                paths = [item.path if isinstance(item, _Candidate) else item for item in chunk]
+                pending.append(pool.submit(_process_chunk, paths, settings))
             if pending and (not chunk or len(pending) >= IN_FLIGHT * jobs):
                 yield from pending.popleft().result()
             elif not chunk:
@@ -204,25 +215,26 @@ def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]
     return [_process_item(item, settings) for item in chunk]
 
 
-def _candidates(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path | FileResult]:
+def _candidates(paths: Iterable[str | os.PathLike[str]]) -> Iterator[_Candidate | FileResult]:
     for path in discover(paths):
         read = read_candidate(path)
         if isinstance(read, FileResult):
             yield read
         elif read is not None:
-            yield path
+            yield _Candidate(path, read)
 
 
-def _process_item(item: Path | FileResult, settings: tuple[Options, str]) -> FileResult:
+def _process_item(item: _Candidate | Path | FileResult, settings: tuple[Options, str]) -> FileResult:
     if isinstance(item, FileResult):
         return item
+    path, data = (item.path, item.data) if isinstance(item, _Candidate) else (item, None)
     options, mode = settings
     # A parse allocates hundreds of thousands of objects that reference counting frees; the
     # cyclic collector would scan them again and again (measured: 10-15% of check and rewrite).
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return process_file(item, options, mode)
+        return process_file(path, options, mode, data)
     finally:
         if collecting:
             gc.enable()

@@ -76,7 +76,7 @@ def test_the_pool_reads_ahead_only_a_bounded_window(tree: Path):
     window = (files.IN_FLIGHT * 2 + 1) * files.CHUNK_SIZE
     assert pulled <= len(candidates) + window
     results.close()  # stops the pool without waiting for the endless input
-    assert [r.path for r in first] == [str(c) if isinstance(c, Path) else c.path for c in candidates]
+    assert [r.path for r in first] == [str(c.path) for c in candidates]
 
 
 def test_without_a_working_pool_the_files_are_processed_in_this_process(tree: Path, monkeypatch):
@@ -97,3 +97,16 @@ def test_the_collector_is_back_on_after_each_file(tree: Path):
     for result in files.process_paths([tree], Options(), "check", jobs=1):
         seen.append(gc.isenabled())
     assert seen and all(seen) and gc.isenabled()
+
+
+def test_one_process_reads_each_file_once(tree: Path, monkeypatch):
+    reads: list[str] = []
+    real_read_bytes = Path.read_bytes
+
+    def counting_read_bytes(self: Path) -> bytes:
+        reads.append(str(self))
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting_read_bytes)
+    results = list(files.process_paths([tree], Options(), "check", jobs=1))
+    assert results and len(reads) == len(set(reads)) == sum(1 for _ in tree.rglob("*.py"))
