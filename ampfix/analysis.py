@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 from ampfix.bindings import Binding, ChainRef, ImportRef, Scope, StringRef, Walker, dotted_parts
 from ampfix.options import Options
-from ampfix.rules import ALL_RULES, DEPRECATED_ROOTS, Rule, Target
+from ampfix.rules import ALL_RULES, DEPRECATED_ROOTS, Rule, Target, module_paths, no_twin
 
-NO_TWIN_CODE = "AMP011"
-MODULE_PATH_CODE = "AMP010"
+NO_TWIN_CODE = no_twin.RULE.code
+MODULE_PATH_CODE = module_paths.RULE.code
 
-_RULES_BY_CODE = {rule.code: rule for rule in ALL_RULES}
 _SYMBOLS: dict[str, tuple[Rule, Target | None]] = {
     name: (rule, target) for rule in ALL_RULES for name, target in rule.symbols.items()
 }
@@ -166,7 +165,7 @@ class _Analyzer:
 
     def held_back(self, rule: Rule) -> str | None:
         target = self.options.target_torch
-        if target is not None and rule.min_torch > target:
+        if target is not None and rule.min_torch is not None and rule.min_torch > target:
             need = ".".join(map(str, rule.min_torch))
             have = ".".join(map(str, target))
             return f"needs torch >= {need}; the target is torch {have}"
@@ -434,7 +433,7 @@ class _Analyzer:
             else:  # binds `torch` itself; `import torch` already loads both paths
                 symbol = _longest_symbol(alias.name)
                 reason = None if symbol and symbol[2] and symbol[0] == alias.name else "no torch.amp twin"
-                reason = reason or self.held_back(_RULES_BY_CODE[MODULE_PATH_CODE])
+                reason = reason or self.held_back(module_paths.RULE)
                 if reason is None and imp.guarded:
                     reason = "inside a branch that tests the torch version"
             if reason is not None:

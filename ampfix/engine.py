@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-
 from ampfix.options import Options
 from ampfix.prefilter import could_hold_deprecated_use
 
@@ -48,10 +47,6 @@ class SourceResult:
 
 INTERNAL_ERROR_CODE = "AMP900"
 SYNTAX_ERROR_CODE = "AMP901"
-
-# Every deprecated use spells the name `amp` somewhere (`torch.cuda.amp.X`, `from torch.cuda
-# import amp`, `import torch.cuda.amp as m`, a string "torch.cuda.amp..."): a file without it is
-# done without parsing. The argument is in `ampfix.prefilter`.
 
 
 def check_source(source: str, options: Options = Options()) -> SourceResult:

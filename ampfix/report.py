@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
+from ampfix.files import READ_ERROR_CODE
+
 if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules`: `check` does not import it
     from ampfix.files import FileResult
     from ampfix.rules import Rule
 
 
 # Errors (internal, syntax, read) carry no rewrite to suggest.
-_NO_SUGGESTION_CODES = frozenset({"AMP900", "AMP901", "AMP902"})
+_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE})
 
 
 def finding_lines(result: FileResult, mode: str) -> list[str]:
@@ -75,8 +78,8 @@ def findings_json(results: Iterable[FileResult]) -> str:
     return json.dumps(rows, indent=2)
 
 
-def _version(version: tuple[int, int]) -> str:
-    return ".".join(map(str, version)) if version < (99, 0) else "-"
+def _version(version: tuple[int, int] | None) -> str:
+    return "-" if version is None else ".".join(map(str, version))
 
 
 def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:

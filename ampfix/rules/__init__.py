@@ -20,8 +20,4 @@ ALL_RULES: tuple[Rule, ...] = (
 DEPRECATED_ROOTS = ("torch.cuda.amp", "torch.cpu.amp")
 
 
-def rule_for_symbol() -> dict[str, Rule]:
-    return {name: rule for rule in ALL_RULES for name in rule.symbols}
-
-
-__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "CallShape", "Example", "Rule", "Target", "rule_for_symbol"]
+__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "CallShape", "Example", "Rule", "Target"]

@@ -5,7 +5,7 @@ from ampfix.rules.base import Example, Rule
 RULE = Rule(
     code="AMP011",
     title="no torch.amp twin",
-    min_torch=(99, 0),
+    min_torch=None,
     symbols={
         "torch.cuda.amp.amp_definitely_not_available": None,
         "torch.cuda.amp.common": None,
