@@ -140,6 +140,9 @@ class _Analyzer:
         self.needs_functools = False
         self.plain_imports: dict[int, set[str]] = {}
         self.heads = self._torch_bound_names()
+        chains = [ref for ref in self.walker.chains if ref.parts[0] in self.heads]
+        self.chain_ordinals, self.chain_texts = _number_per_statement(chains, lambda r: ".".join(r.parts))
+        self.string_ordinals, self.string_texts = _number_per_statement(self.walker.strings, lambda r: r.node.value)
 
     # helpers -------------------------------------------------------------------------------
     def _torch_bound_names(self) -> frozenset[str]:
@@ -477,23 +480,7 @@ class _Analyzer:
                          will_fix=use.edit is not None, suggestion=use.suggestion)
 
     def chain_key(self, ref: ChainRef) -> tuple[int, int]:
-        ordinal = self.chain_ordinals()[id(ref)]
-        return ref.stmt_index, ordinal
-
-    def chain_ordinals(self) -> dict[int, int]:
-        if not hasattr(self, "_ordinals"):
-            self._ordinals: dict[int, int] = {}
-            self._chain_texts: dict[int, list[str]] = {}
-            per_stmt: dict[int, list[ChainRef]] = {}
-            for ref in self.walker.chains:
-                if ref.parts[0] in self.heads:
-                    per_stmt.setdefault(ref.stmt_index, []).append(ref)
-            for stmt, refs in per_stmt.items():
-                refs.sort(key=lambda r: (r.node.lineno, r.node.col_offset))
-                self._chain_texts[stmt] = [".".join(r.parts) for r in refs]
-                for i, r in enumerate(refs):
-                    self._ordinals[id(r)] = i
-        return self._ordinals
+        return ref.stmt_index, self.chain_ordinals[id(ref)]
 
     # strings -------------------------------------------------------------------------------
     def string(self, ref: StringRef) -> None:
@@ -522,6 +509,7 @@ class _Analyzer:
                          will_fix=fixable and self.options.unsafe_fixes, suggestion=f'"{new_path}"')
 
     def string_annotation(self, ref: StringRef) -> None:
+        """`"torch.cuda.amp.GradScaler | None"`: each dotted name inside is resolved like code."""
         value = ref.node.value
         try:
             inner = ast.parse(value.strip(), mode="eval")
@@ -530,41 +518,34 @@ class _Analyzer:
         offset = len(value) - len(value.lstrip())
         inner_values = {id(n.value) for n in ast.walk(inner) if isinstance(n, ast.Attribute)}
         replacements: list[tuple[int, int, str]] = []
-        found: list[tuple[str, Rule]] = []
+        uses: list[_Use] = []
         for node in ast.walk(inner):
             if id(node) in inner_values or not isinstance(node, (ast.Name, ast.Attribute)):
                 continue
             parts = dotted_parts(node)
             if parts is None or parts[0] not in self.heads:
                 continue
-            _, bindings = ref.scope.lookup(parts[0])
-            torch_imports = [b for b in bindings if b.kind == "import" and _is_torch(b.qname)]
-            if not torch_imports or _under_deprecated_root(torch_imports[0].qname or ""):
-                continue  # through a deprecated import: the import's rewrite covers it
-            full = ".".join((torch_imports[0].qname or "", *parts[1:]))
-            symbol = _longest_symbol(full)
-            if symbol is None or symbol[2] is None:
-                continue
-            new_name = symbol[2].new + full[len(symbol[0]) :]
-            fake = ChainRef(node, parts, ref.scope, -1, "type", None, False)
-            new_dotted = self.new_dotted(fake, torch_imports[0], new_name)
-            if new_dotted is None:
-                continue
-            replacements.append((offset + node.col_offset, offset + node.end_col_offset, new_dotted))
-            found.append((full, symbol[1]))
-        if not found:
+            as_code = ChainRef(node, parts, ref.scope, ref.stmt_index, "type", None, ref.guarded)
+            for use in self.resolve(as_code):
+                if use.group is not None and use.edit is not None:
+                    continue  # through a deprecated import: the import's rewrite covers it
+                uses.append(use)
+                if use.edit is not None and use.edit.new_dotted is not None:
+                    replacements.append((offset + node.col_offset, offset + node.end_col_offset, use.edit.new_dotted))
+        if not uses:
             return
         literal = self.literal_with(ref, replacements)
-        reason = next((r for r in (self.held_back(rule) for _, rule in found) if r), None)
+        reason = next((use.message for use in uses if use.edit is None), None)
         if literal is None:
             reason = reason or "the literal has escapes, a prefix or several lines"
-        for full, rule in found:
+        for use in uses:
+            written = ".".join(use.ref.parts)
             if reason:
-                self.add_finding(ref.node, rule.code, f"string annotation names `{full}`; left: {reason}",
-                                 fixable=False)
+                self.add_finding(ref.node, use.code, f"string annotation names `{written}`; left: {reason}",
+                                 fixable=False, suggestion=use.suggestion)
             else:
-                self.add_finding(ref.node, rule.code, f"string annotation `{full}` renamed", fixable=True,
-                                 will_fix=True)
+                self.add_finding(ref.node, use.code, f"string annotation `{written}` -> `{use.edit.new_dotted}`",
+                                 fixable=True, will_fix=True)
         if not reason:
             self.string_edits[self.string_key(ref)] = literal
 
@@ -586,9 +567,7 @@ class _Analyzer:
         return quote + content + quote
 
     def string_key(self, ref: StringRef) -> tuple[int, int]:
-        per_stmt = [s for s in self.walker.strings if s.stmt_index == ref.stmt_index]
-        per_stmt.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
-        return ref.stmt_index, next(i for i, s in enumerate(per_stmt) if s is ref)
+        return ref.stmt_index, self.string_ordinals[id(ref)]
 
     def functools_imported(self) -> bool:
         bindings = self.walker.module_scope.bindings.get("functools", [])
@@ -596,25 +575,35 @@ class _Analyzer:
 
     # the result ----------------------------------------------------------------------------
     def plan(self) -> Plan:
-        self.chain_ordinals()
-        edited = {k[0] for k in self.chain_edits}
-        string_values: dict[int, list[str]] = {}
-        for stmt in {k[0] for k in self.string_edits}:
-            refs = sorted((s for s in self.walker.strings if s.stmt_index == stmt),
-                          key=lambda s: (s.node.lineno, s.node.col_offset))
-            string_values[stmt] = [s.node.value for s in refs]
+        chain_stmts = {stmt for stmt, _ in self.chain_edits}
+        string_stmts = {stmt for stmt, _ in self.string_edits}
         self.findings.sort(key=lambda f: (f.line, f.col, f.code))
         return Plan(
             findings=self.findings,
             stmt_end=self.walker.stmt_end,
             heads=self.heads,
             chain_edits=self.chain_edits,
-            chain_texts={s: t for s, t in self._chain_texts.items() if s in edited},
+            chain_texts={stmt: self.chain_texts[stmt] for stmt in chain_stmts},
             string_edits=self.string_edits,
-            string_values=string_values,
+            string_values={stmt: self.string_texts[stmt] for stmt in string_stmts},
             import_edits=self.import_edits,
             needs_functools=self.needs_functools and not self.functools_imported(),
         )
+
+
+def _number_per_statement(refs, text) -> tuple[dict[int, int], dict[int, list[str]]]:
+    """Each ref's ordinal within its statement in source order, and each statement's texts in that
+    order: how `ampfix.apply` counts the same names and strings in the CST."""
+    per_stmt: dict[int, list] = {}
+    for ref in refs:
+        per_stmt.setdefault(ref.stmt_index, []).append(ref)
+    ordinals: dict[int, int] = {}
+    texts: dict[int, list[str]] = {}
+    for stmt, in_stmt in per_stmt.items():
+        in_stmt.sort(key=lambda r: (r.node.lineno, r.node.col_offset))
+        texts[stmt] = [text(r) for r in in_stmt]
+        ordinals.update((id(r), i) for i, r in enumerate(in_stmt))
+    return ordinals, texts
 
 
 def _longest_symbol(qname: str) -> tuple[str, Rule, Target | None] | None:
