@@ -11,7 +11,6 @@ what the analysis saw. Any disagreement raises `PlanMismatch`: the file is then 
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
 
 import libcst as cst
 from libcst import MaybeSentinel
@@ -387,4 +386,4 @@ def _is_docstring(line: cst.SimpleStatementLine) -> bool:
         line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
-__all__: Sequence[str] = ["PlanMismatch", "apply_plan"]
+__all__ = ["PlanMismatch", "apply_plan"]

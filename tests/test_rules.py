@@ -61,7 +61,7 @@ def test_every_symbol_and_its_twin_exist_in_torch(old, target):
         _resolve(_root_replaced(old))
 
 
-def test_rewriting_never_imports_torch_libcst_is_fine():
+def test_check_and_fix_never_import_torch():
     code = (
         "import sys\n"
         "from ampfix.engine import fix_source, check_source\n"
