@@ -28,6 +28,8 @@ What is measured, per package:
 - **AMP900**: internal errors (the file is left untouched; its lines count here, not as left).
 - **broken**: outputs that `ast.parse` rejects. Target 0.
 - **2nd run**: files whose output a second `fix_source` changes again. Target 0.
+- **false fixed**: lines still deprecated in the output where a finding on that very line says
+  fixed and none says left (a rewrite report that overstates). Target 0.
 - **check != fix**: files where `check_source` and `fix_source` disagree on the findings'
   (line, code, fixable) — `check` promises what `rewrite` does.
 - cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp` or
@@ -335,6 +337,7 @@ class PackageResult:
     broken: int = 0
     second_run_changed: int = 0
     check_fix_differ: int = 0
+    claimed_fixed: int = 0  # lines a finding says were fixed, still deprecated, nothing open on them
     unparsable: int = 0
     grep_lines: int = 0
     code_miss: int = 0
@@ -418,7 +421,13 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         at_import = [f for i in sorted(uses.via_import.get(line, ())) for f in open_findings.get(i, ())]
         if not any(n in after for n in mapping.get(line, ())):
             result.fixed += 1
-        elif open_findings.get(line) or at_import:
+            continue
+        claimed = [f for f in fixed.findings if f.line == line and f.fixed]
+        if claimed and not open_findings.get(line):
+            result.claimed_fixed += 1
+            detail("a finding says fixed, the line still has a deprecated use", line,
+                   message=claimed[0].message)
+        if open_findings.get(line) or at_import:
             result.left += 1
             finding = (open_findings.get(line) or at_import)[0]
             reason = ("" if open_findings.get(line) else "(at its import) ") + reason_of(finding)
@@ -447,6 +456,7 @@ COLUMNS = (("package", "name", "<"), ("files", "files", ">"), ("w/ findings", "c
            ("left+rep.", "left", ">"), ("unrep.", "unreported", ">"),
            ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),
            ("2nd run", "second_run_changed", ">"), ("check!=fix", "check_fix_differ", ">"),
+           ("false fixed", "claimed_fixed", ">"),
            ("unparsable", "unparsable", ">"), ("grep", "grep_lines", ">"),
            ("code miss", "code_miss", ">"), ("engine s", None, ">"))
 
