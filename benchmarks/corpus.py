@@ -17,7 +17,8 @@ What is measured, per package:
   engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
   `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
   through the file's imports with a plain per-function scope rule, to something under those
-  modules, and any string whose whole value is such a dotted path. It over-approximates (a name
+  modules, any string whose whole value is such a dotted path, and any string that parses as an
+  expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
 - **fixed**: the same oracle on the output finds no deprecated use on the line(s) that line
@@ -37,7 +38,7 @@ What is measured, per package:
   comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
   Files the engine (AMP901) or the oracle cannot parse are counted as `unparsable`.
 
-Downloads take ~25 MB; the run is one process (keep it light on shared machines).
+Downloads take ~16 MB; the run is one process (keep it light on shared machines).
 """
 
 from __future__ import annotations
@@ -204,8 +205,18 @@ class DeprecatedUses(ast.NodeVisitor):
         return True
 
     def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and _DOTTED.fullmatch(node.value.strip()) and \
-                _is_deprecated(node.value.strip()):
+        if not isinstance(node.value, str) or "amp" not in node.value:
+            return
+        text = node.value.strip()
+        if _DOTTED.fullmatch(text) and _is_deprecated(text):  # "torch.cuda.amp.autocast"
+            self.lines.add(node.lineno)
+            return
+        try:  # a string annotation: "Optional[amp.GradScaler]" with `from torch.cuda import amp`
+            expression = ast.parse(text, mode="eval") if len(text) < 300 else None
+        except (SyntaxError, ValueError):
+            return
+        chains = [n for n in ast.walk(expression) if isinstance(n, ast.Attribute)] if expression else []
+        if any(_is_deprecated(self._resolve(chain)[0]) for chain in chains):
             self.lines.add(node.lineno)
 
     def _resolve(self, node: ast.expr) -> tuple[str | None, list[int]]:
