@@ -1,0 +1,568 @@
+"""The engine on real code nobody here wrote: old releases on PyPI that still use the deprecated API.
+
+    python benchmarks/corpus.py                   # download what is missing, unpack, measure
+    python benchmarks/corpus.py --offline         # measure the cache only; never touch the network
+    python benchmarks/corpus.py --details         # also list every line that is not fixed, by category
+    python benchmarks/corpus.py --only fastai --json /tmp/corpus.json
+
+Each package==version below is fetched once with `pip download --no-deps` into
+benchmarks/.corpus/downloads/ (gitignored), and its .py files are unpacked into
+benchmarks/.corpus/src/. Every .py file is then decoded as `ampfix.files` decodes it and run
+through the engine in this process (`ampfix.engine.fix_source`, default safe options), then once
+more on its output.
+
+What is measured, per package:
+
+- **found**: lines holding a deprecated use, found by an oracle that shares no code with the
+  engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
+  `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
+  through the file's imports with a plain per-function scope rule, to something under those
+  modules, any string whose whole value is such a dotted path, and any string that parses as an
+  expression holding such a chain (string annotations). It over-approximates (a name
+  bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
+  read, and the --details listing shows each one.
+- **fixed**: the same oracle on the output finds no deprecated use on the line(s) that line
+  became (lines are mapped through a line diff; a line inside a changed block maps to the block).
+- **left, reported**: not fixed, and the engine gave a finding that is not marked fixed on that
+  line; counted by reason (the finding's code and its message with names masked).
+- **unreported**: not fixed and no such finding. Target 0.
+- **AMP900**: internal errors (the file is left untouched; its lines count here, not as left).
+- **broken**: outputs that `ast.parse` rejects. Target 0.
+- **2nd run**: files whose output a second `fix_source` changes again. Target 0.
+- **false fixed**: lines still deprecated in the output where a finding on that very line says
+  fixed and none says left (a rewrite report that overstates). Target 0.
+- **check != fix**: files where `check_source` and `fix_source` disagree on the findings'
+  (line, code, fixable) — `check` promises what `rewrite` does.
+- cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp` or
+  `cuda import amp`; `code miss` counts those among them whose match lies in code (not in a
+  comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
+  Files the engine (AMP901) or the oracle cannot parse are counted as `unparsable`.
+
+Downloads take ~16 MB; the run is one process (keep it light on shared machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import tokenize
+import zipfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CACHE = HERE / ".corpus"
+
+# (requirement, "wheel" | "sdist"): releases checked to still use the deprecated API (grep of
+# what was downloaded). Wheels where a pure-Python one exists; sdists carry tests and examples too.
+PACKAGES: tuple[tuple[str, str], ...] = (
+    ("transformers==4.25.1", "wheel"),
+    ("accelerate==0.20.3", "wheel"),
+    ("fastai==2.7.12", "wheel"),
+    ("speechbrain==0.5.14", "wheel"),
+    ("nemo_toolkit==1.20.0", "wheel"),
+    ("composer==0.16.0", "wheel"),
+    ("colossalai==0.3.0", "sdist"),
+    ("pytorch-lightning==1.9.5", "wheel"),
+    ("ultralytics==8.0.100", "wheel"),
+    ("espnet==202301", "wheel"),
+    ("mmengine==0.7.4", "wheel"),
+    ("monai==1.2.0", "wheel"),
+    ("fairscale==0.4.13", "sdist"),
+    ("pytorch-ignite==0.4.11", "wheel"),
+    ("allennlp==2.10.1", "wheel"),
+)
+
+DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+_TEXT_MATCH = re.compile(r"\b(?:cuda|cpu)\s*\.\s*amp\b|\bcuda\s+import\s+amp\b")
+_CODE_MATCH = re.compile(r"(?:cuda|cpu)\.amp\b|cuda import amp\b")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetching and unpacking
+
+
+def fetch(requirement: str, kind: str, cache: Path, offline: bool) -> Path:
+    """The unpacked source tree of one release (only its .py files), downloading it if needed."""
+    name = requirement.replace("==", "-")
+    tree = cache / "src" / name
+    if (tree / ".complete").exists():
+        return tree
+    downloads = cache / "downloads" / name
+    archives = sorted(downloads.glob("*")) if downloads.is_dir() else []
+    if not archives:
+        if offline:
+            raise SystemExit(f"{requirement}: not in the cache ({downloads}) and --offline was given")
+        # An sdist for this package only: `:all:` would also build pip's build tools from source.
+        package = requirement.split("==")[0]
+        binary = ["--only-binary", ":all:"] if kind == "wheel" else ["--no-binary", package]
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *binary, "-q",
+                        "-d", str(downloads), requirement], check=True)
+        archives = sorted(downloads.glob("*"))
+    if len(archives) != 1:
+        raise SystemExit(f"{requirement}: expected one archive in {downloads}, found {len(archives)}")
+    _unpack_python_files(archives[0], tree)
+    (tree / ".complete").touch()
+    return tree
+
+
+def _unpack_python_files(archive: Path, tree: Path) -> None:
+    tree.mkdir(parents=True, exist_ok=True)
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(tree, [m for m in zf.namelist() if m.endswith(".py") and ".." not in m])
+    else:
+        with tarfile.open(archive) as tf:
+            members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")]
+            tf.extractall(tree, members, filter="data")
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle: deprecated uses by line, independently of the engine
+
+
+def _is_deprecated(qname: str | None) -> bool:
+    return qname is not None and any(qname == m or qname.startswith(m + ".") for m in DEPRECATED_MODULES)
+
+
+class DeprecatedUses(ast.NodeVisitor):
+    """Lines with a deprecated use. Scopes: the module and each function (classes and
+    comprehensions are not scopes here); a name bound in a function is local to it, as in Python.
+    Each scope maps a name to the set of (what it is bound to, the import's line); the target is
+    None for anything but an import."""
+
+    def __init__(self) -> None:
+        self.lines: set[int] = set()
+        self.via_import: dict[int, set[int]] = defaultdict(set)  # use line -> its import's line(s)
+        self._scopes: list[dict[str, set[tuple[str | None, int | None]]]] = []
+
+    def scan(self, tree: ast.Module) -> set[int]:
+        self._scopes.append(_bindings(tree.body))
+        self.generic_visit(tree)
+        return self.lines
+
+    def _visit_function(self, node) -> None:
+        for decorator in getattr(node, "decorator_list", ()):
+            self.visit(decorator)
+        for default in (*node.args.defaults, *node.args.kw_defaults):
+            if default is not None:
+                self.visit(default)
+        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                    node.args.vararg, node.args.kwarg):
+            if arg is not None and arg.annotation is not None:
+                self.visit(arg.annotation)
+        if getattr(node, "returns", None) is not None:
+            self.visit(node.returns)
+        local = _bindings(node.body if isinstance(node.body, list) else [node.body])
+        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                    node.args.vararg, node.args.kwarg):
+            if arg is not None:
+                local.setdefault(arg.arg, set()).add((None, None))
+        self._scopes.append(local)
+        for statement in node.body if isinstance(node.body, list) else [node.body]:
+            self.visit(statement)
+        self._scopes.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _visit_function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if _is_deprecated(alias.name):
+                self.lines.add(alias.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            return
+        for alias in node.names:
+            if _is_deprecated(f"{node.module}.{alias.name}"):
+                self.lines.add(alias.lineno)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if self._found(node):
+            return  # the chain is counted once, at its start
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self._found(node)
+
+    def _found(self, node: ast.expr) -> bool:
+        qname, import_lines = self._resolve(node)
+        if not _is_deprecated(qname):
+            return False
+        self.lines.add(node.lineno)
+        self.via_import[node.lineno].update(import_lines)
+        return True
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if not isinstance(node.value, str) or "amp" not in node.value:
+            return
+        text = node.value.strip()
+        if _DOTTED.fullmatch(text) and _is_deprecated(text):  # "torch.cuda.amp.autocast"
+            self.lines.add(node.lineno)
+            return
+        try:  # a string annotation: "Optional[amp.GradScaler]" with `from torch.cuda import amp`
+            expression = ast.parse(text, mode="eval") if len(text) < 300 else None
+        except (SyntaxError, ValueError):
+            return
+        chains = [n for n in ast.walk(expression) if isinstance(n, ast.Attribute)] if expression else []
+        if any(_is_deprecated(self._resolve(chain)[0]) for chain in chains):
+            self.lines.add(node.lineno)
+
+    def _resolve(self, node: ast.expr) -> tuple[str | None, list[int]]:
+        """The dotted name the chain resolves to, and the lines of the imports it goes through."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None, []
+        for scope in reversed(self._scopes):
+            if node.id in scope:
+                resolved = [(".".join([target, *reversed(parts)]), line)
+                            for target, line in scope[node.id] if target is not None]
+                # Several bindings: deprecated if any is (the oracle errs towards finding more).
+                deprecated = [(q, line) for q, line in resolved if _is_deprecated(q)]
+                if deprecated:
+                    return deprecated[0][0], [line for _, line in deprecated]
+                return (resolved[0][0] if resolved else None), []
+        return None, []
+
+
+def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | None]]]:
+    """What each name is bound to in one scope (not descending into nested functions)."""
+    bound: dict[str, set[tuple[str | None, int | None]]] = defaultdict(set)
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname].add((alias.name, alias.lineno))
+                else:
+                    head = alias.name.split(".")[0]
+                    bound[head].add((head, alias.lineno))
+            continue
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}" if not node.level and alias.name != "*" else None
+                bound[alias.asname or alias.name].add((target, alias.lineno))
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name].add((None, None))
+            stack.extend(node.decorator_list)
+            if isinstance(node, ast.ClassDef):
+                stack.extend(node.body)  # class bodies are not scopes here
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound[node.id].add((None, None))
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound[node.name].add((None, None))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return dict(bound)
+
+
+def deprecated_lines(source: str) -> DeprecatedUses | None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    uses = DeprecatedUses()
+    uses.scan(tree)
+    return uses
+
+
+def text_matches(source: str) -> tuple[set[int], set[int]]:
+    """Lines whose text matches the grep, and those where the match is in code (tokenize)."""
+    text = {n for n, line in enumerate(source.splitlines(), 1) if _TEXT_MATCH.search(line)}
+    if not text:
+        return text, set()
+    code_by_line: dict[int, list[str]] = defaultdict(list)
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.NAME, tokenize.OP):
+                code_by_line[token.start[0]].append(token.string)
+    except (tokenize.TokenError, SyntaxError):
+        return text, set()
+    code = {n for n, tokens in code_by_line.items() if _CODE_MATCH.search(" ".join(tokens).replace(" . ", "."))}
+    return text, code
+
+
+def line_map(old: str, new: str) -> dict[int, set[int]]:
+    """Old line number -> the new lines it became.
+
+    Inside a changed block of the same length, line i became line i; in one of another length
+    (an import split in two), each new line goes to the old line it is most similar to."""
+    mapping: dict[int, set[int]] = defaultdict(set)
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" or i2 - i1 == j2 - j1:
+            for i in range(i1, i2):
+                mapping[i + 1].add(j1 + 1 + i - i1)
+        elif i2 > i1:
+            for j in range(j1, j2):
+                closest = max(range(i1, i2), key=lambda i: difflib.SequenceMatcher(
+                    None, old_lines[i], new_lines[j], autojunk=False).ratio())
+                mapping[closest + 1].add(j + 1)
+    return mapping
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+
+_MASK = re.compile(r"`[^`]*`")
+
+
+def reason_of(finding) -> str:
+    message = _MASK.sub("`X`", finding.message)
+    message = re.sub(r"\blines? \d+(?:, \d+)*", "line N", message)
+    message = re.sub(r"\d+ positional", "N positional", message)
+    return f"{finding.code} {message}"
+
+
+@dataclass
+class PackageResult:
+    name: str
+    files: int = 0
+    candidates: int = 0  # files the engine found something in
+    found: int = 0
+    fixed: int = 0
+    left: int = 0
+    unreported: int = 0
+    amp900_files: int = 0
+    amp900_lines: int = 0
+    broken: int = 0
+    second_run_changed: int = 0
+    check_fix_differ: int = 0
+    claimed_fixed: int = 0  # lines a finding says were fixed, still deprecated, nothing open on them
+    unparsable: int = 0
+    grep_lines: int = 0
+    code_miss: int = 0
+    seconds: float = 0.0
+    reasons: Counter = field(default_factory=Counter)
+    details: list[dict] = field(default_factory=list)
+
+
+def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
+    from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
+    from ampfix.files import _encoding  # the CLI's decoding: BOM, coding cookie
+
+    data = path.read_bytes()
+    try:
+        source = data.decode(_encoding(data))
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        result.unparsable += 1
+        return
+    result.files += 1
+    lines = source.splitlines()
+
+    def detail(category: str, line: int, **extra) -> None:
+        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        result.details.append({"category": category, "file": rel, "line": line, "text": text, **extra})
+
+    uses = deprecated_lines(source)
+    grep_lines, code_lines = text_matches(source)
+    result.grep_lines += len(grep_lines)
+    if uses is None:
+        result.unparsable += 1
+    found = uses.lines if uses is not None else set()
+    for line in sorted(code_lines - found):
+        result.code_miss += 1
+        detail("oracle missed (code matches the grep)", line)
+
+    start = time.perf_counter()
+    fixed = fix_source(source, options)
+    checked = check_source(source, options)
+    again = fix_source(fixed.new_source, options) if fixed.changed else None
+    result.seconds += time.perf_counter() - start
+
+    if fixed.findings:
+        result.candidates += 1
+    if any(f.code == SYNTAX_ERROR_CODE for f in fixed.findings):
+        return  # counted above as unparsable (the oracle cannot parse it either)
+    internal = [f for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
+    if internal:
+        result.amp900_files += 1
+        result.amp900_lines += len(found)
+        detail("AMP900", internal[0].line, message=internal[0].message)
+    fixed_keys = {(f.line, f.code, f.fixable) for f in fixed.findings if f.code != INTERNAL_ERROR_CODE}
+    if {(f.line, f.code, f.fixable) for f in checked.findings} != fixed_keys:
+        result.check_fix_differ += 1
+        detail("check and fix disagree", 1)
+    if fixed.changed:
+        try:
+            ast.parse(fixed.new_source)
+        except (SyntaxError, ValueError) as error:
+            result.broken += 1
+            detail("broken output", getattr(error, "lineno", 1) or 1, message=str(error))
+        if again is not None and again.changed:
+            result.second_run_changed += 1
+            detail("changed by a second run", 1, diff=again.diff(rel)[:2000])
+
+    result.found += len(found)
+    if internal:
+        return
+    if fixed.changed:
+        after_uses = deprecated_lines(fixed.new_source)
+        after = after_uses.lines if after_uses is not None else set()
+        mapping = line_map(source, fixed.new_source)
+    else:
+        after, mapping = found, {n: {n} for n in found}
+    open_findings: dict[int, list] = defaultdict(list)
+    for finding in fixed.findings:
+        if not finding.fixed:
+            open_findings[finding.line].append(finding)
+    for line in sorted(found):
+        # A use of a name whose import is reported and left counts as reported there (the engine
+        # reports a name with no twin once, at its import).
+        at_import = [f for i in sorted(uses.via_import.get(line, ())) for f in open_findings.get(i, ())]
+        if not any(n in after for n in mapping.get(line, ())):
+            result.fixed += 1
+            continue
+        claimed = [f for f in fixed.findings if f.line == line and f.fixed]
+        if claimed and not open_findings.get(line):
+            result.claimed_fixed += 1
+            detail("a finding says fixed, the line still has a deprecated use", line,
+                   message=claimed[0].message)
+        if open_findings.get(line) or at_import:
+            result.left += 1
+            finding = (open_findings.get(line) or at_import)[0]
+            reason = ("" if open_findings.get(line) else "(at its import) ") + reason_of(finding)
+            result.reasons[reason] += 1
+            detail(f"left: {reason}", line, message=finding.message)
+        else:
+            result.unreported += 1
+            detail("unreported", line, findings=[f"{f.code} fixed={f.fixed} {f.message}"
+                                                 for f in fixed.findings if f.line == line])
+
+
+def measure_package(name: str, tree: Path, options) -> PackageResult:
+    from ampfix.files import discover
+
+    result = PackageResult(name)
+    for path in discover([tree]):
+        measure_file(path, str(path.relative_to(tree)), result, options)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+COLUMNS = (("package", "name", "<"), ("files", "files", ">"), ("w/ findings", "candidates", ">"),
+           ("found", "found", ">"), ("fixed", "fixed", ">"), ("fixed %", None, ">"),
+           ("left+rep.", "left", ">"), ("unrep.", "unreported", ">"),
+           ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),
+           ("2nd run", "second_run_changed", ">"), ("check!=fix", "check_fix_differ", ">"),
+           ("false fixed", "claimed_fixed", ">"),
+           ("unparsable", "unparsable", ">"), ("grep", "grep_lines", ">"),
+           ("code miss", "code_miss", ">"), ("engine s", None, ">"))
+
+
+def _cells(r: PackageResult) -> list[str]:
+    cells = []
+    for title, attr, _ in COLUMNS:
+        if title == "fixed %":
+            cells.append(f"{100 * r.fixed / r.found:.1f}" if r.found else "-")
+        elif title.startswith("AMP900"):
+            cells.append(f"{r.amp900_files}/{r.amp900_lines}")
+        elif title == "engine s":
+            cells.append(f"{r.seconds:.2f}")
+        else:
+            cells.append(str(getattr(r, attr)))
+    return cells
+
+
+def render(results: list[PackageResult], total: PackageResult) -> str:
+    rows = [[c[0] for c in COLUMNS]] + [_cells(r) for r in results] + [_cells(total)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+
+    def line(row: list[str]) -> str:
+        return "| " + " | ".join(cell.ljust(w) if c[2] == "<" else cell.rjust(w)
+                                 for cell, w, c in zip(row, widths, COLUMNS)) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if c[2] == ">" else "-" * (w + 2)
+                          for w, c in zip(widths, COLUMNS)) + "|"
+    return "\n".join([line(rows[0]), rule, *map(line, rows[1:-1]), line(rows[-1])])
+
+
+def totals(results: list[PackageResult]) -> PackageResult:
+    total = PackageResult("**total**")
+    for r in results:
+        for attr, value in vars(r).items():
+            if isinstance(value, (int, float)) and attr != "name":
+                setattr(total, attr, getattr(total, attr) + value)
+        total.reasons.update(r.reasons)
+        total.details.extend({"package": r.name, **d} for d in r.details)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--offline", action="store_true", help="use the cache only")
+    parser.add_argument("--only", action="append", default=[], help="a package name (repeatable)")
+    parser.add_argument("--unsafe-fixes", action="store_true")
+    parser.add_argument("--details", action="store_true", help="list every line not fixed, and every error")
+    parser.add_argument("--json", type=Path, help="write every result and detail here")
+    args = parser.parse_args(argv)
+
+    from ampfix.options import Options
+
+    options = Options(unsafe_fixes=args.unsafe_fixes)
+    chosen = [(req, kind) for req, kind in PACKAGES
+              if not args.only or req.split("==")[0] in args.only]
+    trees = [(requirement, fetch(requirement, kind, args.cache, args.offline)) for requirement, kind in chosen]
+    started = time.perf_counter()
+    results = []
+    for requirement, tree in trees:
+        results.append(measure_package(requirement, tree, options))
+        print(f"measured {requirement}", file=sys.stderr)
+    total = totals(results)
+    wall = time.perf_counter() - started
+
+    print(f"ampfix engine on {len(results)} releases, "
+          f"{'--unsafe-fixes' if args.unsafe_fixes else 'default (safe) options'}; lines with a deprecated use")
+    print()
+    print(render(results, total))
+    print()
+    print("left and reported, by reason (code, message with names masked):")
+    for reason, count in total.reasons.most_common():
+        print(f"  {count:4d}  {reason}")
+    if args.details:
+        print()
+        for d in sorted(total.details, key=lambda d: (d["category"], d["package"], d["file"], d["line"])):
+            print(f"[{d['category']}] {d['package']} {d['file']}:{d['line']}: {d['text']}")
+            for key in ("message", "findings", "diff"):
+                if d.get(key):
+                    print(f"    {key}: {d[key]}")
+    print()
+    print(f"wall time {wall:.1f} s, downloads excluded (engine: fix, check and the second fix, {total.seconds:.1f} s); "
+          f"python {sys.version.split()[0]}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "packages": [{k: v for k, v in vars(r).items() if k not in ("details",)} for r in results],
+            "details": total.details, "wall_s": wall}, indent=1, default=str))
+    targets_met = (total.amp900_files == 0 and total.broken == 0 and total.unreported == 0
+                   and total.found and total.fixed / total.found >= 0.92)
+    print("targets (0 AMP900, 0 broken, 0 unreported, >= 92% fixed):", "met" if targets_met else "NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
