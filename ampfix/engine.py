@@ -72,14 +72,14 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     from ampfix.analysis import analyze
 
     plan = analyze(tree, source, options)
-    findings = tuple(_finding(f, applied=rewrite) for f in plan.findings)
+    findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)
     try:
         new_source = _rewrite(source, plan)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file untouched, reported
         message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
-        unfixed = tuple(_finding(f, applied=False) for f in plan.findings)
+        unfixed = tuple(_finding(f, applied=False) for f in plan.findings if options.reports(f.code))
         return SourceResult(source, source, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
     return SourceResult(source, new_source, findings)
 
