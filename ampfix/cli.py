@@ -88,6 +88,8 @@ ExitZeroOpt = Annotated[bool, typer.Option(
     "--exit-zero", help="Exit 0 even when there are findings (2 still means an error).")]
 ForceExcludeOpt = Annotated[bool, typer.Option(
     "--force-exclude", help="Apply the configured excludes to files named on the command line too.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
 StdinNameOpt = Annotated[Optional[str], typer.Option(
     "--stdin-filename", metavar="PATH",
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
@@ -128,11 +130,11 @@ def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str 
 def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
           target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
-          stdin_filename: StdinNameOpt = None) -> None:
+          stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
     overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
     raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
-                               exit_zero=exit_zero, stdin_filename=stdin_filename))
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
 
 @app.command()
@@ -140,12 +142,12 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
             target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
-            stdin_filename: StdinNameOpt = None) -> None:
+            stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
     overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
     raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
-                               exit_zero=exit_zero, stdin_filename=stdin_filename))
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
 
 class TableFormat(str, enum.Enum):

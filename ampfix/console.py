@@ -22,7 +22,7 @@ STDIN = Path("-")
 
 def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] = {},
               output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
-              stdin_filename: str | None = None) -> int:
+              stdin_filename: str | None = None, quiet: bool = False) -> int:
     """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
     `overrides`: the settings given as flags, which win over `[tool.ampfix]`.
@@ -37,14 +37,18 @@ def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] 
         return _usage_error(str(error))
     options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
                       rules=enabled_rules(settings.select, settings.ignore))
+    terminal = _Terminal(quiet)
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude)
     else:
         from ampfix.files import process_paths
 
-        found = process_paths(paths, options, mode, exclusions=_exclusions(settings), force_exclude=force_exclude)
-        results = [r for r in found if r.findings or r.error or r.changed]
-    _emit(results, mode, output_format, findings_to_stderr=reading_stdin and mode == "rewrite")
+        found = process_paths(paths, options, mode, exclusions=_exclusions(settings), force_exclude=force_exclude,
+                              on_discovered=terminal.discovered)
+        results = [r for r in terminal.follow(found) if r.findings or r.error or r.changed]
+        terminal.finish()
+    _emit(results, mode, output_format, findings_to_stderr=reading_stdin and mode == "rewrite",
+          terminal=None if reading_stdin else terminal)
     code = exit_code(results, mode)
     return EXIT_CLEAN if exit_zero and code == EXIT_FINDINGS else code
 
@@ -90,7 +94,8 @@ def exit_code(results, mode: str) -> int:
     return EXIT_FINDINGS if any(r.changed or any(not f.fixed for f in r.findings) for r in results) else EXIT_CLEAN
 
 
-def _emit(results, mode: str, output_format: str, findings_to_stderr: bool = False) -> None:
+def _emit(results, mode: str, output_format: str, findings_to_stderr: bool = False,
+          terminal: _Terminal | None = None) -> None:
     from ampfix import report
 
     # With --diff the diff alone goes to stdout (it can be piped to `git apply`); so does the new
@@ -105,10 +110,80 @@ def _emit(results, mode: str, output_format: str, findings_to_stderr: bool = Fal
     elif output_format == "sarif":
         findings_out.write(report.sarif(results) + "\n")
     else:
+        colour = terminal is not None and terminal.colour(findings_out)
         for result in results:
-            for line in report.finding_lines(result, mode):
+            for line in report.finding_lines(result, mode, colour):
                 findings_out.write(line + "\n")
-        findings_out.write(report.summary(results, mode) + "\n")
+        if terminal is None or not terminal.quiet:
+            findings_out.write(report.summary(results, mode) + "\n")
+        if terminal is not None and not terminal.quiet and _is_terminal(findings_out):
+            summary = report.terminal_summary(results, mode, terminal.scanned, terminal.elapsed())
+            findings_out.write(report.paint(summary, "dim", colour) + "\n")
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Terminal:
+    """What a person at a terminal gets beyond the report: a progress line on runs longer than
+    about a second (on stderr, when it is a terminal, unless --quiet), colours (unless NO_COLOR),
+    and the count of files scanned for the closing summary. Costs a counter per file otherwise."""
+
+    PROGRESS_AFTER_S = 1.0
+    REDRAW_EVERY_S = 0.1
+
+    def __init__(self, quiet: bool) -> None:
+        import time
+
+        self.quiet = quiet
+        self.clock = time.monotonic
+        self.started = self.clock()
+        self.scanned = 0
+        self.processed = 0
+        self.drawn_at = 0.0
+        self.shows_progress = not quiet and _is_terminal(sys.stderr)
+        self.drawn = False
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def discovered(self, path: Path) -> None:
+        self.scanned += 1
+        if self.shows_progress:
+            self._draw()
+
+    def follow(self, results):
+        for result in results:
+            self.processed += 1
+            if self.shows_progress:
+                self._draw()
+            yield result
+
+    def _draw(self) -> None:
+        now = self.clock()
+        if now - self.started < self.PROGRESS_AFTER_S or now - self.drawn_at < self.REDRAW_EVERY_S:
+            return
+        self.drawn_at = now
+        self.drawn = True
+        sys.stderr.write(f"\r\033[Kampfix: {self.scanned:,} files scanned, {self.processed:,} naming amp "
+                         f"processed {_SPINNER[int(now * 10) % len(_SPINNER)]}")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    @staticmethod
+    def colour(stream) -> bool:
+        return _is_terminal(stream) and not os.environ.get("NO_COLOR")
+
+
+_SPINNER = "|/-\\"
 
 
 # The fast path. `ampfix check a.py b.py` (what pre-commit runs: a command and file names, no

@@ -10,7 +10,7 @@ import stat
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ampfix.engine import Finding, SourceResult, check_source, fix_source
 from ampfix.exclusion import GITIGNORE, Exclusions, FolderFilter
@@ -184,7 +184,8 @@ def default_jobs() -> int:
 
 def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
                   jobs: int | None = None, exclusions: Exclusions | None = None,
-                  force_exclude: bool = False) -> Iterator[FileResult]:
+                  force_exclude: bool = False,
+                  on_discovered: Callable[[Path], None] | None = None) -> Iterator[FileResult]:
     """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
 
     Files are filtered by a byte search first; only candidates are parsed, in a process pool
@@ -195,7 +196,10 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
         raise ValueError(f"mode must be one of {MODES}")
     jobs = jobs or default_jobs()
     settings = (options, mode)
-    items = _candidates(discover(paths, exclusions, force_exclude))
+    found = discover(paths, exclusions, force_exclude)
+    if on_discovered is not None:  # the CLI counts files for its progress line and summary
+        found = _observed(found, on_discovered)
+    items = _candidates(found)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
@@ -240,6 +244,12 @@ def _pooled(items: Iterator[_Candidate | FileResult], settings: tuple[Options, s
 
 def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]) -> list[FileResult]:
     return [_process_item(item, settings) for item in chunk]
+
+
+def _observed(paths: Iterable[Path], observer: Callable[[Path], None]) -> Iterator[Path]:
+    for path in paths:
+        observer(path)
+        yield path
 
 
 def _candidates(paths: Iterable[Path]) -> Iterator[_Candidate | FileResult]:

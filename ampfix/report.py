@@ -23,7 +23,15 @@ ERROR_TITLES = {
 }
 
 
-def finding_lines(result: FileResult, mode: str) -> list[str]:
+_STYLES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "dim": "2"}
+
+
+def paint(text: str, style: str, colour: bool) -> str:
+    """`text` in an ANSI style when `colour` (a terminal, NO_COLOR unset), else as it is."""
+    return f"\033[{_STYLES[style]}m{text}\033[0m" if colour else text
+
+
+def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[str]:
     lines = []
     for finding in result.findings:
         if mode == "check":
@@ -31,7 +39,9 @@ def finding_lines(result: FileResult, mode: str) -> list[str]:
         else:
             done = "would fix" if mode == "diff" else "fixed"
             mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
-        lines.append(f"{result.path}:{finding.line}:{finding.col}: {finding.code}{mark} {_message(finding)}")
+        where = paint(f"{result.path}:{finding.line}:{finding.col}:", "bold", colour)
+        code = paint(finding.code, "green" if finding.fixed else "red", colour)
+        lines.append(f"{where} {code}{mark} {_message(finding)}")
     return lines
 
 
@@ -62,6 +72,24 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     if errors:
         parts.append(f"{_count(errors, 'file')} could not be processed")
     return "; ".join(parts) + "."
+
+
+def terminal_summary(results: Sequence[FileResult], mode: str, scanned: int, seconds: float) -> str:
+    """What a person at a terminal also gets: files scanned, changed, findings by rule, errors."""
+    verb = {"check": "checked", "diff": "would change", "rewrite": "changed"}[mode]
+    changed = sum(1 for r in results if r.changed)
+    errors = sum(1 for r in results if r.error)
+    by_rule: dict[str, int] = {}
+    for result in results:
+        for finding in result.findings:
+            if finding.code not in ERROR_TITLES:  # errors are counted on their own
+                by_rule[finding.code] = by_rule.get(finding.code, 0) + 1
+    parts = [f"scanned {_count(scanned, 'file')} in {seconds:.1f} s"]
+    if mode != "check":
+        parts.append(f"{verb} {_count(changed, 'file')}")
+    parts.append("findings by rule: " + (", ".join(f"{code} {n}" for code, n in sorted(by_rule.items())) or "none"))
+    parts.append(_count(errors, "error"))
+    return "; ".join(parts)
 
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:
