@@ -33,7 +33,7 @@ def _matched(spec, relative: str, is_dir: bool) -> bool | None:
 
 
 def _relative(path: Path, base: Path) -> str | None:
-    """`path` below `base` as a forward-slash string, or None when it is not below it."""
+    """`path` (absolute) below `base` as a forward-slash string, or None when it is not below it."""
     relative = os.path.relpath(path, base)
     if relative == os.curdir or relative == os.pardir or relative.startswith(os.pardir + os.sep):
         return None
@@ -41,25 +41,23 @@ def _relative(path: Path, base: Path) -> str | None:
 
 
 @dataclass(frozen=True)
-class _IgnoreFiles:
-    """The .gitignore files (and .git/info/exclude) in force in a folder: (folder, spec), outermost first."""
+class _Layer:
+    """Patterns that speak of paths relative to one folder. A walk names each entry by its path
+    below the folder it started from ("pkg/sub/a.py"); for these patterns the entry is
+    `prefix + that path without anchor` (string slicing, no path arithmetic per file)."""
 
-    layers: tuple[tuple[Path, object], ...] = ()
+    anchor: str  # the folder the patterns sit in, below the walk's start ("" or "pkg/")
+    prefix: str  # the walk's start below the patterns' folder ("" or "a/b/"), when anchor is ""
+    spec: object
 
-    def entering(self, folder: Path, has_gitignore: bool) -> _IgnoreFiles:
-        if not has_gitignore:
-            return self
-        spec = _read_spec(folder / GITIGNORE)
-        return self if spec is None else _IgnoreFiles((*self.layers, (folder, spec)))
+    def verdict(self, walked: str, is_dir: bool) -> bool | None:
+        return _matched(self.spec, self.prefix + walked[len(self.anchor):], is_dir)
 
-    def ignores(self, path: Path, is_dir: bool) -> bool:
-        for base, spec in reversed(self.layers):  # the deepest file that speaks decides, as in git
-            relative = _relative(path, base)
-            if relative is not None:
-                verdict = _matched(spec, relative, is_dir)
-                if verdict is not None:
-                    return verdict
-        return False
+
+def _layer(start: Path, base: Path, spec) -> _Layer:
+    """Patterns relative to `base`, for a walk that starts in `start` (absolute; at or below base)."""
+    inside = _relative(start, base)
+    return _Layer("", "" if inside is None else inside + "/", spec)
 
 
 def _read_spec(path: Path):
@@ -89,67 +87,78 @@ class Exclusions:
         self.spec = _compile(patterns) if patterns else None
         self.gitignore = gitignore
 
-    def excludes(self, path: Path, is_dir: bool) -> bool:
-        """Whether the configured excludes leave out this file or folder."""
-        if is_dir and (path.name in self.names or path.name in VCS_DIRS):
-            return True
-        if self.spec is None:
-            return False
-        relative = _relative(Path(os.path.abspath(path)), self.root)
-        return relative is not None and bool(_matched(self.spec, relative, is_dir))
+    def _excluded_by_name(self, name: str) -> bool:
+        return name in self.names or name in VCS_DIRS
 
     def forced_out(self, path: Path) -> bool:
         """--force-exclude: a path named on the command line is left out when it, or a folder
         holding it (below the configuration's folder), is excluded."""
         absolute = Path(os.path.abspath(path))
-        if self.excludes(absolute, absolute.is_dir()):
-            return True
-        for folder in absolute.parents:
-            if _relative(folder, self.root) is None:
-                return False
-            if self.excludes(folder, True):
+        relative = _relative(absolute, self.root)
+        if relative is None:  # outside the project: only the built-in names can speak of it
+            return absolute.is_dir() and self._excluded_by_name(absolute.name)
+        parts = relative.split("/")
+        for depth in range(1, len(parts) + 1):
+            is_dir = depth < len(parts) or absolute.is_dir()
+            if is_dir and self._excluded_by_name(parts[depth - 1]):
+                return True
+            if self.spec is not None and _matched(self.spec, "/".join(parts[:depth]), is_dir):
                 return True
         return False
 
     def walk_from(self, folder: Path) -> FolderFilter:
         """What a walk of `folder` leaves out. A folder named on the command line is walked even
         when it is itself excluded or ignored: the rules that exclude it then do not apply inside."""
-        absolute = Path(os.path.abspath(folder))
-        exclusions = self
-        if self.spec is not None and _relative(absolute, self.root) is not None \
-                and _matched(self.spec, _relative(absolute, self.root), True):
-            exclusions = Exclusions(self.root, exclude=None if self.names else (), gitignore=self.gitignore)
-        repository = _repository_root(absolute) if self.gitignore else None
-        if repository is None:  # as git: .gitignore files count inside a repository only
-            return FolderFilter(exclusions, None)
-        ignore_files = _IgnoreFiles(_info_exclude(repository))
-        above = [p for p in absolute.parents if p == repository or _relative(p, repository) is not None]
-        for parent in reversed(above):
-            ignore_files = ignore_files.entering(parent, (parent / GITIGNORE).is_file())
-        if ignore_files.ignores(absolute, True):
-            ignore_files = _IgnoreFiles()
-        return FolderFilter(exclusions, ignore_files)
-
-
-def _info_exclude(repository: Path) -> tuple[tuple[Path, object], ...]:
-    spec = _read_spec(repository / ".git" / "info" / "exclude")
-    return () if spec is None else ((repository, spec),)
+        start = Path(os.path.abspath(folder))
+        patterns: tuple[_Layer, ...] = ()
+        if self.spec is not None:
+            inside = _relative(start, self.root)
+            if start == self.root or (inside is not None and not _matched(self.spec, inside, True)):
+                patterns = (_layer(start, self.root, self.spec),)
+        ignored: tuple[_Layer, ...] | None = None
+        repository = _repository_root(start) if self.gitignore else None
+        if repository is not None:  # as git: .gitignore files count inside a repository only
+            layers = []
+            info = _read_spec(repository / ".git" / "info" / "exclude")
+            if info is not None:
+                layers.append(_layer(start, repository, info))
+            above = [p for p in reversed(start.parents) if _relative(p, repository) is not None]
+            for base in (repository, *above):
+                spec = _read_spec(base / GITIGNORE) if base != start else None  # the walk reads start's own
+                if spec is not None:
+                    layers.append(_layer(start, base, spec))
+            if any(layer.prefix and _matched(layer.spec, layer.prefix[:-1], True) for layer in layers):
+                layers = []  # the named folder is itself ignored: the files above it do not apply inside
+            ignored = tuple(layers)
+        return FolderFilter(self._excluded_by_name, patterns, ignored)
 
 
 @dataclass(frozen=True)
 class FolderFilter:
-    """Decides, entry by entry, what a folder walk skips; grows as the walk descends."""
+    """Decides, entry by entry, what a folder walk skips; grows as the walk descends. Entries are
+    named by their path below the walk's start, with "/" ("pkg/sub/a.py")."""
 
-    exclusions: Exclusions
-    ignore_files: _IgnoreFiles | None
+    excluded_name: object  # Callable[[str], bool]: the built-in folder names
+    patterns: tuple[_Layer, ...]  # the configured excludes (one layer, or none)
+    ignored: tuple[_Layer, ...] | None  # .gitignore files, outermost first; None outside a repository
 
-    def entering(self, folder: Path, has_gitignore: bool) -> FolderFilter:
-        if self.ignore_files is None:
+    def entering(self, folder: Path, walked: str, has_gitignore: bool) -> FolderFilter:
+        """The filter inside `folder` (`walked` below the start, "" or "pkg/"): with its .gitignore."""
+        if self.ignored is None or not has_gitignore:
             return self
-        inside = self.ignore_files.entering(folder, has_gitignore)
-        return self if inside is self.ignore_files else FolderFilter(self.exclusions, inside)
+        spec = _read_spec(folder / GITIGNORE)
+        if spec is None:
+            return self
+        return FolderFilter(self.excluded_name, self.patterns, (*self.ignored, _Layer(walked, "", spec)))
 
-    def skips(self, path: Path, is_dir: bool) -> bool:
-        if self.exclusions.excludes(path, is_dir):
+    def skips(self, walked: str, name: str, is_dir: bool) -> bool:
+        if is_dir and self.excluded_name(name):
             return True
-        return self.ignore_files is not None and self.ignore_files.ignores(path, is_dir)
+        if any(layer.verdict(walked, is_dir) for layer in self.patterns):
+            return True
+        if self.ignored:
+            for layer in reversed(self.ignored):  # the deepest file that speaks decides, as in git
+                verdict = layer.verdict(walked, is_dir)
+                if verdict is not None:
+                    return verdict
+        return False

@@ -51,22 +51,23 @@ def discover(paths: Iterable[str | os.PathLike[str]], exclusions: Exclusions | N
             yield path
 
 
-def _walk(directory: Path, skipped: FolderFilter) -> Iterator[Path]:
+def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[Path]:
+    """`walked`: `directory` below the walk's start ("" or "pkg/sub/"), as the filter names entries."""
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
         return
-    skipped = skipped.entering(directory, any(entry.name == GITIGNORE for entry in entries))
+    skipped = skipped.entering(directory, walked, any(entry.name == GITIGNORE for entry in entries))
     subdirs = []
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             path = Path(entry.path)
-            if not skipped.skips(path, True) and not _is_virtualenv(path):
-                subdirs.append(path)
-        elif entry.name.endswith(".py") and entry.is_file() and not skipped.skips(Path(entry.path), False):
+            if not skipped.skips(walked + entry.name, entry.name, True) and not _is_virtualenv(path):
+                subdirs.append((path, f"{walked}{entry.name}/"))
+        elif entry.name.endswith(".py") and entry.is_file() and not skipped.skips(walked + entry.name, entry.name, False):
             yield Path(entry.path)
-    for subdir in subdirs:
-        yield from _walk(subdir, skipped)
+    for subdir, below in subdirs:
+        yield from _walk(subdir, skipped, below)
 
 
 def read_candidate(path: Path) -> bytes | None | FileResult:
