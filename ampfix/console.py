@@ -40,6 +40,7 @@ def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] 
     terminal = _Terminal(quiet)
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude)
+        terminal.scanned = 1
     else:
         from ampfix.files import process_paths
 
@@ -47,8 +48,7 @@ def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] 
                               on_discovered=terminal.discovered)
         results = [r for r in terminal.follow(found) if r.findings or r.error or r.changed]
         terminal.finish()
-    _emit(results, mode, output_format, findings_to_stderr=reading_stdin and mode == "rewrite",
-          terminal=None if reading_stdin else terminal)
+    _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite")
     code = exit_code(results, mode)
     return EXIT_CLEAN if exit_zero and code == EXIT_FINDINGS else code
 
@@ -94,8 +94,7 @@ def exit_code(results, mode: str) -> int:
     return EXIT_FINDINGS if any(r.changed or any(not f.fixed for f in r.findings) for r in results) else EXIT_CLEAN
 
 
-def _emit(results, mode: str, output_format: str, findings_to_stderr: bool = False,
-          terminal: _Terminal | None = None) -> None:
+def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_to_stderr: bool = False) -> None:
     from ampfix import report
 
     # With --diff the diff alone goes to stdout (it can be piped to `git apply`); so does the new
@@ -110,13 +109,13 @@ def _emit(results, mode: str, output_format: str, findings_to_stderr: bool = Fal
     elif output_format == "sarif":
         findings_out.write(report.sarif(results) + "\n")
     else:
-        colour = terminal is not None and terminal.colour(findings_out)
+        colour = terminal.colour(findings_out)
         for result in results:
             for line in report.finding_lines(result, mode, colour):
                 findings_out.write(line + "\n")
-        if terminal is None or not terminal.quiet:
+        if not terminal.quiet:
             findings_out.write(report.summary(results, mode) + "\n")
-        if terminal is not None and not terminal.quiet and _is_terminal(findings_out):
+        if not terminal.quiet and _is_terminal(findings_out):
             summary = report.terminal_summary(results, mode, terminal.scanned, terminal.elapsed())
             findings_out.write(report.paint(summary, "dim", colour) + "\n")
 

@@ -239,7 +239,7 @@ def sarif(results: Iterable[FileResult]) -> str:
 
 
 def _sarif_rule(rule: Rule) -> dict[str, object]:
-    rows = [row for row in _rule_rows([rule])]
+    rows = _rule_rows([rule])
     mappings = "; ".join(f"{row['old']} -> {row['new']}" for row in rows)
     minimum = _version(rule.min_torch)
     return {
@@ -248,7 +248,8 @@ def _sarif_rule(rule: Rule) -> dict[str, object]:
         "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({r["old"] for r in rows}))},
         "fullDescription": {"text": f"{mappings} (needs torch >= {minimum})" if rule.min_torch else mappings},
         "defaultConfiguration": {"level": "error"},
-        "properties": {"minimumTorch": minimum, "fix": rows[0]["fix"] if rows else "report only"},
+        # What `rewrite` does, per old name (as `ampfix rules` says it).
+        "properties": {"minimumTorch": minimum, "fix": {str(row["old"]): row["fix"] for row in rows}},
     }
 
 
