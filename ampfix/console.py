@@ -16,7 +16,6 @@ from ampfix.config import ConfigError, Settings, enabled_rules, load
 from ampfix.options import Options
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-FORMATS = ("text", "json", "github", "sarif")
 STDIN = Path("-")
 
 
