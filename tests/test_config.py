@@ -161,6 +161,9 @@ def test_a_file_named_on_the_command_line_is_processed_unless_force_exclude(proj
     # A folder named explicitly is walked, though excluded; with --force-exclude it is not.
     assert paths_in(invoke("check", "legacy").stdout) == ["legacy/a.py"]
     assert invoke("check", "--force-exclude", "legacy").exit_code == 0
+    # The built-in list counts too (as ruff's default excludes do).
+    write("build/gen.py")
+    assert paths_in(invoke("check", "--force-exclude", "build/gen.py", "b.py").stdout) == ["b.py"]
 
 
 def test_the_fast_path_takes_force_exclude(project: Path, capsys):
