@@ -6,6 +6,7 @@ match: a pre-commit run without excludes or .gitignore files never loads it).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,9 +84,14 @@ class Exclusions:
         self.root = Path(os.path.abspath(root or os.curdir))
         # The built-in list is a set of folder names: cheaper than patterns on every entry.
         self.names = DEFAULT_EXCLUDE if exclude is None else frozenset()
-        patterns = [*(exclude or ()), *extend_exclude]
-        self.spec = _compile(patterns) if patterns else None
+        self.patterns = (*(exclude or ()), *extend_exclude)
         self.gitignore = gitignore
+
+    @functools.cached_property
+    def spec(self):
+        """The compiled patterns, or None; compiled on first use (files named without
+        --force-exclude never need them)."""
+        return _compile(self.patterns) if self.patterns else None
 
     def _excluded_by_name(self, name: str) -> bool:
         return name in self.names or name in VCS_DIRS
