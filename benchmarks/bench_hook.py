@@ -2,6 +2,7 @@
 
     python benchmarks/bench_hook.py                 # medians of 21 runs
     python benchmarks/bench_hook.py --ampfix '/tmp/v/bin/python -m ampfix'   # another install
+    python benchmarks/bench_hook.py --ampfix /tmp/v/bin/ampfix --baseline /tmp/old/bin/ampfix
 
 The hooks run `ampfix check --force-exclude FILES` / `ampfix rewrite --force-exclude FILES`
 (.pre-commit-hooks.yaml). The files sit in a project whose pyproject.toml has a [tool.ampfix]
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--ampfix", help="the command to run (default: the ampfix script next to this Python)")
     parser.add_argument("--python", default=sys.executable, help="the Python for `-c pass`")
+    parser.add_argument("--baseline", help="another ampfix (an older install) to time `check FILE` with, "
+                        "in the same rounds")
     args = parser.parse_args(argv)
     ampfix = shlex.split(args.ampfix) if args.ampfix else default_ampfix()
 
@@ -49,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         with_flag = Timing("ampfix check --target-torch 2.4 FILE (typer parses)",
                            [*ampfix, "check", "--target-torch", "2.4", str(clean)])
         timings = [bare, plain, hook_clean, hook_rewrite, hook_used, with_flag]
+        if args.baseline:
+            timings.insert(1, Timing("baseline: check FILE (no flag)", [*shlex.split(args.baseline), "check", str(clean)]))
         measure(timings, args.repeat)
 
         lines = (clean.read_text().count("\n"), used.read_text().count("\n"))
