@@ -95,34 +95,32 @@ StdinNameOpt = Annotated[Optional[str], typer.Option(
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
 
 
-def _codes(value: str | None, flag: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
+def _setting(key: str, value: object) -> object:
+    """A flag's value, parsed and checked as the [tool.ampfix] key of the same name is."""
     from ampfix.config import KEYS
 
     try:
-        return KEYS[flag][1]([code.strip() for code in value.split(",") if code.strip()])
+        return KEYS[key][1](value)
     except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint=f"--{flag}")
+        raise typer.BadParameter(str(error), param_hint=f"--{key}")
+
+
+def _codes(value: str) -> list[str]:
+    return [code.strip() for code in value.split(",") if code.strip()]
 
 
 def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
                ignore: str | None) -> dict[str, object]:
     """The settings given as flags: they win over [tool.ampfix]."""
-    from ampfix.config import parse_version
-
     given: dict[str, object] = {}
     if unsafe_fixes is not None:
         given["unsafe_fixes"] = unsafe_fixes
     if target_torch is not None:
-        try:
-            given["target_torch"] = parse_version(target_torch)
-        except ValueError:
-            raise typer.BadParameter(f"expected X.Y, got {target_torch!r}", param_hint="--target-torch")
+        given["target_torch"] = _setting("target-torch", target_torch)
     if select is not None:
-        given["select"] = _codes(select, "select")
+        given["select"] = _setting("select", _codes(select))
     if ignore is not None:
-        given["ignore"] = _codes(ignore, "ignore")
+        given["ignore"] = _setting("ignore", _codes(ignore))
     return given
 
 

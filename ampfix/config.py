@@ -41,11 +41,12 @@ class Settings:
 
 def parse_version(value: object) -> tuple[int, int]:
     """"2.3" -> (2, 3). Shared by `target-torch` and `--target-torch`."""
-    if isinstance(value, str):
-        parts = value.split(".")
-        if len(parts) in (2, 3) and all(part.isdigit() for part in parts):
-            return int(parts[0]), int(parts[1])
-    raise ValueError(f"expected a version as a string \"X.Y\", got {value!r}")
+    if not isinstance(value, str):
+        raise ValueError(f"expected a version as a string \"X.Y\", got {value!r}")
+    parts = value.split(".")
+    if len(parts) in (2, 3) and all(part.isdigit() for part in parts):
+        return int(parts[0]), int(parts[1])
+    raise ValueError(f"expected a version X.Y, got {value!r}")
 
 
 def _strings(value: object) -> tuple[str, ...]:
