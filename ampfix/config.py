@@ -61,7 +61,7 @@ def _codes(value: object) -> tuple[str, ...]:
 
     known = [rule.code for rule in ALL_RULES]
     for code in codes:
-        if not any(known_code.startswith(code) for known_code in known) or not code:
+        if not code or not any(known_code.startswith(code) for known_code in known):
             raise ValueError(f"{code!r} is not a rule code or a prefix of one ({', '.join(known)})")
     return codes
 
