@@ -167,6 +167,8 @@ class _Analyzer:
         self.findings.append(PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion))
 
     def held_back(self, rule: Rule) -> str | None:
+        if self.options.rules is not None and rule.code not in self.options.rules:
+            return f"{rule.code} is not selected"
         target = self.options.target_torch
         if target is not None and rule.min_torch is not None and rule.min_torch > target:
             need = ".".join(map(str, rule.min_torch))

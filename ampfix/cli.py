@@ -12,7 +12,6 @@ from typer.core import TyperGroup
 
 from ampfix import __version__
 from ampfix.console import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fast_path, run_files
-from ampfix.options import Options
 
 __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "app", "main"]
 
@@ -25,7 +24,7 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 def _runner_command(name: str):
     from ampfix.runner import commands
 
-    single = typer.Typer(add_completion=False)
+    single = typer.Typer(add_completion=False, rich_markup_mode=None)
     single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))
     return typer.main.get_command(single)
 
@@ -51,9 +50,12 @@ class _Group(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
+# Plain help, as click prints it: typer's rich panels label every flag `<bool>`, and read
+# `[tool.ampfix]` in a help text as markup.
 app = typer.Typer(
     cls=_Group,
     add_completion=False,
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="Migrate deprecated torch.cuda.amp / torch.cpu.amp to torch.amp; run CUDA scripts on CPU.",
 )
@@ -62,51 +64,102 @@ app = typer.Typer(
 class OutputFormat(str, enum.Enum):
     text = "text"
     json = "json"
+    github = "github"
+    sarif = "sarif"
 
 
-PathsArg = Annotated[list[Path], typer.Argument(help="Files or folders (folders: every *.py below).")]
-UnsafeOpt = Annotated[bool, typer.Option("--unsafe-fixes", help="Also apply fixes that may change meaning.")]
+PathsArg = Annotated[list[Path], typer.Argument(
+    metavar="PATH", help="Files or folders (folders: every *.py below); `-` reads stdin.")]
+UnsafeOpt = Annotated[Optional[bool], typer.Option(
+    "--unsafe-fixes/--no-unsafe-fixes", show_default=False,
+    help="Also apply fixes that may change meaning (default: `unsafe-fixes` in [tool.ampfix], else off).")]
 TargetOpt = Annotated[
     Optional[str],
     typer.Option("--target-torch", metavar="X.Y",
                  help="Oldest torch the code must run on; rules needing newer torch are only reported."),
 ]
-FormatOpt = Annotated[OutputFormat, typer.Option("--output-format", help="text, or json (one array).")]
+SelectOpt = Annotated[Optional[str], typer.Option(
+    "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
+IgnoreOpt = Annotated[Optional[str], typer.Option(
+    "--ignore", metavar="CODES", help="Leave these rules out: codes or prefixes, comma-separated.")]
+FormatOpt = Annotated[OutputFormat, typer.Option(
+    "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
+ExitZeroOpt = Annotated[bool, typer.Option(
+    "--exit-zero", help="Exit 0 even when there are findings (2 still means an error).")]
+ForceExcludeOpt = Annotated[bool, typer.Option(
+    "--force-exclude", help="Apply the configured excludes to files named on the command line too.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
+StdinNameOpt = Annotated[Optional[str], typer.Option(
+    "--stdin-filename", metavar="PATH",
+    help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
 
 
-def _options(unsafe_fixes: bool, target_torch: str | None) -> Options:
-    version = None
+def _setting(key: str, value: object) -> object:
+    """A flag's value, parsed and checked as the [tool.ampfix] key of the same name is."""
+    from ampfix.config import KEYS
+
+    try:
+        return KEYS[key][1](value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=f"--{key}")
+
+
+def _codes(value: str) -> list[str]:
+    return [code.strip() for code in value.split(",") if code.strip()]
+
+
+def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
+               ignore: str | None) -> dict[str, object]:
+    """The settings given as flags: they win over [tool.ampfix]."""
+    given: dict[str, object] = {}
+    if unsafe_fixes is not None:
+        given["unsafe_fixes"] = unsafe_fixes
     if target_torch is not None:
-        try:
-            major, minor = (int(x) for x in target_torch.split(".")[:2])
-        except ValueError:
-            raise typer.BadParameter(f"expected X.Y, got {target_torch!r}", param_hint="--target-torch")
-        version = (major, minor)
-    return Options(unsafe_fixes=unsafe_fixes, target_torch=version)
+        given["target_torch"] = _setting("target-torch", target_torch)
+    if select is not None:
+        given["select"] = _setting("select", _codes(select))
+    if ignore is not None:
+        given["ignore"] = _setting("ignore", _codes(ignore))
+    return given
 
 
 @app.command()
-def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = False,
-          target_torch: TargetOpt = None) -> None:
+def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
+          target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
+          exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
+          stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
-    raise typer.Exit(run_files(paths, "check", _options(unsafe_fixes, target_torch), output_format.value))
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
+    raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
 
 @app.command()
 def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="Print a diff; write nothing.")] = False,
-            output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = False,
-            target_torch: TargetOpt = None) -> None:
-    """Rewrite in place (or --diff). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
+            output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
+            target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
+            exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
+            stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
+    """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
-    raise typer.Exit(run_files(paths, mode, _options(unsafe_fixes, target_torch), output_format.value))
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
+    raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
+
+
+class TableFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
 
 
 @app.command()
-def rules(output_format: FormatOpt = OutputFormat.text) -> None:
+def rules(output_format: Annotated[TableFormat, typer.Option("--output-format", help="text, or json.")]
+          = TableFormat.text) -> None:
     """The rule table: code, old -> new, minimum torch, fix."""
     from ampfix import report
 
-    text = report.rules_json() if output_format is OutputFormat.json else report.rules_text()
+    text = report.rules_json() if output_format is TableFormat.json else report.rules_text()
     sys.stdout.write(text + "\n")
 
 
@@ -117,7 +170,7 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True)] = False) -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False) -> None:
     pass
 
 

@@ -10,21 +10,79 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from ampfix.config import ConfigError, Settings, enabled_rules, load
 from ampfix.options import Options
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-FORMATS = ("text", "json")
+STDIN = Path("-")
 
 
-def run_files(paths: Sequence[Path], mode: str, options: Options = Options(), output_format: str = "text") -> int:
-    """Check, diff or rewrite `paths`, write the report, return the exit code."""
-    from ampfix.files import process_paths
+def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] = {},
+              output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
+              stdin_filename: str | None = None, quiet: bool = False) -> int:
+    """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
-    results = [r for r in process_paths(paths, options, mode) if r.findings or r.error or r.changed]
-    _emit(results, mode, output_format)
-    return exit_code(results, mode)
+    `overrides`: the settings given as flags, which win over `[tool.ampfix]`.
+    """
+    reading_stdin = STDIN in paths
+    if reading_stdin and len(paths) > 1:
+        return _usage_error("`-` (stdin) cannot be mixed with other paths")
+    named = [Path(stdin_filename)] if reading_stdin and stdin_filename else [] if reading_stdin else paths
+    try:
+        settings = load(named, overrides)
+    except ConfigError as error:  # nothing has been read or written yet
+        return _usage_error(str(error))
+    options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
+                      rules=enabled_rules(settings.select, settings.ignore))
+    terminal = _Terminal(quiet)
+    if reading_stdin:
+        results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude)
+        terminal.scanned = 1
+    else:
+        from ampfix.files import process_paths
+
+        found = process_paths(paths, options, mode, exclusions=_exclusions(settings), force_exclude=force_exclude,
+                              on_discovered=terminal.discovered)
+        results = [r for r in terminal.follow(found) if r.findings or r.error or r.changed]
+        terminal.finish()
+    _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite")
+    code = exit_code(results, mode)
+    return EXIT_CLEAN if exit_zero and code == EXIT_FINDINGS else code
+
+
+def _usage_error(message: str) -> int:
+    sys.stderr.write(f"ampfix: error: {message}\n")
+    return EXIT_ERROR
+
+
+def _exclusions(settings: Settings):
+    from ampfix.exclusion import Exclusions
+
+    return Exclusions(settings.root, settings.exclude, settings.extend_exclude)
+
+
+def _run_stdin(name: str, mode: str, options: Options, settings: Settings, force_exclude: bool) -> list:
+    """`ampfix check -` / `ampfix rewrite -`: `rewrite` prints the new text (the input when nothing
+    changes or the name is excluded), `--diff` the diff; the findings go to the report."""
+    from ampfix.files import process_stdin
+
+    data = sys.stdin.buffer.read()
+    if force_exclude and name != "-" and _exclusions(settings).forced_out(Path(name)):
+        if mode == "rewrite":
+            _write_bytes(data)
+        return []
+    result, new_data = process_stdin(name, data, options, mode)
+    if mode == "rewrite":
+        _write_bytes(new_data)
+    return [result] if result.findings or result.error or result.changed else []
+
+
+def _write_bytes(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
 
 
 def exit_code(results, mode: str) -> int:
@@ -35,41 +93,116 @@ def exit_code(results, mode: str) -> int:
     return EXIT_FINDINGS if any(r.changed or any(not f.fixed for f in r.findings) for r in results) else EXIT_CLEAN
 
 
-def _emit(results, mode: str, output_format: str) -> None:
+def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_to_stderr: bool = False) -> None:
     from ampfix import report
 
+    # With --diff the diff alone goes to stdout (it can be piped to `git apply`); so does the new
+    # text of `rewrite -`.
+    findings_out = sys.stderr if mode == "diff" or findings_to_stderr else sys.stdout
+    if mode == "diff":
+        sys.stdout.write("".join(r.diff for r in results))
     if output_format == "json":
-        if mode == "diff":
-            sys.stdout.write("".join(r.diff for r in results))
-            sys.stderr.write(report.findings_json(results) + "\n")
-        else:
-            sys.stdout.write(report.findings_json(results) + "\n")
-        return
-    # With --diff the diff alone goes to stdout (it can be piped to `git apply`).
-    findings_out = sys.stderr if mode == "diff" else sys.stdout
-    for result in results:
-        if mode == "diff" and result.diff:
-            sys.stdout.write(result.diff)
-        for line in report.finding_lines(result, mode):
-            findings_out.write(line + "\n")
-    findings_out.write(report.summary(results, mode) + "\n")
+        findings_out.write(report.findings_json(results) + "\n")
+    elif output_format == "github":
+        findings_out.write(report.github_annotations(results))
+    elif output_format == "sarif":
+        findings_out.write(report.sarif(results) + "\n")
+    else:
+        colour = terminal.colour(findings_out)
+        for result in results:
+            for line in report.finding_lines(result, mode, colour):
+                findings_out.write(line + "\n")
+        if not terminal.quiet:
+            findings_out.write(report.summary(results, mode) + "\n")
+        if not terminal.quiet and _is_terminal(findings_out):
+            summary = report.terminal_summary(results, mode, terminal.scanned, terminal.elapsed())
+            findings_out.write(report.paint(summary, "dim", colour) + "\n")
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Terminal:
+    """What a person at a terminal gets beyond the report: a progress line on runs longer than
+    about a second (on stderr, when it is a terminal, unless --quiet), colours (unless NO_COLOR),
+    and the count of files scanned for the closing summary. Costs a counter per file otherwise."""
+
+    PROGRESS_AFTER_S = 1.0
+    REDRAW_EVERY_S = 0.1
+
+    def __init__(self, quiet: bool) -> None:
+        import time
+
+        self.quiet = quiet
+        self.clock = time.monotonic
+        self.started = self.clock()
+        self.scanned = 0
+        self.processed = 0
+        self.drawn_at = 0.0
+        self.shows_progress = not quiet and _is_terminal(sys.stderr)
+        self.drawn = False
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def discovered(self, path: Path) -> None:
+        self.scanned += 1
+        if self.shows_progress:
+            self._draw()
+
+    def follow(self, results):
+        for result in results:
+            self.processed += 1
+            if self.shows_progress:
+                self._draw()
+            yield result
+
+    def _draw(self) -> None:
+        now = self.clock()
+        if now - self.started < self.PROGRESS_AFTER_S or now - self.drawn_at < self.REDRAW_EVERY_S:
+            return
+        self.drawn_at = now
+        self.drawn = True
+        sys.stderr.write(f"\r\033[Kampfix: {self.scanned:,} files scanned, {self.processed:,} naming amp "
+                         f"processed {_SPINNER[int(now * 10) % len(_SPINNER)]}")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    @staticmethod
+    def colour(stream) -> bool:
+        return _is_terminal(stream) and not os.environ.get("NO_COLOR")
+
+
+_SPINNER = "|/-\\"
 
 
 # The fast path. `ampfix check a.py b.py` (what pre-commit runs: a command and file names, no
-# flag) needs no flag parsing at all: the defaults of the typer command are the defaults of
-# `run_files`. Anything else (a flag, `--`, `--help`, another command, no path) goes to typer,
-# which parses everything; so do Windows (click expands wildcards there) and shell completion.
+# flag but --force-exclude) needs no flag parsing at all: the defaults of the typer command are the
+# defaults of `run_files`. Anything else (another flag, `--`, `--help`, `-`, another command, no
+# path) goes to typer, which parses everything; so do Windows (click expands wildcards there) and
+# shell completion.
 FAST_COMMANDS = {"check": "check", "rewrite": "rewrite"}  # command -> mode
+FAST_FLAGS = {"--force-exclude": "force_exclude"}  # flag -> keyword of run_files (all True when given)
 
 
 def fast_path(args: Sequence[str]) -> int | None:
     """The exit code of `args` run without typer, or None when typer must parse them."""
     if len(args) < 2 or args[0] not in FAST_COMMANDS or os.name == "nt":
         return None
-    if any(arg.startswith("-") for arg in args[1:]) or any(k.endswith("_COMPLETE") for k in os.environ):
+    flags = {FAST_FLAGS.get(arg) for arg in args[1:] if arg.startswith("-")}
+    paths = [Path(arg) for arg in args[1:] if not arg.startswith("-")]
+    if None in flags or not paths or any(k.endswith("_COMPLETE") for k in os.environ):
         return None
     try:
-        return run_files([Path(arg) for arg in args[1:]], FAST_COMMANDS[args[0]])
+        return run_files(paths, FAST_COMMANDS[args[0]], **dict.fromkeys(flags, True))
     except KeyboardInterrupt:
         return 130  # as click does
     except BrokenPipeError:  # as click does: exit 1, quietly (the reader went away)

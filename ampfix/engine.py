@@ -33,16 +33,22 @@ class SourceResult:
         return self.new_source != self.source
 
     def diff(self, path: str = "<string>") -> str:
+        """A unified diff that `git apply` / `patch -p1` accept."""
         import difflib
 
-        return "".join(
-            difflib.unified_diff(
-                self.source.splitlines(keepends=True),
-                self.new_source.splitlines(keepends=True),
-                fromfile=f"a/{path}",
-                tofile=f"b/{path}",
-            )
-        )
+        lines = difflib.unified_diff(_diff_lines(self.source), _diff_lines(self.new_source),
+                                     fromfile=f"a/{path}", tofile=f"b/{path}")
+        # A last line without a newline gets git's marker; without it the next line would be glued on.
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                       for line in lines)
+
+
+def _diff_lines(text: str) -> list[str]:
+    """Lines as git and patch count them: only "\n" ends one (str.splitlines would also split on
+    form feeds and other separators, and the diff would not apply)."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
 
 
 INTERNAL_ERROR_CODE = "AMP900"
@@ -72,14 +78,14 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     from ampfix.analysis import analyze
 
     plan = analyze(tree, source, options)
-    findings = tuple(_finding(f, applied=rewrite) for f in plan.findings)
+    findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)
     try:
         new_source = _rewrite(source, plan)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file untouched, reported
         message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
-        unfixed = tuple(_finding(f, applied=False) for f in plan.findings)
+        unfixed = tuple(_finding(f, applied=False) for f in plan.findings if options.reports(f.code))
         return SourceResult(source, source, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
     return SourceResult(source, new_source, findings)
 

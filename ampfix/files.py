@@ -10,20 +10,14 @@ import stat
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ampfix.engine import Finding, SourceResult, check_source, fix_source
+from ampfix.exclusion import GITIGNORE, Exclusions, FolderFilter
 from ampfix.options import Options
 from ampfix.prefilter import could_hold_deprecated_use
 
 READ_ERROR_CODE = "AMP902"
-
-# Never descend into these: tool caches, VCS data, installed packages.
-_SKIPPED_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-    "__pycache__", "node_modules", "site-packages", "dist-packages", ".eggs", "build", "dist",
-})
-
 
 @dataclass(frozen=True)
 class FileResult:
@@ -38,33 +32,42 @@ def _is_virtualenv(path: Path) -> bool:
     return (path / "pyvenv.cfg").is_file() or (path / "conda-meta").is_dir()
 
 
-def discover(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+def discover(paths: Iterable[str | os.PathLike[str]], exclusions: Exclusions | None = None,
+             force_exclude: bool = False) -> Iterator[Path]:
     """Every .py file under the given paths, in a stable order, streamed (not collected).
 
-    A file named explicitly is always taken, whatever its name or location.
+    Folders skip what `exclusions` exclude (by default: caches, installed packages, build output)
+    and what git ignores. A file named explicitly is always taken, whatever its name or location,
+    unless `force_exclude` applies the excludes to it too.
     """
+    exclusions = exclusions or Exclusions()
     for given in paths:
         path = Path(given)
+        if force_exclude and exclusions.forced_out(path):
+            continue
         if path.is_dir():
-            yield from _walk(path)
+            yield from _walk(path, exclusions.walk_from(path))
         else:
             yield path
 
 
-def _walk(directory: Path) -> Iterator[Path]:
+def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[Path]:
+    """`walked`: `directory` below the walk's start ("" or "pkg/sub/"), as the filter names entries."""
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
         return
+    skipped = skipped.entering(directory, walked, any(entry.name == GITIGNORE for entry in entries))
     subdirs = []
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            if entry.name not in _SKIPPED_DIRS and not _is_virtualenv(Path(entry.path)):
-                subdirs.append(Path(entry.path))
-        elif entry.name.endswith(".py") and entry.is_file():
+            path = Path(entry.path)
+            if not skipped.skips(walked + entry.name, entry.name, True) and not _is_virtualenv(path):
+                subdirs.append((path, f"{walked}{entry.name}/"))
+        elif entry.name.endswith(".py") and entry.is_file() and not skipped.skips(walked + entry.name, entry.name, False):
             yield Path(entry.path)
-    for subdir in subdirs:
-        yield from _walk(subdir)
+    for subdir, below in subdirs:
+        yield from _walk(subdir, skipped, below)
 
 
 def read_candidate(path: Path) -> bytes | None | FileResult:
@@ -89,15 +92,39 @@ def process_file(path: Path, options: Options, mode: str = "check", data: bytes 
         if isinstance(read, FileResult):
             return read
         data = read
-    try:
-        encoding = _encoding(data)
-        source = data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return _error(path, f"not valid in its declared encoding: {error}")
+    decoded = _decode(path, data)
+    if isinstance(decoded, FileResult):
+        return decoded
+    source, encoding = decoded
     if mode == "check":
         result = check_source(source, options)
         return FileResult(str(path), result.findings, error=result.error)
     return _finish(path, data, encoding, fix_source(source, options), write=mode == "rewrite")
+
+
+def process_stdin(name: str, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
+    """`ampfix check -` / `ampfix rewrite -`: the bytes read from stdin, named `name` in messages,
+    through the engine; the result and the bytes to print (the input when nothing changed).
+    Nothing is written."""
+    path = Path(name)
+    if mode == "check":
+        return process_file(path, options, "check", data), data
+    decoded = _decode(path, data)
+    if isinstance(decoded, FileResult):
+        return decoded, data
+    source, encoding = decoded
+    result = fix_source(source, options)
+    file_result = _finish(path, data, encoding, result, write=False)
+    return file_result, result.new_source.encode(encoding) if file_result.changed else data
+
+
+def _decode(path: Path, data: bytes) -> tuple[str, str] | FileResult:
+    """(text, encoding), or the error of a file not valid in its declared encoding."""
+    try:
+        encoding = _encoding(data)
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return _error(path, f"not valid in its declared encoding: {error}")
 
 
 def _finish(path: Path, data: bytes, encoding: str, result: SourceResult, write: bool) -> FileResult:
@@ -157,7 +184,9 @@ def default_jobs() -> int:
 
 
 def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
-                  jobs: int | None = None) -> Iterator[FileResult]:
+                  jobs: int | None = None, exclusions: Exclusions | None = None,
+                  force_exclude: bool = False,
+                  on_discovered: Callable[[Path], None] | None = None) -> Iterator[FileResult]:
     """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
 
     Files are filtered by a byte search first; only candidates are parsed, in a process pool
@@ -168,7 +197,10 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
         raise ValueError(f"mode must be one of {MODES}")
     jobs = jobs or default_jobs()
     settings = (options, mode)
-    items = _candidates(paths)
+    found = discover(paths, exclusions, force_exclude)
+    if on_discovered is not None:  # the CLI counts files for its progress line and summary
+        found = _observed(found, on_discovered)
+    items = _candidates(found)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
@@ -215,8 +247,14 @@ def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]
     return [_process_item(item, settings) for item in chunk]
 
 
-def _candidates(paths: Iterable[str | os.PathLike[str]]) -> Iterator[_Candidate | FileResult]:
-    for path in discover(paths):
+def _observed(paths: Iterable[Path], observer: Callable[[Path], None]) -> Iterator[Path]:
+    for path in paths:
+        observer(path)
+        yield path
+
+
+def _candidates(paths: Iterable[Path]) -> Iterator[_Candidate | FileResult]:
+    for path in paths:
         read = read_candidate(path)
         if isinstance(read, FileResult):
             yield read

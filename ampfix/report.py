@@ -7,16 +7,31 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.files import READ_ERROR_CODE
 
-if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules`: `check` does not import it
+if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: `check` does not import it
+    from ampfix.engine import Finding
     from ampfix.files import FileResult
-    from ampfix.rules import Rule
+    from ampfix.rules import Rule, Target
 
 
 # Errors (internal, syntax, read) carry no rewrite to suggest.
 _NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE})
+# What the error codes mean, for formats that describe every code they use (SARIF).
+ERROR_TITLES = {
+    INTERNAL_ERROR_CODE: "internal error: the file was left unchanged",
+    SYNTAX_ERROR_CODE: "the file does not parse",
+    READ_ERROR_CODE: "the file cannot be read, or is not valid in its declared encoding",
+}
 
 
-def finding_lines(result: FileResult, mode: str) -> list[str]:
+_STYLES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "dim": "2"}
+
+
+def paint(text: str, style: str, colour: bool) -> str:
+    """`text` in an ANSI style when `colour` (a terminal, NO_COLOR unset), else as it is."""
+    return f"\033[{_STYLES[style]}m{text}\033[0m" if colour else text
+
+
+def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[str]:
     lines = []
     for finding in result.findings:
         if mode == "check":
@@ -24,12 +39,18 @@ def finding_lines(result: FileResult, mode: str) -> list[str]:
         else:
             done = "would fix" if mode == "diff" else "fixed"
             mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
-        message = finding.message
-        needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
-        if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
-            message += f"; suggested: {finding.suggestion}"
-        lines.append(f"{result.path}:{finding.line}:{finding.col}: {finding.code}{mark} {message}")
+        where = paint(f"{result.path}:{finding.line}:{finding.col}:", "bold", colour)
+        code = paint(finding.code, "green" if finding.fixed else "red", colour)
+        lines.append(f"{where} {code}{mark} {_message(finding)}")
     return lines
+
+
+def _message(finding: Finding) -> str:
+    """The message, with the suggested rewrite when a person has to finish the job."""
+    needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
+    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
+        return f"{finding.message}; suggested: {finding.suggestion}"
+    return finding.message
 
 
 def summary(results: Sequence[FileResult], mode: str) -> str:
@@ -51,6 +72,24 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     if errors:
         parts.append(f"{_count(errors, 'file')} could not be processed")
     return "; ".join(parts) + "."
+
+
+def terminal_summary(results: Sequence[FileResult], mode: str, scanned: int, seconds: float) -> str:
+    """What a person at a terminal also gets: files scanned, changed, findings by rule, errors."""
+    verb = {"check": "checked", "diff": "would change", "rewrite": "changed"}[mode]
+    changed = sum(1 for r in results if r.changed)
+    errors = sum(1 for r in results if r.error)
+    by_rule: dict[str, int] = {}
+    for result in results:
+        for finding in result.findings:
+            if finding.code not in ERROR_TITLES:  # errors are counted on their own
+                by_rule[finding.code] = by_rule.get(finding.code, 0) + 1
+    parts = [f"scanned {_count(scanned, 'file')} in {seconds:.1f} s"]
+    if mode != "check":
+        parts.append(f"{verb} {_count(changed, 'file')}")
+    parts.append("findings by rule: " + (", ".join(f"{code} {n}" for code, n in sorted(by_rule.items())) or "none"))
+    parts.append(_count(errors, "error"))
+    return "; ".join(parts)
 
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:
@@ -82,20 +121,37 @@ def _version(version: tuple[int, int] | None) -> str:
     return "-" if version is None else ".".join(map(str, version))
 
 
+def _fix(rule: Rule, target: Target | None) -> str:
+    """What `rewrite` does with the name: calls and type positions, then a reference without a call."""
+    if target is None:
+        return "report only"
+    if target.module:
+        return "safe; as a value report only"
+    if rule.shape is None:
+        return "safe"
+    return "safe; references " + ("unsafe" if rule.shape.partial_keeps_meaning else "report only")
+
+
+RULES_LEGEND = (
+    "fix: `safe` is what `ampfix rewrite` does to calls, imports and type positions (annotations,\n"
+    "isinstance); `references` are uses without a call (`f = torch.cuda.amp.GradScaler`): `unsafe` ones\n"
+    "are rewritten with --unsafe-fixes (to functools.partial), `report only` ones are left to a person."
+)
+
+
 def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
     rows = []
     for rule in rules:
         for old, target in rule.symbols.items():
             if target is None:
-                new, fix = "(no twin)", "report only"
+                new = "(no twin)"
             else:
                 device = f'"{target.device}"' if target.device else ""
                 if rule.shape and rule.shape.device_keyword:
                     device = f"{rule.shape.device_keyword}={device}"
                 new = f"{target.new}({device})" if rule.shape and device else target.new
-                fix = "safe"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
-                         "min_torch": _version(rule.min_torch), "fix": fix})
+                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target)})
     return rows
 
 
@@ -111,10 +167,98 @@ def rules_text(rules: Sequence[Rule] | None = None) -> str:
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
     lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
-    return "\n".join(lines)
+    return "\n".join([*lines, "", RULES_LEGEND])
 
 
 def rules_json(rules: Sequence[Rule] | None = None) -> str:
     import json
 
     return json.dumps(_rule_rows(_all_rules() if rules is None else rules), indent=2)
+
+
+# GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(results: Iterable[FileResult]) -> str:
+    """One `::error` line per finding (a `::notice` for one `rewrite` fixed), shown on the diff."""
+    lines = []
+    for result in results:
+        for finding in result.findings:
+            level = "notice" if finding.fixed else "error"
+            message = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            lines.append(f"::{level} file={_escape_property(result.path)},line={finding.line},"
+                         f"col={finding.col},title={_escape_property(finding.code)}::{_escape_data(message)}")
+    return "".join(line + "\n" for line in lines)
+
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def sarif(results: Iterable[FileResult]) -> str:
+    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding."""
+    import json
+
+    from ampfix import __version__
+
+    descriptors = [_sarif_rule(rule) for rule in _all_rules()]
+    descriptors += [{"id": code, "name": "error", "shortDescription": {"text": title},
+                     "defaultConfiguration": {"level": "error"}} for code, title in ERROR_TITLES.items()]
+    index = {descriptor["id"]: i for i, descriptor in enumerate(descriptors)}
+    sarif_results = []
+    for result in results:
+        for finding in result.findings:
+            sarif_results.append({
+                "ruleId": finding.code,
+                "ruleIndex": index[finding.code],
+                "level": "note" if finding.fixed else "error",
+                "kind": "pass" if finding.fixed else "fail",
+                "message": {"text": f"fixed: {finding.message}" if finding.fixed else _message(finding)},
+                "locations": [{"physicalLocation": {
+                    "artifactLocation": {"uri": _uri(result.path)},
+                    "region": {"startLine": finding.line, "startColumn": finding.col},
+                }}],
+                "properties": {"fixable": finding.fixable, "unsafe": finding.unsafe, "fixed": finding.fixed},
+            })
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "ampfix", "version": __version__, "rules": descriptors}},
+            # Finding columns count characters (code points), not SARIF's default UTF-16 units.
+            "columnKind": "unicodeCodePoints",
+            "results": sarif_results,
+        }],
+    }
+    return json.dumps(log, indent=2)
+
+
+def _sarif_rule(rule: Rule) -> dict[str, object]:
+    rows = _rule_rows([rule])
+    mappings = "; ".join(f"{row['old']} -> {row['new']}" for row in rows)
+    minimum = _version(rule.min_torch)
+    return {
+        "id": rule.code,
+        "name": rule.title,
+        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({r["old"] for r in rows}))},
+        "fullDescription": {"text": f"{mappings} (needs torch >= {minimum})" if rule.min_torch else mappings},
+        "defaultConfiguration": {"level": "error"},
+        # What `rewrite` does, per old name (as `ampfix rules` says it).
+        "properties": {"minimumTorch": minimum, "fix": {str(row["old"]): row["fix"] for row in rows}},
+    }
+
+
+def _uri(path: str) -> str:
+    """A relative path stays relative (code scanning resolves it from the checkout); others become file URIs."""
+    import os
+    from pathlib import Path
+    from urllib.parse import quote
+
+    if os.path.isabs(path):
+        return Path(path).as_uri()
+    return quote(path.replace(os.sep, "/"))

@@ -209,7 +209,32 @@ def test_rules_table_lists_every_code():
         assert code in result.stdout
     rows = json.loads(invoke("rules", "--output-format", "json").stdout)
     assert {"code": "AMP002", "title": "GradScaler", "old": "torch.cuda.amp.GradScaler",
-            "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe"} in rows
+            "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe; references unsafe"} in rows
+
+
+def test_rules_fix_column_tells_calls_from_references():
+    """Calls and type positions are safe; a reference without a call is an unsafe fix (partial)
+    for GradScaler / custom_fwd / custom_bwd, report-only for autocast and _cast; no twin: report only."""
+    fix = {(row["code"], row["old"]): row["fix"] for row in json.loads(invoke("rules", "--output-format", "json").stdout)}
+    assert fix["AMP001", "torch.cuda.amp.autocast"] == "safe; references report only"
+    assert fix["AMP002", "torch.cpu.amp.GradScaler"] == "safe; references unsafe"
+    assert fix["AMP003", "torch.cuda.amp.custom_fwd"] == "safe; references unsafe"
+    assert fix["AMP004", "torch.cuda.amp.custom_bwd"] == "safe; references unsafe"
+    assert fix["AMP005", "torch.cuda.amp.autocast_mode._cast"] == "safe; references report only"
+    assert fix["AMP010", "torch.cuda.amp.grad_scaler.OptState"] == "safe"
+    assert fix["AMP010", "torch.cuda.amp"] == "safe; as a value report only"
+    assert fix["AMP011", "torch.cuda.amp.common"] == "report only"
+    text = invoke("rules").stdout
+    assert "AMP001  torch.cuda.amp.autocast " in text and text.rstrip().endswith("left to a person.")
+    # What the column says is what rewrite does: the references of each kind, in one file.
+    source = ("import torch\nA = torch.cuda.amp.autocast\nS = torch.cuda.amp.GradScaler\n"
+              "F = torch.cuda.amp.custom_fwd\n")
+    from ampfix.engine import fix_source
+    from ampfix.options import Options
+
+    safe, unsafe = fix_source(source), fix_source(source, Options(unsafe_fixes=True))
+    assert [f.fixed for f in safe.findings] == [False, False, False]
+    assert [(f.code, f.fixed) for f in unsafe.findings] == [("AMP001", False), ("AMP002", True), ("AMP003", True)]
 
 
 def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path):

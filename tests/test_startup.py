@@ -84,3 +84,19 @@ def test_the_fast_path_prints_and_exits_as_the_typer_command(tmp_path: Path, com
     assert fast_code == typer_run.exit_code == 2
     assert fast_out == typer_run.stdout.replace(str(typer_tree), str(fast_tree))
     assert (fast_tree / "pkg" / "old.py").read_text() == (typer_tree / "pkg" / "old.py").read_text()
+
+
+def test_the_hook_command_with_a_tool_ampfix_table_stays_light(tmp_path: Path):
+    """`ampfix check --force-exclude FILES` with [tool.ampfix] present: configuration costs tomllib,
+    not typer; pathspec only when there is a pattern to match (here: none, then one)."""
+    (tmp_path / "clean.py").write_text(CLEAN)
+    (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\ntarget-torch = "2.3"\n')
+    args = ["check", "--force-exclude", str(tmp_path / "clean.py")]
+    entry = "from ampfix.__main__ import main"
+    heavy_or_matcher = HEAVY | {"pathspec"}
+    code = PROBE.format(args=args, entry=entry, heavy=heavy_or_matcher)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "MODULES []"
+    (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\nextend-exclude = ["legacy/"]\n')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == 'MODULES ["pathspec"]'
