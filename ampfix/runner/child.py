@@ -13,6 +13,7 @@ import atexit
 import importlib.abc
 import os
 import random
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -39,7 +40,7 @@ def start() -> None:
     )
     atexit.register(_write_observation, recorder, config)
     if hasattr(os, "register_at_fork"):  # not on Windows, where children are spawned, never forked
-        os.register_at_fork(after_in_child=lambda: _forget_parent(recorder))
+        os.register_at_fork(after_in_child=lambda: _start_forked_child(recorder, config))
 
 
 def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
@@ -67,10 +68,39 @@ def _capture_deprecations(recorder: Recorder) -> None:
     warnings.showwarning = showwarning
 
 
-def _forget_parent(recorder: Recorder) -> None:
+def _start_forked_child(recorder: Recorder, config: RunnerConfig) -> None:
     # A forked process starts with a copy of its parent's counts; it reports only its own.
     recorder.reset()
     recorder.role = "child"
+    _write_before_forked_exit(recorder, config)
+
+
+def _write_before_forked_exit(recorder: Recorder, config: RunnerConfig) -> None:
+    """Leave this process's observation on the two ways a forked child ends without atexit.
+
+    multiprocessing ends every forked child (``Process``, ``Pool`` workers, DataLoader workers)
+    with ``os._exit``, and a ``Pool`` leaving its ``with`` block terminates its workers (SIGTERM).
+    """
+    exit_without_cleanup = getattr(os._exit, "_ampfix_original", os._exit)  # a grandchild: wrap once
+
+    def _exit(status: int) -> None:
+        _write_observation(recorder, config)
+        exit_without_cleanup(status)
+
+    _exit._ampfix_original = exit_without_cleanup
+    os._exit = _exit
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the script's own handler, inherited: it decides how this process ends
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        _write_observation(recorder, config)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # end as the signal would have: status -SIGTERM
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread of this interpreter: only the os._exit path then
+        pass
 
 
 def _process_label(recorder: Recorder) -> str:

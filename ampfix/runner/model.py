@@ -69,6 +69,10 @@ class RunReport:
         return _merge_counted(self.processes, "unemulated", ("feature", "file", "line"))
 
     @property
+    def device_queries(self) -> list[dict[str, Any]]:
+        return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
+
+    @property
     def stopped_at_max_steps(self) -> bool:
         return any(process["stopped_at_max_steps"] for process in self.processes)
 
@@ -86,6 +90,7 @@ class RunReport:
             "losses": self.losses,
             "deprecations": self.deprecations,
             "unemulated": self.unemulated,
+            "device_queries": self.device_queries,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,
         }
