@@ -91,17 +91,18 @@ def test_forked_processes_and_pool_workers_are_reported(fork_run: Job) -> None:
     assert fork_run.returncode == 0, fork_run.stderr
     assert fork_run.stdout.startswith("pool losses ")
     labels = [process["label"] for process in report["processes"]]
-    # Process-1 trained, Process-2 (the evaluator) was terminated; the pool's workers are 3 and 4.
-    assert labels[0] == "main" and labels[-2:] == ["ForkProcess-1", "ForkProcess-2"]
-    assert set(labels[1:-2]) <= {"ForkPoolWorker-3", "ForkPoolWorker-4"} and labels[1:-2]
-    assert autocast_region(report, 24, process="ForkProcess-1")["entered"] == 2
-    assert autocast_region(report, 35, process="ForkProcess-2")["entered"] == 1  # left by SIGTERM
-    pool_regions = [region for region in report["autocast_regions"] if region["process"].startswith("ForkPoolWorker")]
-    assert {(region["line"], region["device_run"], region["dtype"]) for region in pool_regions} == {(24, "cpu", "bfloat16")}
-    assert sum(region["entered"] for region in pool_regions) == 3 * 2  # three shards of two steps
+    # Process-1 trained; the `with` Pool's workers are 2 and 3 (one may have run every shard); 4 is
+    # the evaluation worker, which only its Pool's terminate() ended.
+    assert labels[0] == "main" and labels[-2:] == ["ForkPoolWorker-4", "ForkProcess-1"]
+    assert labels[1:-2] in (["ForkPoolWorker-2"], ["ForkPoolWorker-3"], ["ForkPoolWorker-2", "ForkPoolWorker-3"])
+    assert autocast_region(report, 23, process="ForkProcess-1")["entered"] == 2
+    assert autocast_region(report, 42, process="ForkPoolWorker-4")["entered"] == 1
+    shards = [region for region in report["autocast_regions"] if region["process"] in labels[1:-2]]
+    assert {(region["line"], region["device_run"], region["dtype"]) for region in shards} == {(23, "cpu", "bfloat16")}
+    assert sum(region["entered"] for region in shards) == 3 * 2  # three shards of two steps
     main = report["processes"][0]
     assert main["autocast_regions"] == [] and main["optimizer_steps"] == 0  # each process reports its own
     assert report["optimizer_steps"] == 4 * 2 and len(report["losses"]) == 8
     assert report["scaler"] == {"scale": 8, "unscale": 0, "step": 8, "update": 8, "skipped_steps": 0}
     deprecations = {(item["line"], item["count"]) for item in report["deprecations"]}
-    assert deprecations == {(21, 4), (24, 8)}  # GradScaler per shard, autocast per step, all children
+    assert deprecations == {(20, 4), (23, 8)}  # a GradScaler per shard, an autocast per step
