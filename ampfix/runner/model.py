@@ -1,9 +1,8 @@
 """The results of ``run`` and ``verify``, as the parent sees them. Pure data; never prints.
 
 A run may involve several processes (the script, its ranks, its multiprocessing and DataLoader
-workers, spawned or forked);
-each leaves one observation. :class:`RunReport` keeps them all, main first, and sums them into the
-fields the summary and the JSON show.
+workers, spawned or forked); each leaves one observation. :class:`RunReport` keeps them all, main
+first, and sums them into the fields the summary and the JSON show.
 """
 
 from __future__ import annotations
