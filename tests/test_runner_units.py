@@ -151,6 +151,22 @@ def test_recorder_traces_script_regions_and_counts_torch_ones() -> None:
     assert [(r["origin"], r["entered"], r["dtype"]) for r in data["autocast_regions"]] == [("script", 1, "bfloat16"), ("torch", 1, "bfloat16")]
 
 
+def test_device_queries_are_counted_per_site_and_answer_and_summed_over_processes() -> None:
+    recorder = Recorder("main")
+    for _ in range(3):
+        recorder.device_query("torch.cuda.is_available()", "True", Site("/x/train.py", 5))
+    recorder.device_query("torch.cuda.device_count()", "1", Site("/x/train.py", 6))
+    assert not recorder.is_empty()
+    main = recorder.to_dict("main")
+    assert main["device_queries"] == [
+        {"query": "torch.cuda.is_available()", "answer": "True", "file": "/x/train.py", "line": 5, "count": 3},
+        {"query": "torch.cuda.device_count()", "answer": "1", "file": "/x/train.py", "line": 6, "count": 1},
+    ]
+    worker = _process("ForkPoolWorker-2", device_queries=[{**main["device_queries"][0], "count": 2}])
+    report = _report(main, worker).to_json()
+    assert [(item["line"], item["count"]) for item in report["device_queries"]] == [(5, 5), (6, 1)]
+
+
 @pytest.mark.parametrize(
     "options",
     [{"amp_dtype": "float32"}, {"max_steps": 0}, {"threads": 0}],

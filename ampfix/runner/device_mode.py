@@ -92,14 +92,15 @@ class CudaOnCpuMode(TorchFunctionMode):
         }
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
         handler = self._handlers.get(func)
         if handler is not None:
-            return handler(args, kwargs)
-        pinned = bool(kwargs.get("pin_memory"))  # torch.empty(..., pin_memory=True)
-        result = func(*args, **_map_keyword_devices(kwargs))
-        if pinned:
-            self._pinned.add(result)
+            return handler(args, kwargs or {})
+        if kwargs:  # every torch call passes here: the common call without keywords does no more
+            result = func(*args, **_map_keyword_devices(kwargs))
+            if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)
+                self._pinned.add(result)
+        else:
+            result = func(*args)
         if _is_autocast_enabled("cpu"):
             self._count_dtypes(result)
         return result
