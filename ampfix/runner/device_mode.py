@@ -3,8 +3,8 @@
 Runs in the child. One :class:`CudaOnCpuMode` (a ``TorchFunctionMode``) sees every torch call:
 it rewrites ``device=`` arguments, turns ``.cuda()`` / ``.to("cuda")`` into CPU no-ops (a copy
 for a pinned tensor, as on a GPU), keeps the mark of pinned memory (``pin_memory()``,
-``is_pinned()``), notes reads of ``x.is_cuda`` (which stays False:
-that cannot be emulated), and, while CPU autocast is on, counts the dtypes the call produced.
+``is_pinned()``), notes reads of ``x.is_cuda`` (which stays False: that cannot be emulated),
+and, while CPU autocast is on, counts the dtypes the call produced.
 
 A torch function mode is thread-local and autograd switches it off while running backward, so
 the mode is re-entered in every new thread, in custom ``Function.backward``, in tensor and module
@@ -128,10 +128,13 @@ class CudaOnCpuMode(TorchFunctionMode):
         return _TENSOR_TO(tensor, memory_format=memory_format)
 
     def _to(self, args: tuple, kwargs: dict) -> Any:
-        to_cuda = is_cuda_device(kwargs.get("device"))
+        to_cuda = False
+        if kwargs:
+            to_cuda = is_cuda_device(kwargs.get("device"))
+            kwargs = _map_keyword_devices(kwargs)
         if len(args) > 1 and is_cuda_device(args[1]):
             args, to_cuda = (args[0], "cpu", *args[2:]), True
-        moved = _TENSOR_TO(*args, **_map_keyword_devices(kwargs))
+        moved = _TENSOR_TO(*args, **kwargs)
         return self._on_device(args[0], moved) if to_cuda else moved
 
     def _pin_memory(self, args: tuple, kwargs: dict) -> Any:

@@ -1,9 +1,12 @@
-"""``torch.cuda`` answers as one fake device, so the script takes its CUDA path on the CPU.
+"""``torch.cuda`` and ``torch.accelerator`` answer as one fake CUDA device, so the script takes its
+CUDA path on the CPU, and the report says so.
 
 Runs in the child. The utilities a training script calls (availability, device queries, memory
-statistics, events, streams, nvtx) get CPU stand-ins. What cannot be emulated (CUDA graphs, the
-legacy ``torch.cuda.FloatTensor`` types) is recorded where the script touches it and then fails
-the way it would on a CPU, so the report names it instead of hiding it.
+statistics, events, streams, nvtx) get CPU stand-ins. Each device question the script branches on
+(``is_available()``, ``current_accelerator()``, ...) is recorded with the answer it got. What
+cannot be emulated (CUDA graphs, the legacy ``torch.cuda.FloatTensor`` types) is recorded where
+the script touches it and then fails the way it would on a CPU, so the report names it instead of
+hiding it.
 """
 
 from __future__ import annotations
