@@ -78,7 +78,7 @@ def test_stream_prefetcher_with_pinned_memory_behaves_as_on_a_gpu(stream_prefetc
     # a refilled staging buffer, record_stream accepted, events that time.
     assert stream_prefetch_run.returncode == 0, stream_prefetch_run.stderr
     assert "6 steps, last loss" in stream_prefetch_run.stdout
-    region = autocast_region(report, 62)
+    region = autocast_region(report, 65)
     assert (region["device_run"], region["dtype"], region["enabled"], region["entered"]) == ("cpu", "bfloat16", True, 6)
     assert report["scaler"] == {"scale": 6, "unscale": 0, "step": 6, "update": 6, "skipped_steps": 0}
     assert report["optimizer_steps"] == 6 and len(report["losses"]) == 6
