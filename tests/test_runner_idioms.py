@@ -11,6 +11,7 @@ JOBS: dict[str, list[str]] = {
     "accelerator_run": ["run", "accelerator_generic.py"],
     "stream_prefetch_run": ["run", "stream_prefetch.py"],
     "fork_run": ["run", "fork_workers.py"],
+    "fork_verify": ["verify", "fork_workers.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -106,3 +107,14 @@ def test_forked_processes_and_pool_workers_are_reported(fork_run: Job) -> None:
     assert report["scaler"] == {"scale": 8, "unscale": 0, "step": 8, "update": 8, "skipped_steps": 0}
     deprecations = {(item["line"], item["count"]) for item in report["deprecations"]}
     assert deprecations == {(20, 4), (23, 8)}  # a GradScaler per shard, an autocast per step
+
+
+def test_verify_of_a_pool_script_does_not_depend_on_which_worker_ran_which_task(fork_verify: Job) -> None:
+    report = fork_verify.report
+    assert fork_verify.returncode == 0, fork_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    for side in ("original", "rewritten"):
+        workers = [process for process in report[side]["processes"] if process["pool_worker"]]
+        assert sum(process["optimizer_steps"] for process in workers) == 3 * 2  # the evaluation worker takes none
+        assert {process["label"] for process in workers} >= {"ForkPoolWorker-4"}
+    assert sorted(report["original"]["losses"]) == sorted(report["rewritten"]["losses"])

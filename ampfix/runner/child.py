@@ -129,7 +129,9 @@ def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:
 def initialize_pool_worker(pool_creator: int, initializer: Callable[..., Any] | None, initargs: tuple) -> None:
     """Every Pool's initializer (module level: a spawned worker unpickles it by name), then the script's."""
     if os.getpid() != pool_creator and _this_process is not None:  # not a ThreadPool's thread
-        _write_when_terminated(*_this_process)
+        recorder, config = _this_process
+        recorder.pool_worker = True
+        _write_when_terminated(recorder, config)
     if initializer is not None:
         initializer(*initargs)
 

@@ -61,6 +61,8 @@ def dtype_name(dtype: Any) -> str:
 class Recorder:
     def __init__(self, role: str) -> None:
         self.role = role
+        # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
+        self.pool_worker = False
         self.reset()
 
     def reset(self) -> None:
@@ -161,6 +163,7 @@ class Recorder:
             "label": label,
             "pid": os.getpid(),
             "role": self.role,
+            "pool_worker": self.pool_worker,
             "autocast_regions": [_region_dict(key, entered) for key, entered in self.regions.items()],
             "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
             "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
