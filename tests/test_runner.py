@@ -1,26 +1,17 @@
 """`ampfix run` and `ampfix verify` on the realistic CUDA scripts in fixtures/run, on this CPU.
 
-Every CLI invocation is one *job*. Starting a child Python with torch costs seconds, so each job
-runs once per module (a module-scoped fixture per job) and the jobs the selected tests need are
-started together up front, two at a time, to use both cores while pytest walks the tests.
+Each command line below is a job, run once for the module (see runner_jobs).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
+from runner_jobs import FIXTURES, Job, JobPool, define_job_fixtures
+from runner_jobs import autocast_region as _region
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
-JOB_TIMEOUT_S = 300
-
-# fixture name -> the ampfix command line (a fixture script name is made a path under FIXTURES)
+# job name -> the ampfix command line (a fixture script name is made a path under FIXTURES)
 JOBS: dict[str, list[str]] = {
     "cnn_run": ["run", "cnn_amp.py", "--", "--steps", "4"],
     "custom_function_run": ["run", "custom_function.py"],
@@ -40,82 +31,7 @@ JOBS: dict[str, list[str]] = {
 }
 
 
-@dataclass
-class Job:
-    returncode: int
-    stdout: str
-    stderr: str
-    report: dict[str, Any]
-
-
-def _command(arguments: list[str], json_path: Path) -> list[str]:
-    command = [sys.executable, "-m", "ampfix"]
-    for argument in arguments:
-        command.append(str(FIXTURES / argument) if argument.endswith(".py") else argument)
-    separator = command.index("--") if "--" in command else len(command)
-    return [*command[:separator], "--json", str(json_path), *command[separator:]]
-
-
-def _invoke(arguments: list[str], json_path: Path) -> Job:
-    completed = subprocess.run(_command(arguments, json_path), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    report = json.loads(json_path.read_text()) if json_path.exists() else {}
-    return Job(completed.returncode, completed.stdout, completed.stderr, report)
-
-
-class JobPool:
-    def __init__(self, folder: Path) -> None:
-        self._folder = folder
-        self._executor = ThreadPoolExecutor(max_workers=2)
-        self._futures: dict[str, Future[Job]] = {}
-
-    def submit(self, name: str) -> None:
-        if name not in self._futures:
-            self._futures[name] = self._executor.submit(_invoke, JOBS[name], self._folder / f"{name}.json")
-
-    def result(self, name: str) -> Job:
-        self.submit(name)
-        return self._futures[name].result()
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
-
-
-@pytest.fixture(scope="module")
-def jobs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    pool = JobPool(tmp_path_factory.mktemp("runner-jobs"))
-    selected = set()
-    for item in request.session.items:
-        selected.update(getattr(item, "fixturenames", ()))
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and "job_name" in callspec.params:
-            selected.add(callspec.params["job_name"])
-    for name in JOBS:
-        if name in selected:
-            pool.submit(name)
-    yield pool
-    pool.close()
-
-
-def _job_fixture(name: str):
-    @pytest.fixture(scope="module", name=name)
-    def job(jobs: JobPool) -> Job:
-        return jobs.result(name)
-
-    return job
-
-
-for _name in JOBS:
-    globals()[f"_{_name}_fixture"] = _job_fixture(_name)
-
-
-def _region(report: dict[str, Any], line: int, origin: str = "script", process: str = "main") -> dict[str, Any]:
-    matches = [
-        region
-        for region in report["autocast_regions"]
-        if region["line"] == line and region["origin"] == origin and region["process"] == process
-    ]
-    assert len(matches) == 1, report["autocast_regions"]
-    return matches[0]
+define_job_fixtures(JOBS, globals())
 
 
 def _deprecation_lines(report: dict[str, Any]) -> dict[int, int]:

@@ -97,6 +97,31 @@ def test_child_process_traces_are_compared_too() -> None:
     assert compare.first_difference(original, missing) == "process SpawnProcess-1: ran in the original, not in the rewrite"
 
 
+def _task(shard_loss: float, steps_before: int) -> list[dict]:
+    """One Pool task's events, numbered as a worker that already took `steps_before` steps does."""
+    return [
+        _event(steps_before, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+        _event(steps_before, "loss", shard_loss.hex()),
+        _event(steps_before + 1, "optimizer_step", str(steps_before + 1)),
+    ]
+
+
+def test_pool_workers_are_compared_as_one_group_whatever_the_scheduling() -> None:
+    def worker(label: str, *tasks: list[dict]) -> dict:
+        process = _process(label, trace=[event for task in tasks for event in task])
+        process["pool_worker"] = True
+        return process
+
+    # Three tasks; the scheduler gave them to the two workers differently on each side.
+    original = _report(_process(), worker("ForkPoolWorker-1", _task(0.5, 0), _task(0.25, 1)), worker("ForkPoolWorker-2", _task(0.125, 0)))
+    rewritten = _report(_process(), worker("ForkPoolWorker-1", _task(0.125, 0)), worker("ForkPoolWorker-2", _task(0.5, 0), _task(0.25, 1)))
+    assert compare.first_difference(original, rewritten) is None
+    one_worker = _report(_process(), worker("ForkPoolWorker-1", _task(0.25, 0), _task(0.125, 1), _task(0.5, 2)))
+    assert compare.first_difference(original, one_worker) is None
+    changed = _report(_process(), worker("ForkPoolWorker-1", _task(0.5, 0), _task(0.25, 1), _task(0.375, 2)))
+    assert compare.first_difference(original, changed) == "Pool workers: loss 0.125 (0x1.0000000000000p-3) ran 1 more time(s) in the original"
+
+
 def test_exit_status_is_compared_after_the_traces() -> None:
     difference = compare.first_difference(_report(_process(trace=TRACE)), _report(_process(trace=TRACE), exit_code=1))
     assert difference == "exit status: original 0, rewrite 1"
@@ -149,6 +174,22 @@ def test_recorder_traces_script_regions_and_counts_torch_ones() -> None:
     assert [event["kind"] for event in data["trace"]] == ["autocast", "autocast_enter", "loss"]
     assert data["trace"][2]["what"] == "0x1.0000000000000p-2"
     assert [(r["origin"], r["entered"], r["dtype"]) for r in data["autocast_regions"]] == [("script", 1, "bfloat16"), ("torch", 1, "bfloat16")]
+
+
+def test_device_queries_are_counted_per_site_and_answer_and_summed_over_processes() -> None:
+    recorder = Recorder("main")
+    for _ in range(3):
+        recorder.device_query("torch.cuda.is_available()", "True", Site("/x/train.py", 5))
+    recorder.device_query("torch.cuda.device_count()", "1", Site("/x/train.py", 6))
+    assert not recorder.is_empty()
+    main = recorder.to_dict("main")
+    assert main["device_queries"] == [
+        {"query": "torch.cuda.is_available()", "answer": "True", "file": "/x/train.py", "line": 5, "count": 3},
+        {"query": "torch.cuda.device_count()", "answer": "1", "file": "/x/train.py", "line": 6, "count": 1},
+    ]
+    worker = _process("ForkPoolWorker-2", device_queries=[{**main["device_queries"][0], "count": 2}])
+    report = _report(main, worker).to_json()
+    assert [(item["line"], item["count"]) for item in report["device_queries"]] == [(5, 5), (6, 1)]
 
 
 @pytest.mark.parametrize(

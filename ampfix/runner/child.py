@@ -4,19 +4,25 @@ Called from the bootstrap ``sitecustomize`` whenever the runner's configuration 
 environment: in the main child that runs the script, and in every process started below it
 (``torch.multiprocessing.spawn`` ranks, spawned DataLoader workers). It seeds the generators,
 captures deprecation warnings with their file:line, arranges for the torch patches to be installed
-the moment torch is imported, and writes what was observed when the process exits.
+the moment torch is imported, and writes what was observed when the process exits. A forked child
+inherits all of it, starts its own observation, and writes it on ``os._exit`` too (how
+multiprocessing ends forked children) and, in a Pool worker, on the SIGTERM of ``Pool.terminate``.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.abc
+import inspect
 import os
 import random
+import signal
 import sys
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.observe import Recorder
@@ -24,22 +30,30 @@ from ampfix.runner.observe import Recorder
 _DEPRECATIONS = (DeprecationWarning, FutureWarning)
 
 
+# This process's recorder and settings, for what runs in it later without a closure to carry them
+# (the Pool initializer, which a spawned worker unpickles by name).
+_this_process: tuple[Recorder, RunnerConfig] | None = None
+
+
 def start() -> None:
+    global _this_process
     config = RunnerConfig.from_env_value(os.environ[CONFIG_ENV])
     role = os.environ.get(ROLE_ENV, "child")
     os.environ[ROLE_ENV] = "child"  # this process's own environment: what its children inherit
     recorder = Recorder(role)
+    _this_process = (recorder, config)
     random.seed(config.seed)
     _capture_deprecations(recorder)
     _AfterImport.install(
         {
             "torch": lambda torch: _install_harness(torch, recorder, config),
             "numpy": lambda numpy: numpy.random.seed(config.seed),
+            "multiprocessing.pool": _pool_workers_report_when_terminated,
         }
     )
     atexit.register(_write_observation, recorder, config)
     if hasattr(os, "register_at_fork"):  # not on Windows, where children are spawned, never forked
-        os.register_at_fork(after_in_child=lambda: _forget_parent(recorder))
+        os.register_at_fork(after_in_child=lambda: _start_forked_child(recorder, config))
 
 
 def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
@@ -67,10 +81,74 @@ def _capture_deprecations(recorder: Recorder) -> None:
     warnings.showwarning = showwarning
 
 
-def _forget_parent(recorder: Recorder) -> None:
+def _start_forked_child(recorder: Recorder, config: RunnerConfig) -> None:
     # A forked process starts with a copy of its parent's counts; it reports only its own.
     recorder.reset()
     recorder.role = "child"
+    _write_before_forked_exit(recorder, config)
+
+
+def _write_before_forked_exit(recorder: Recorder, config: RunnerConfig) -> None:
+    """multiprocessing ends every forked child (``Process``, ``Pool`` and DataLoader workers) with
+    ``os._exit``, which skips atexit: the observation is written just before."""
+    exit_without_cleanup = getattr(os._exit, "_ampfix_original", os._exit)  # a grandchild: wrap once
+
+    def _exit(status: int) -> None:
+        _write_observation(recorder, config)
+        exit_without_cleanup(status)
+
+    _exit._ampfix_original = exit_without_cleanup
+    os._exit = _exit
+
+
+def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:
+    """A Pool leaving its ``with`` block terminates its workers (SIGTERM): each writes first.
+
+    Only Pool workers get a SIGTERM handler, through the Pool's initializer: they wait for tasks in
+    Python, where a handler runs. A process blocked in C (a collective waiting for a dead peer)
+    would not run it until the call returned, and SIGTERM would no longer end it.
+    """
+    pool_class = pool_module.Pool
+    original_init = pool_class.__init__
+    signature = inspect.signature(original_init)
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original_init(self, *args, **kwargs)  # raises the constructor's own error
+        arguments = bound.arguments
+        arguments["initargs"] = (os.getpid(), arguments.get("initializer"), tuple(arguments.get("initargs") or ()))
+        arguments["initializer"] = initialize_pool_worker
+        return original_init(*bound.args, **bound.kwargs)
+
+    pool_class.__init__ = __init__
+
+
+def initialize_pool_worker(pool_creator: int, initializer: Callable[..., Any] | None, initargs: tuple) -> None:
+    """Every Pool's initializer (module level: a spawned worker unpickles it by name), then the script's."""
+    if os.getpid() != pool_creator and _this_process is not None:  # not a ThreadPool's thread
+        recorder, config = _this_process
+        recorder.pool_worker = True
+        _write_when_terminated(recorder, config)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _write_when_terminated(recorder: Recorder, config: RunnerConfig) -> None:
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the script's own handler, inherited: it decides how this process ends
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        _write_observation(recorder, config)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # end as the signal would have: status -SIGTERM
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not this interpreter's main thread: the os._exit path only
+        pass
 
 
 def _process_label(recorder: Recorder) -> str:

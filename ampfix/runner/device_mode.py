@@ -1,9 +1,10 @@
 """Tensors asked for on "cuda" live on the CPU; ops inside autocast have their output dtypes counted.
 
 Runs in the child. One :class:`CudaOnCpuMode` (a ``TorchFunctionMode``) sees every torch call:
-it rewrites ``device=`` arguments, turns ``.cuda()`` / ``.to("cuda")`` / ``.pin_memory()`` into
-CPU no-ops, notes reads of ``x.is_cuda`` (which stays False: that cannot be emulated), and, while
-CPU autocast is on, counts the dtypes the call produced.
+it rewrites ``device=`` arguments, turns ``.cuda()`` / ``.to("cuda")`` into CPU no-ops (a copy
+for a pinned tensor, as on a GPU), keeps the mark of pinned memory (``pin_memory()``,
+``is_pinned()``), notes reads of ``x.is_cuda`` (which stays False: that cannot be emulated),
+and, while CPU autocast is on, counts the dtypes the call produced.
 
 A torch function mode is thread-local and autograd switches it off while running backward, so
 the mode is re-entered in every new thread, in custom ``Function.backward``, in tensor and module
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +42,26 @@ def is_cuda_device(device: Any) -> bool:
     return isinstance(device, int) and not isinstance(device, bool)
 
 
+class PinnedTensors:
+    """The tensors the script pinned. A CPU build has no page-locked memory, so the mark lives here.
+
+    Keyed by ``id`` (a tensor's ``==`` is elementwise, so no set of tensors), forgotten when the
+    tensor is freed, before its id can be reused.
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+
+    def add(self, tensor: Any) -> Any:
+        if isinstance(tensor, _Tensor) and id(tensor) not in self._ids:
+            self._ids.add(id(tensor))
+            weakref.finalize(tensor, self._ids.discard, id(tensor))
+        return tensor
+
+    def __contains__(self, tensor: Any) -> bool:
+        return id(tensor) in self._ids
+
+
 def _map_keyword_devices(kwargs: dict[str, Any]) -> dict[str, Any]:
     device = kwargs.get("device")
     move = device is not None and is_cuda_device(device)
@@ -58,20 +80,27 @@ class CudaOnCpuMode(TorchFunctionMode):
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
         self._recorder = recorder
+        self._pinned = PinnedTensors()
+        # Handlers get the call's own arguments: each maps the devices it names itself.
         self._handlers: dict[Any, Callable[[tuple, dict], Any]] = {
             _Tensor.cuda: self._cuda,
             _TENSOR_TO: self._to,
             _Tensor.pin_memory: self._pin_memory,
+            _Tensor.is_pinned: self._is_pinned,
             _Tensor.type: self._type,
             _Tensor.is_cuda.__get__: self._is_cuda,
         }
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = _map_keyword_devices(kwargs) if kwargs else {}
         handler = self._handlers.get(func)
         if handler is not None:
-            return handler(args, kwargs)
-        result = func(*args, **kwargs)
+            return handler(args, kwargs or {})
+        if kwargs:  # every torch call passes here: the common call without keywords does no more
+            result = func(*args, **_map_keyword_devices(kwargs))
+            if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)
+                self._pinned.add(result)
+        else:
+            result = func(*args)
         if _is_autocast_enabled("cpu"):
             self._count_dtypes(result)
         return result
@@ -86,24 +115,35 @@ class CudaOnCpuMode(TorchFunctionMode):
 
     # -- the calls that name a device positionally, or that need an accelerator ----------------
 
-    @staticmethod
-    def _cuda(args: tuple, kwargs: dict) -> Any:
+    def _on_device(self, source: _Tensor, moved: Any) -> Any:
+        """A pinned buffer is staging memory the script refills: its device copy must not follow it."""
+        return moved.clone() if moved is source and source in self._pinned else moved
+
+    def _cuda(self, args: tuple, kwargs: dict) -> Any:
         # Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)
         tensor = args[0]
         memory_format = kwargs.get("memory_format", args[3] if len(args) > 3 else None)
         if memory_format is None or memory_format is torch.preserve_format:
-            return tensor
+            return self._on_device(tensor, tensor)
         return _TENSOR_TO(tensor, memory_format=memory_format)
 
-    @staticmethod
-    def _to(args: tuple, kwargs: dict) -> Any:
+    def _to(self, args: tuple, kwargs: dict) -> Any:
+        to_cuda = False
+        if kwargs:
+            to_cuda = is_cuda_device(kwargs.get("device"))
+            kwargs = _map_keyword_devices(kwargs)
         if len(args) > 1 and is_cuda_device(args[1]):
-            args = (args[0], "cpu", *args[2:])
-        return _TENSOR_TO(*args, **kwargs)
+            args, to_cuda = (args[0], "cpu", *args[2:]), True
+        moved = _TENSOR_TO(*args, **kwargs)
+        return self._on_device(args[0], moved) if to_cuda else moved
 
-    @staticmethod
-    def _pin_memory(args: tuple, kwargs: dict) -> Any:
-        return args[0]
+    def _pin_memory(self, args: tuple, kwargs: dict) -> Any:
+        # Pinning copies into page-locked memory; the source stays as it was.
+        tensor = args[0]
+        return tensor if tensor in self._pinned else self._pinned.add(tensor.clone())
+
+    def _is_pinned(self, args: tuple, kwargs: dict) -> bool:
+        return args[0] in self._pinned
 
     @staticmethod
     def _type(args: tuple, kwargs: dict) -> Any:

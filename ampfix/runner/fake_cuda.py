@@ -1,15 +1,20 @@
-"""``torch.cuda`` answers as one fake device, so the script takes its CUDA path on the CPU.
+"""``torch.cuda`` and ``torch.accelerator`` answer as one fake CUDA device, so the script takes its
+CUDA path on the CPU, and the report says so.
 
 Runs in the child. The utilities a training script calls (availability, device queries, memory
-statistics, events, streams, nvtx) get CPU stand-ins. What cannot be emulated (CUDA graphs, the
-legacy ``torch.cuda.FloatTensor`` types) is recorded where the script touches it and then fails
-the way it would on a CPU, so the report names it instead of hiding it.
+statistics, events, streams, nvtx) get CPU stand-ins. Each device question the script branches on
+(``is_available()``, ``current_accelerator()``, ...) is recorded with the answer it got. What
+cannot be emulated (CUDA graphs, the legacy ``torch.cuda.FloatTensor`` types) is recorded where
+the script touches it and then fails the way it would on a CPU, so the report names it instead of
+hiding it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -29,6 +34,11 @@ LEGACY_TENSOR_TYPES = (
     "CharTensor", "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
 )  # fmt: skip
 CUDA_GRAPH_NAMES = ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle")
+# What torch.accelerator.get_device_capability() reports for a CUDA device.
+SUPPORTED_DTYPES = frozenset({
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+})  # fmt: skip
 
 
 def _physical_memory() -> tuple[int, int]:
@@ -86,19 +96,28 @@ class FakeEvent:
 
 
 class FakeStream:
-    """A stream on the fake device: work is synchronous on the CPU, so every wait is a no-op."""
+    """A stream on the fake device: work is synchronous on the CPU, so every wait is a no-op.
+
+    Entering it (``with s:`` or ``torch.cuda.stream(s)``) makes it the thread's current stream,
+    as on a GPU, so ``torch.cuda.current_stream()`` answers what the script expects.
+    """
 
     cuda_stream = 0
+    device_index = 0
 
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
         self.device = torch.device("cuda", 0)
         self.priority = priority
+        self._entered_from: list[FakeStream] = []
 
     def synchronize(self) -> None:
         pass
 
     def query(self) -> bool:
         return True
+
+    def is_capturing(self) -> bool:
+        return False  # no CUDA graph capture (the optimizers ask before every step)
 
     def wait_stream(self, stream: Any) -> None:
         pass
@@ -112,21 +131,57 @@ class FakeStream:
         return event
 
     def __enter__(self) -> FakeStream:
+        self._entered_from.append(_CURRENT.stream)
+        _CURRENT.stream = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
+        _CURRENT.stream = self._entered_from.pop()
 
 
 _DEFAULT_STREAM = FakeStream()
 
 
+class _CurrentStream(threading.local):
+    def __init__(self) -> None:
+        self.stream = _DEFAULT_STREAM
+
+
+_CURRENT = _CurrentStream()
+
+
 @contextlib.contextmanager
 def _stream_context(stream: Any = None) -> Iterator[None]:
-    yield
+    if stream is None:  # torch.cuda.stream(None) changes nothing
+        yield
+        return
+    with stream:
+        yield
 
 
-def _device_functions(device_index: _DeviceIndex) -> dict[str, Any]:
+def _current_stream(device: Any = None) -> Any:
+    return _CURRENT.stream
+
+
+def _set_stream(stream: Any) -> None:
+    if stream is not None:
+        _CURRENT.stream = stream
+
+
+_DEVICE = _DeviceIndex()  # one device, shared by torch.cuda and torch.accelerator
+
+
+@contextlib.contextmanager
+def _device_context(device: Any) -> Iterator[None]:
+    previous = _DEVICE.current()
+    _DEVICE.set(device)  # None (or a negative index) keeps the current one, as torch does
+    try:
+        yield
+    finally:
+        _DEVICE.index = previous
+
+
+def _device_functions() -> dict[str, Any]:
     def properties(device: Any = None) -> types.SimpleNamespace:
         return types.SimpleNamespace(
             name=DEVICE_NAME,
@@ -138,22 +193,13 @@ def _device_functions(device_index: _DeviceIndex) -> dict[str, Any]:
             is_multi_gpu_board=False,
         )
 
-    @contextlib.contextmanager
-    def device_context(device: Any) -> Iterator[None]:
-        previous = device_index.current()
-        device_index.set(device)
-        try:
-            yield
-        finally:
-            device_index.index = previous
-
     return {
         "is_available": lambda: True,
         "init": lambda: None,
         "device_count": lambda: 1,
-        "current_device": device_index.current,
-        "set_device": device_index.set,
-        "device": device_context,
+        "current_device": _DEVICE.current,
+        "set_device": _DEVICE.set,
+        "device": _device_context,
         "synchronize": lambda device=None: None,
         "get_device_name": lambda device=None: DEVICE_NAME,
         "get_device_properties": properties,
@@ -163,9 +209,9 @@ def _device_functions(device_index: _DeviceIndex) -> dict[str, Any]:
         "ipc_collect": lambda: None,
         "Event": FakeEvent,
         "Stream": FakeStream,
-        "current_stream": lambda device=None: _DEFAULT_STREAM,
+        "current_stream": _current_stream,
         "default_stream": lambda device=None: _DEFAULT_STREAM,
-        "set_stream": lambda stream: None,
+        "set_stream": _set_stream,
         "stream": _stream_context,
         "get_rng_state": lambda device="cuda": torch.get_rng_state(),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
@@ -254,10 +300,36 @@ def _set_everywhere(module: types.ModuleType, name: str, value: Any, submodules:
             setattr(submodule, name, value)
 
 
+# The questions a script branches on to pick its device path. Each answer the script (not torch on
+# its behalf) receives is recorded with its file:line, so the report says which path was taken.
+CUDA_QUERIES = ("is_available", "device_count", "is_bf16_supported", "get_device_capability")
+ACCELERATOR_QUERIES = ("is_available", "current_accelerator", "device_count")
+# Other accelerators' availability: answered as on the CUDA machine (no), and recorded all the same.
+OTHER_BACKEND_QUERIES = (("backends.mps", "is_available"), ("xpu", "is_available"))
+
+
+def _answer_text(answer: Any) -> str:
+    return str(answer) if isinstance(answer, torch.device) else repr(answer)
+
+
+def _recording_answers(recorder: Recorder, query: str, answer: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(answer)
+    def ask(*args: Any, **kwargs: Any) -> Any:
+        result = answer(*args, **kwargs)
+        site = find_site()
+        if site.origin == "script":
+            recorder.device_query(f"{query}()", _answer_text(result), site)
+        return result
+
+    return ask
+
+
 def install(recorder: Recorder) -> None:
     cuda = torch.cuda
     submodules = [getattr(cuda, name) for name in ("memory", "random", "streams", "graphs") if hasattr(cuda, name)]
-    replacements = {**_device_functions(_DeviceIndex()), **_memory_functions()}
+    replacements = {**_device_functions(), **_memory_functions()}
+    for name in CUDA_QUERIES:
+        replacements[name] = _recording_answers(recorder, f"torch.cuda.{name}", replacements[name])
     for name in CUDA_GRAPH_NAMES:
         replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})", getattr(cuda, name, None))
     for name in LEGACY_TENSOR_TYPES:
@@ -267,3 +339,71 @@ def install(recorder: Recorder) -> None:
         _set_everywhere(cuda, name, value, submodules)
     for name, value in _nvtx_functions().items():
         setattr(cuda.nvtx, name, value)
+    _record_stream_takes_fake_streams()
+
+
+def _record_stream_takes_fake_streams() -> None:
+    """x.record_stream(s) keeps x alive until s's queued work is done; the CPU queues nothing.
+
+    Its argument parser rejects a FakeStream before any torch function mode sees the call,
+    so the method itself is replaced.
+    """
+
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        return None
+
+    torch.Tensor.record_stream = record_stream
+
+
+def _accelerator_functions() -> dict[str, Any]:
+    memory = _memory_functions()
+
+    def current_accelerator(check_available: bool = False) -> torch.device:
+        return torch.device("cuda")
+
+    def capability(device: Any = None) -> dict[str, Any]:
+        return {"supported_dtypes": SUPPORTED_DTYPES}
+
+    return {
+        "is_available": lambda: True,
+        "current_accelerator": current_accelerator,
+        "device_count": lambda: 1,
+        "current_device_index": _DEVICE.current,
+        "current_device_idx": _DEVICE.current,
+        "set_device_index": _DEVICE.set,
+        "set_device_idx": _DEVICE.set,
+        "device_index": _device_context,
+        "synchronize": lambda device=None: None,
+        "current_stream": _current_stream,
+        "set_stream": _set_stream,
+        "get_device_capability": capability,
+        "get_memory_info": memory["mem_get_info"],
+        "empty_host_cache": lambda: None,
+        **{name: memory[name] for name in (
+            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+            "memory_stats", "empty_cache", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+        )},
+    }  # fmt: skip
+
+
+def install_accelerator(recorder: Recorder) -> None:
+    """``torch.accelerator`` names the fake CUDA device, so a device-generic script takes its CUDA path.
+
+    Only the names this torch has are replaced: the API is young and its names still move.
+    """
+    accelerator = torch.accelerator
+    submodules = [getattr(accelerator, name) for name in ("memory", "graphs") if hasattr(accelerator, name)]
+    replacements = _accelerator_functions()
+    for name in ACCELERATOR_QUERIES:
+        replacements[name] = _recording_answers(recorder, f"torch.accelerator.{name}", replacements[name])
+    if hasattr(accelerator, "Graph"):
+        replacements["Graph"] = _unemulated_callable(recorder, "CUDA graphs (torch.accelerator.Graph)", accelerator.Graph)
+    for name, value in replacements.items():
+        if hasattr(accelerator, name):
+            _set_everywhere(accelerator, name, value, submodules)
+
+
+def install_other_backend_queries(recorder: Recorder) -> None:
+    for module_path, name in OTHER_BACKEND_QUERIES:
+        module = functools.reduce(getattr, module_path.split("."), torch)
+        setattr(module, name, _recording_answers(recorder, f"torch.{module_path}.{name}", getattr(module, name)))

@@ -27,6 +27,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     plan = amp_patches.AmpPlan(config.amp_dtype)
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
+        ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
+        ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder)),

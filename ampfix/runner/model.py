@@ -1,8 +1,8 @@
 """The results of ``run`` and ``verify``, as the parent sees them. Pure data; never prints.
 
-A run may involve several processes (the script, its spawned ranks, spawned DataLoader workers);
-each leaves one observation. :class:`RunReport` keeps them all, main first, and sums them into the
-fields the summary and the JSON show.
+A run may involve several processes (the script, its ranks, its multiprocessing and DataLoader
+workers, spawned or forked); each leaves one observation. :class:`RunReport` keeps them all, main
+first, and sums them into the fields the summary and the JSON show.
 """
 
 from __future__ import annotations
@@ -69,6 +69,10 @@ class RunReport:
         return _merge_counted(self.processes, "unemulated", ("feature", "file", "line"))
 
     @property
+    def device_queries(self) -> list[dict[str, Any]]:
+        return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
+
+    @property
     def stopped_at_max_steps(self) -> bool:
         return any(process["stopped_at_max_steps"] for process in self.processes)
 
@@ -86,6 +90,7 @@ class RunReport:
             "losses": self.losses,
             "deprecations": self.deprecations,
             "unemulated": self.unemulated,
+            "device_queries": self.device_queries,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,
         }

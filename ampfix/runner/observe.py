@@ -61,6 +61,8 @@ def dtype_name(dtype: Any) -> str:
 class Recorder:
     def __init__(self, role: str) -> None:
         self.role = role
+        # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
+        self.pool_worker = False
         self.reset()
 
     def reset(self) -> None:
@@ -73,6 +75,7 @@ class Recorder:
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
         self.unemulated: dict[tuple[str, str, int], int] = {}
+        self.device_queries: dict[tuple[str, str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
         self.stopped_at_max_steps = False
@@ -142,10 +145,15 @@ class Recorder:
         key = (feature, site.file, site.line)
         self.unemulated[key] = self.unemulated.get(key, 0) + 1
 
+    def device_query(self, query: str, answer: str, site: Site) -> None:
+        """A question the script can branch on (``torch.cuda.is_available()``) and what it was told."""
+        key = (query, answer, site.file, site.line)
+        self.device_queries[key] = self.device_queries.get(key, 0) + 1
+
     def is_empty(self) -> bool:
         return not (
             self.regions or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
-            or self.losses or self.deprecations or self.unemulated or self.trace
+            or self.losses or self.deprecations or self.unemulated or self.device_queries or self.trace
         )  # fmt: skip
 
     # -- output ----------------------------------------------------------------------------
@@ -155,6 +163,7 @@ class Recorder:
             "label": label,
             "pid": os.getpid(),
             "role": self.role,
+            "pool_worker": self.pool_worker,
             "autocast_regions": [_region_dict(key, entered) for key, entered in self.regions.items()],
             "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
             "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
@@ -168,6 +177,10 @@ class Recorder:
             "unemulated": [
                 {"feature": feature, "file": f, "line": n, "count": count}
                 for (feature, f, n), count in self.unemulated.items()
+            ],
+            "device_queries": [
+                {"query": query, "answer": answer, "file": f, "line": n, "count": count}
+                for (query, answer, f, n), count in self.device_queries.items()
             ],
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "trace": self.trace,

@@ -1,5 +1,6 @@
-"""The CUDA paths outside tensor calls: DataLoader pinning, distributed backends, checkpoints,
-the default device, random generators.
+"""The CUDA paths outside tensor calls: DataParallel, distributed backends, checkpoints, the
+default device, random generators. (DataLoader pinning needs nothing here: ``torch.accelerator``
+answers as the CUDA device, so the loader pins, and the device mode keeps the pinned mark.)
 
 Runs in the child. Child processes need no patch here: ``torch.multiprocessing.spawn`` and
 spawned DataLoader workers start a fresh interpreter that finds the bootstrap ``sitecustomize``
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +24,7 @@ from ampfix.runner.sites import find_site
 def installers(recorder: Recorder) -> list[tuple[str, Callable[[], None]]]:
     """(what, how) pairs; the harness installs each on its own so one missing name costs only itself."""
     steps = [
-        ("DataLoader pin_memory", _pin_memory_in_data_loaders),
-        ("torch.accelerator device index", _single_accelerator_index),
+        ("DataParallel", lambda: _data_parallel_as_one_replica(recorder)),
         ("torch.load map_location", _checkpoints_load_on_cpu),
         ("torch.set_default_device", _default_device_on_cpu),
         ("torch.Generator(device=...)", _generators_on_cpu),
@@ -36,31 +35,33 @@ def installers(recorder: Recorder) -> list[tuple[str, Callable[[], None]]]:
     return steps
 
 
-def _pin_memory_in_data_loaders() -> None:
-    """pin_memory=True keeps the loader's pinning path (its thread, the pin_memory() calls) running.
+def _data_parallel_as_one_replica(recorder: Recorder) -> None:
+    """DataParallel on the one emulated device runs its module directly, as on a single GPU.
 
-    A CPU build turns pinning off because no accelerator is found; the script being debugged has
-    one, so its loader pins. The pin itself is a no-op in the device mode.
+    Built on the emulated device, DataParallel checks that the parameters sit on cuda:0 and
+    scatters inputs to it; on the CPU both fail. With one device DataParallel calls the module
+    on the whole batch and gathers nothing, which is what runs here; more device ids than that
+    run as one replica, and the report says so.
     """
-    base_iterator = torch.utils.data.dataloader._BaseDataLoaderIter
-    original_init = base_iterator.__init__
+    data_parallel = torch.nn.DataParallel
+    original_init, original_forward = data_parallel.__init__, data_parallel.forward
 
     @functools.wraps(original_init)
-    def __init__(self, loader, *args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="'pin_memory' argument is set as true but no accelerator")
-            original_init(self, loader, *args, **kwargs)
-        if loader.pin_memory:
-            self._pin_memory = True
-            self._pin_memory_device = "cuda"
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if len(self.device_ids) > 1:
+            recorder.unemulated_use(
+                f"DataParallel over {len(self.device_ids)} devices (ran as one replica on the CPU)", find_site()
+            )
 
-    base_iterator.__init__ = __init__
+    @functools.wraps(original_forward)
+    def forward(self, *inputs, **kwargs):
+        if not self.device_ids:  # built without a device: torch's own CPU path
+            return original_forward(self, *inputs, **kwargs)
+        with torch.autograd.profiler.record_function("DataParallel.forward"):
+            return self.module(*inputs, **kwargs)
 
-
-def _single_accelerator_index() -> None:
-    # The pin-memory thread asks for and sets the current accelerator index.
-    torch.accelerator.current_device_index = lambda: 0
-    torch.accelerator.set_device_index = lambda device: None
+    data_parallel.__init__, data_parallel.forward = __init__, forward
 
 
 def _cpu_map_location(map_location: Any) -> Any:

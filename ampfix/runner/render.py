@@ -71,6 +71,10 @@ def _facts_grid(report: RunReport) -> Table:
         grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}: {arguments}")
     grid.add_row("optimizer steps", str(report.optimizer_steps))
     grid.add_row("losses", _losses_text(report.losses))
+    # Which path the script took: each device question it asked, and the emulated device's answer.
+    for index, item in enumerate(report.device_queries):
+        answer = f"{_where(item['file'], item['line'])} {item['query']} → {item['answer']} (×{item['count']})"
+        grid.add_row("device queries" if index == 0 else "", answer)
     if len(report.processes) > 1:
         grid.add_row("processes", ", ".join(process["label"] for process in report.processes))
     return grid

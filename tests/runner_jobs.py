@@ -1,0 +1,105 @@
+"""Runs the `ampfix run` / `ampfix verify` jobs of the runner test modules.
+
+Every CLI invocation is one *job*. Starting a child Python with torch costs seconds, so each job
+runs once per module (a module-scoped fixture per job) and the jobs the selected tests need are
+started together up front, two at a time, to use both cores while pytest walks the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
+JOB_TIMEOUT_S = 300
+
+
+@dataclass
+class Job:
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any]
+
+
+def _command(arguments: list[str], json_path: Path) -> list[str]:
+    command = [sys.executable, "-m", "ampfix"]
+    for argument in arguments:
+        command.append(str(FIXTURES / argument) if argument.endswith(".py") else argument)
+    separator = command.index("--") if "--" in command else len(command)
+    return [*command[:separator], "--json", str(json_path), *command[separator:]]
+
+
+def _invoke(arguments: list[str], json_path: Path) -> Job:
+    completed = subprocess.run(_command(arguments, json_path), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    report = json.loads(json_path.read_text()) if json_path.exists() else {}
+    return Job(completed.returncode, completed.stdout, completed.stderr, report)
+
+
+class JobPool:
+    def __init__(self, folder: Path, commands: dict[str, list[str]]) -> None:
+        self._folder = folder
+        self._commands = commands
+        self._executor = ThreadPoolExecutor(max_workers=2)
+        self._futures: dict[str, Future[Job]] = {}
+
+    def submit(self, name: str) -> None:
+        if name not in self._futures:
+            self._futures[name] = self._executor.submit(_invoke, self._commands[name], self._folder / f"{name}.json")
+
+    def result(self, name: str) -> Job:
+        self.submit(name)
+        return self._futures[name].result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+def define_job_fixtures(commands: dict[str, list[str]], namespace: dict[str, Any]) -> None:
+    """Give a test module a `jobs` pool and one fixture per job, named as in ``commands``
+    (job name -> the ampfix command line; a fixture script name is made a path under FIXTURES)."""
+
+    @pytest.fixture(scope="module")
+    def jobs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+        pool = JobPool(tmp_path_factory.mktemp("runner-jobs"), commands)
+        selected = set()
+        for item in request.session.items:
+            selected.update(getattr(item, "fixturenames", ()))
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None and "job_name" in callspec.params:
+                selected.add(callspec.params["job_name"])
+        for name in commands:
+            if name in selected:
+                pool.submit(name)
+        yield pool
+        pool.close()
+
+    namespace["jobs"] = jobs
+    for name in commands:
+        namespace[f"_{name}_fixture"] = _job_fixture(name)
+
+
+def _job_fixture(name: str):
+    @pytest.fixture(scope="module", name=name)
+    def job(jobs: JobPool) -> Job:
+        return jobs.result(name)
+
+    return job
+
+
+def autocast_region(report: dict[str, Any], line: int, origin: str = "script", process: str = "main") -> dict[str, Any]:
+    """The one autocast region the report has for this line, origin and process."""
+    matches = [
+        region
+        for region in report["autocast_regions"]
+        if region["line"] == line and region["origin"] == origin and region["process"] == process
+    ]
+    assert len(matches) == 1, report["autocast_regions"]
+    return matches[0]

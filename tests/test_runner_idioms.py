@@ -1,0 +1,120 @@
+"""`ampfix run` on the common CUDA idioms of real training scripts (issue 11): DataParallel, the
+torch.accelerator API (and the report of which device path the script took), streams with pinned
+memory, and forked worker processes. Each job runs once for the module (see runner_jobs)."""
+
+from __future__ import annotations
+
+from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
+
+JOBS: dict[str, list[str]] = {
+    "data_parallel_run": ["run", "data_parallel.py"],
+    "accelerator_run": ["run", "accelerator_generic.py"],
+    "stream_prefetch_run": ["run", "stream_prefetch.py"],
+    "fork_run": ["run", "fork_workers.py"],
+    "fork_verify": ["verify", "fork_workers.py"],
+}
+
+define_job_fixtures(JOBS, globals())
+
+
+def test_data_parallel_trains_its_module_as_one_replica(data_parallel_run: Job) -> None:
+    report = data_parallel_run.report
+    assert data_parallel_run.returncode == 0, data_parallel_run.stderr
+    # The wrapped module itself trained (its BatchNorm counted the 3 batches), `model.module`
+    # saved and reloaded, and the wrapper gives what its module gives.
+    assert "batches seen by BatchNorm: 3" in data_parallel_run.stdout
+    assert "device_ids [0] and [0, 1]; wrapper and module agree: True" in data_parallel_run.stdout
+    assert "two-GPU wrapper output (8, 4)" in data_parallel_run.stdout
+    training, evaluation = autocast_region(report, 31), autocast_region(report, 47)
+    assert (training["device_requested"], training["dtype_requested"], training["device_run"], training["dtype"]) == (
+        "cuda", "float16", "cpu", "bfloat16",
+    )  # fmt: skip
+    assert (training["entered"], evaluation["entered"]) == (3, 1)
+    # linear, batch_norm, relu, linear per forward: 3 training steps, then three forwards in evaluation.
+    assert report["op_dtypes"]["bfloat16"] == 4 * 6
+    assert report["scaler"] == {"scale": 3, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 3 and len(report["losses"]) == 3
+    assert report["unemulated"] == [
+        {
+            "feature": "DataParallel over 2 devices (ran as one replica on the CPU)",
+            "file": str(FIXTURES / "data_parallel.py"), "line": 46, "count": 1,
+        }
+    ]  # fmt: skip
+
+
+def test_a_device_generic_script_takes_its_cuda_path(accelerator_run: Job) -> None:
+    report = accelerator_run.report
+    assert accelerator_run.returncode == 0, accelerator_run.stderr
+    assert "training on cuda: 1 device(s), index 0, amp True" in accelerator_run.stdout
+    region = autocast_region(report, 34)
+    assert (region["device_requested"], region["dtype_requested"], region["device_run"], region["dtype"]) == (
+        "cuda", "bfloat16", "cpu", "bfloat16",
+    )  # fmt: skip
+    assert region["enabled"] is True and region["entered"] == 4
+    (scaler,) = report["grad_scalers"]
+    assert (scaler["device"], scaler["enabled"]) == ("cuda", True)
+    assert report["scaler"]["step"] == 4 and report["optimizer_steps"] == 4
+
+
+def test_the_report_says_which_device_path_was_taken(accelerator_run: Job) -> None:
+    queries = [(item["line"], item["query"], item["answer"], item["count"]) for item in accelerator_run.report["device_queries"]]
+    # torch.backends.mps.is_available() (line 12) is not asked: the accelerator branch was taken.
+    assert queries == [
+        (10, "torch.accelerator.is_available()", "True", 1),
+        (11, "torch.accelerator.current_accelerator()", "cuda", 1),
+        (20, "torch.accelerator.device_count()", "1", 1),
+        (22, "torch.cuda.is_available()", "True", 1),
+        (22, "torch.cuda.get_device_capability()", "(8, 0)", 1),
+        (24, "torch.cuda.is_bf16_supported()", "True", 1),
+    ]
+    assert {item["file"] for item in accelerator_run.report["device_queries"]} == {str(FIXTURES / "accelerator_generic.py")}
+    summary = accelerator_run.stderr
+    assert "device queries" in summary and "torch.accelerator.current_accelerator()" in summary
+
+
+def test_stream_prefetcher_with_pinned_memory_behaves_as_on_a_gpu(stream_prefetch_run: Job) -> None:
+    report = stream_prefetch_run.report
+    # The script asserts what a CUDA user relies on: pinned loader batches, the side stream as the
+    # current stream inside `torch.cuda.stream`, device copies that are not pinned and do not follow
+    # a refilled staging buffer, record_stream accepted, events that time.
+    assert stream_prefetch_run.returncode == 0, stream_prefetch_run.stderr
+    assert "6 steps, last loss" in stream_prefetch_run.stdout
+    region = autocast_region(report, 65)
+    assert (region["device_run"], region["dtype"], region["enabled"], region["entered"]) == ("cpu", "bfloat16", True, 6)
+    assert report["scaler"] == {"scale": 6, "unscale": 0, "step": 6, "update": 6, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 6 and len(report["losses"]) == 6
+    assert report["unemulated"] == [] and report["device_queries"] == []
+    assert "pin_memory" not in stream_prefetch_run.stderr  # no "no accelerator is found" warning
+
+
+def test_forked_processes_and_pool_workers_are_reported(fork_run: Job) -> None:
+    report = fork_run.report
+    assert fork_run.returncode == 0, fork_run.stderr
+    assert fork_run.stdout.startswith("pool losses ")
+    labels = [process["label"] for process in report["processes"]]
+    # Process-1 trained; the `with` Pool's workers are 2 and 3 (one may have run every shard); 4 is
+    # the evaluation worker, which only its Pool's terminate() ended.
+    assert labels[0] == "main" and labels[-2:] == ["ForkPoolWorker-4", "ForkProcess-1"]
+    assert labels[1:-2] in (["ForkPoolWorker-2"], ["ForkPoolWorker-3"], ["ForkPoolWorker-2", "ForkPoolWorker-3"])
+    assert autocast_region(report, 23, process="ForkProcess-1")["entered"] == 2
+    assert autocast_region(report, 42, process="ForkPoolWorker-4")["entered"] == 1
+    shards = [region for region in report["autocast_regions"] if region["process"] in labels[1:-2]]
+    assert {(region["line"], region["device_run"], region["dtype"]) for region in shards} == {(23, "cpu", "bfloat16")}
+    assert sum(region["entered"] for region in shards) == 3 * 2  # three shards of two steps
+    main = report["processes"][0]
+    assert main["autocast_regions"] == [] and main["optimizer_steps"] == 0  # each process reports its own
+    assert report["optimizer_steps"] == 4 * 2 and len(report["losses"]) == 8
+    assert report["scaler"] == {"scale": 8, "unscale": 0, "step": 8, "update": 8, "skipped_steps": 0}
+    deprecations = {(item["line"], item["count"]) for item in report["deprecations"]}
+    assert deprecations == {(20, 4), (23, 8)}  # a GradScaler per shard, an autocast per step
+
+
+def test_verify_of_a_pool_script_does_not_depend_on_which_worker_ran_which_task(fork_verify: Job) -> None:
+    report = fork_verify.report
+    assert fork_verify.returncode == 0, fork_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    for side in ("original", "rewritten"):
+        workers = [process for process in report[side]["processes"] if process["pool_worker"]]
+        assert sum(process["optimizer_steps"] for process in workers) == 3 * 2  # the evaluation worker takes none
+        assert {process["label"] for process in workers} >= {"ForkPoolWorker-4"}
+    assert sorted(report["original"]["losses"]) == sorted(report["rewritten"]["losses"])
