@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import Recorder, RegionKey, dtype_name
 from ampfix.runner.sites import find_site
 
@@ -34,8 +35,18 @@ FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 class AmpPlan:
     """How a request for the emulated device is run on the CPU."""
 
-    def __init__(self, amp_dtype: str) -> None:
+    def __init__(self, amp_dtype: str, cuda_policy: CudaPolicy | None = None) -> None:
         self.forced_dtype = FORCED_DTYPES.get(amp_dtype)  # None: keep the requested dtype
+        # Set when "cuda" regions run CUDA's op policy (--autocast-policy cuda); None: the CPU's.
+        self.cuda_policy = cuda_policy
+
+    def runs_cuda_policy(self, region: RegionKey) -> bool:
+        """A region the script asked for as "cpu" keeps the CPU's policy. An enabled region torch opens
+        on the script's behalf replays a script region (checkpointing recomputes the forward in
+        backward, outside any region): in a run with CUDA's policy, that is a "cuda" one."""
+        if self.cuda_policy is None or not region.enabled_run:
+            return False
+        return region.site.origin != "script" or region.device_requested == "cuda"
 
     @staticmethod
     def requested_dtype(device_type: Any, dtype: Any) -> Any:
@@ -84,7 +95,7 @@ def _quiet_cpu_dtype_check() -> Iterator[None]:
 
 def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> None:
     autocast = torch.amp.autocast_mode.autocast
-    original_init, original_enter = autocast.__init__, autocast.__enter__
+    original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
     @functools.wraps(original_init)
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
@@ -110,10 +121,22 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> Non
             if region.site.origin == "script":
                 at_step_boundary()
             recorder.region_entered(region, find_site())
-        return original_enter(self)
+        entered = original_enter(self)
+        if plan.cuda_policy is not None and region is not None:
+            self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
+        return entered
+
+    @functools.wraps(original_exit)
+    def __exit__(self, *exc_info):
+        try:
+            return original_exit(self, *exc_info)
+        finally:
+            if plan.cuda_policy is not None:
+                plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
 
     autocast.__init__ = __init__
     autocast.__enter__ = __enter__
+    autocast.__exit__ = __exit__
 
 
 def install_autocast_state_queries() -> None:

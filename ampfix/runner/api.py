@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ampfix.runner.compare import first_difference
-from ampfix.runner.config import AMP_DTYPES
+from ampfix.runner.config import AMP_DTYPES, AUTOCAST_POLICIES
 from ampfix.runner.launch import LaunchedRun, precheck
 from ampfix.runner.model import RunReport, VerifyReport
 
@@ -23,12 +23,17 @@ from ampfix.runner.model import RunReport, VerifyReport
 class RunOptions:
     max_steps: int | None = None
     amp_dtype: str = "bfloat16"  # the dtype "cuda" autocast runs in on the CPU; "keep": as requested
+    autocast_policy: str = "cuda"  # whose op lists "cuda" regions follow: CUDA's or the CPU's
     seed: int = 0
     threads: int = 1
 
     def __post_init__(self) -> None:
         if self.amp_dtype not in AMP_DTYPES:
             raise ValueError(f"amp_dtype must be one of {', '.join(AMP_DTYPES)}, not {self.amp_dtype!r}")
+        if self.autocast_policy not in AUTOCAST_POLICIES:
+            raise ValueError(
+                f"autocast_policy must be one of {', '.join(AUTOCAST_POLICIES)}, not {self.autocast_policy!r}"
+            )
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError("max_steps must be at least 1")
         if self.threads < 1:
