@@ -97,14 +97,23 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> Non
     autocast = torch.amp.autocast_mode.autocast
     original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
+    signature = inspect.signature(original_init)
+
     @functools.wraps(original_init)
-    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        request = _request(plan, device_type, dtype, enabled, cache_enabled)
-        run_device, run_dtype = plan.run_device_and_dtype(device_type, dtype)
-        unusual_dtype = device_type == "cuda" and run_dtype not in (torch.bfloat16, torch.float16)
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original_init(self, *args, **kwargs)  # raises the constructor's own error
+        bound.apply_defaults()
+        arguments = bound.arguments
+        device_type, dtype = arguments["device_type"], arguments["dtype"]
+        request = _request(plan, device_type, dtype, arguments["enabled"], arguments["cache_enabled"])
+        arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype)
+        unusual_dtype = device_type == "cuda" and arguments["dtype"] not in (torch.bfloat16, torch.float16)
         try:
             with _quiet_cpu_dtype_check() if unusual_dtype else contextlib.nullcontext():
-                original_init(self, run_device, dtype=run_dtype, enabled=enabled, cache_enabled=cache_enabled)
+                original_init(*bound.args, **bound.kwargs)
         except Exception:
             # The request is what verify compares: keep it even when torch refuses it.
             recorder.region_created(RegionKey(**request, device_run="-", dtype_run="-", enabled_run=False))
@@ -153,28 +162,53 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
     """custom_fwd/custom_bwd for "cuda" act on CPU autocast; the requested device_type is recorded."""
     original_fwd = torch.amp.autocast_mode.custom_fwd
     original_bwd = torch.amp.autocast_mode.custom_bwd
+    fwd_signature, bwd_signature = inspect.signature(original_fwd), inspect.signature(original_bwd)
 
-    def run_device(device_type: Any) -> Any:
-        return "cpu" if device_type == "cuda" else device_type
+    def bound_for_cpu(signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+        """(the decorated function, the requested device_type, the call bound with that device mapped
+        to the CPU); the call is None when torch would refuse the arguments."""
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None, None, None
+        bound.apply_defaults()
+        function = bound.arguments[next(iter(signature.parameters))]  # None: called with options only
+        requested = bound.arguments.get("device_type")
+        if requested == "cuda":
+            bound.arguments["device_type"] = "cpu"
+        return function, requested, bound
 
     @functools.wraps(original_fwd)
-    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+    def custom_fwd(*args, **kwargs):
+        fwd, device_type, bound = bound_for_cpu(fwd_signature, args, kwargs)
+        if bound is None:
+            return original_fwd(*args, **kwargs)  # raises torch's own error
         if fwd is None:
-            return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+            return functools.partial(custom_fwd, **_options_only(fwd_signature, kwargs))
+        cast_inputs = bound.arguments.get("cast_inputs")
         cast = dtype_name(cast_inputs) if cast_inputs is not None else None
         recorder.custom_amp_decorator("custom_fwd", f"device_type={device_type} cast_inputs={cast}", find_site())
-        return original_fwd(fwd, device_type=run_device(device_type), cast_inputs=cast_inputs)
+        return original_fwd(*bound.args, **bound.kwargs)
 
     @functools.wraps(original_bwd)
-    def custom_bwd(bwd=None, *, device_type):
+    def custom_bwd(*args, **kwargs):
+        bwd, device_type, bound = bound_for_cpu(bwd_signature, args, kwargs)
+        if bound is None:
+            return original_bwd(*args, **kwargs)
         if bwd is None:
-            return functools.partial(custom_bwd, device_type=device_type)
+            return functools.partial(custom_bwd, **_options_only(bwd_signature, kwargs))
         recorder.custom_amp_decorator("custom_bwd", f"device_type={device_type}", find_site())
-        return original_bwd(bwd, device_type=run_device(device_type))
+        return original_bwd(*bound.args, **bound.kwargs)
 
     for module in (torch.amp, torch.amp.autocast_mode):
         module.custom_fwd = custom_fwd
         module.custom_bwd = custom_bwd
+
+
+def _options_only(signature: inspect.Signature, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A decorator called with its options alone (fwd=None): the options, for the call that brings the function."""
+    function_parameter = next(iter(signature.parameters))
+    return {name: value for name, value in kwargs.items() if name != function_parameter}
 
 
 # -- GradScaler ------------------------------------------------------------------------------
