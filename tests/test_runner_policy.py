@@ -188,7 +188,7 @@ def test_the_table_covers_every_op_cuda_autocast_registers() -> None:
     assert registered == set(cuda_autocast.CUDA_POLICY)
 
 
-def test_ops_left_to_the_cpu_kernel_are_lower_precision_there() -> None:
+def test_ops_left_to_the_cpu_kernel_are_registered_there() -> None:
     cpu_registered = {
         name.removeprefix("aten::")
         for name in torch._C._dispatch_get_all_op_names()
@@ -196,7 +196,7 @@ def test_ops_left_to_the_cpu_kernel_are_lower_precision_there() -> None:
     }
     assert cuda_autocast.CPU_KERNEL_IS_CUDA_POLICY <= cpu_registered
     cuda_lower = {name for name, policy in cuda_autocast.CUDA_POLICY.items() if policy == "lower_precision_fp"}
-    assert cuda_autocast.CPU_KERNEL_IS_CUDA_POLICY - cuda_lower == {"mkldnn_rnn_layer"}
+    assert cuda_autocast.CPU_KERNEL_IS_CUDA_POLICY - cuda_lower == {"mkldnn_rnn_layer", "cat", "stack", "index_copy"}
     with torch.autocast("cpu"):  # two of them, as the CPU runs them: float32 in, bfloat16 out
         x = torch.randn(2, 3)
         assert torch.nn.functional.linear(x, torch.randn(4, 3)).dtype == torch.bfloat16
@@ -353,3 +353,40 @@ def test_a_missing_private_name_disables_only_its_own_emulation() -> None:
         in completed.stderr
     )
     assert completed.stderr.count("could not emulate") == 1
+
+
+# -- the working-directory mirror and the options, without torch ---------------------------------------
+
+
+def test_mirror_copies_small_entries_and_links_big_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ampfix.runner import workdir
+
+    monkeypatch.setattr(workdir, "COPY_LIMIT_BYTES", 100)
+    source, target, outside = tmp_path / "source", tmp_path / "target", tmp_path / "outside"
+    for folder in (source / "config", source / "data", target, outside):
+        folder.mkdir(parents=True)
+    (source / "config" / "lr.txt").write_text("0.1")
+    (source / "data" / "big.bin").write_bytes(b"x" * 101)
+    (source / "ckpt.pt").write_bytes(b"weights")
+    (source / "latest.pt").symlink_to("ckpt.pt")
+    (source / "shared").symlink_to(outside)
+    (source / "ampfix-verify-1").mkdir()
+
+    linked = workdir.mirror(source, target, exclude=source / "ampfix-verify-1")
+
+    assert linked == ["data" + os.sep]
+    assert sorted(path.name for path in target.iterdir()) == ["ckpt.pt", "config", "data", "latest.pt", "shared"]
+    assert not (target / "config").is_symlink() and (target / "config" / "lr.txt").read_text() == "0.1"
+    assert not (target / "ckpt.pt").is_symlink()
+    assert os.readlink(target / "data") == str(source / "data")
+    assert os.readlink(target / "latest.pt") == "ckpt.pt"  # inside the folder: the copy's own
+    assert os.readlink(target / "shared") == str(outside)  # leading out: the same place
+    (target / "ckpt.pt").write_bytes(b"overwritten")
+    assert (source / "ckpt.pt").read_bytes() == b"weights"
+
+
+def test_run_options_reject_an_unknown_autocast_policy() -> None:
+    from ampfix.runner import api
+
+    with pytest.raises(ValueError, match="autocast_policy must be one of cuda, cpu"):
+        api.RunOptions(autocast_policy="gpu")

@@ -90,15 +90,18 @@ CUDA_POLICY: dict[str, str] = {
     **dict.fromkeys(BANNED, "banned"),
 }
 
-# Lower-precision ops that CPU autocast registers with the same policy (cast every floating input
-# to the autocast dtype): CUDA's policy is what their C++ CPU kernel already does.
+# Ops left to CPU autocast's own C++ kernel, because what it does is what CUDA autocast does:
 CPU_KERNEL_IS_CUDA_POLICY = frozenset({
+    # lower precision on both (every floating input cast to the autocast dtype)
     "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
     "conv_transpose3d.input", "_convolution.deprecated", "prelu", "addmm", "matmul", "mm", "linalg_vecdot",
     "linear", "addbmm", "baddbmm", "bmm", "scaled_dot_product_attention",
     # The CPU's LSTM/GRU layer: its CUDA twin, cuDNN's _cudnn_rnn, is cast to lower precision by a
     # kernel only CUDA builds register (aten/src/ATen/cudnn/AutocastRNN.cpp).
     "mkldnn_rnn_layer",
+    # The CPU casts to the widest input dtype; CUDA registers nothing and type promotion gives that
+    # same dtype and the same values.
+    "cat", "stack", "index_copy",
 })  # fmt: skip
 
 # The key CUDA's policy runs at: above AutocastCPU in the dispatcher's order, carried by no CPU tensor.
