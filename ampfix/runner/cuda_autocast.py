@@ -138,7 +138,7 @@ class CudaPolicy:
         self._is_included = C._dispatch_tls_is_dispatch_key_included
         self._key = key
         self._autocast_dtype = torch.get_autocast_dtype
-        cpu_only_ops = [
+        cpu_registered = [
             name[len("aten::") :]
             for name in C._dispatch_get_all_op_names()
             if name.startswith("aten::") and C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU")
@@ -151,7 +151,7 @@ class CudaPolicy:
             if name in CPU_KERNEL_IS_CUDA_POLICY or not _exists(name):
                 continue
             kernels.impl(name, self._kernel(name, policy), EMULATION_KEY_NAME)
-        for name in cpu_only_ops:
+        for name in cpu_registered:  # the ops only the CPU's lists name
             if name not in CUDA_POLICY and name not in CPU_KERNEL_IS_CUDA_POLICY:
                 kernels.impl(name, self._below_cpu_autocast(_op_handle(name)), EMULATION_KEY_NAME, with_keyset=True)
         self.installed = True
@@ -186,7 +186,8 @@ class CudaPolicy:
         widest = self._autocast_dtype("cpu")
         for value in (*args, *kwargs.values()):
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                # float32 wins over the autocast dtype; float64 is left alone, as CUDA does.
+                # float32 wins over the autocast dtype; float64 is left alone, as CUDA does. A third
+                # floating dtype (float16 in a bfloat16 run), which CUDA's code refuses, counts as float32.
                 if _eligible(tensor) and tensor.dtype != widest:
                     return torch.float32
         return widest
