@@ -95,6 +95,7 @@ class LaunchedRun:
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._process: subprocess.Popen | None = None
+        self._group_ended = False
         self._outputs: tuple[IO[bytes], IO[bytes]] | None = None
         self._out_dir = tempfile.mkdtemp(prefix="ampfix-run-")
         self.error = precheck(self.script)
@@ -139,12 +140,13 @@ class LaunchedRun:
 
     def abort(self) -> None:
         """End the script and everything it started, now, and remove the run's folder. Idempotent."""
-        if self._process is not None:
+        if self._process is not None and not self._group_ended:
             if self._process.poll() is None:
                 self._signal_group(_KILL)
                 self._process.wait()
             if OWN_PROCESS_GROUP:
                 self._signal_group(_KILL)  # whatever the script left running in its group
+            self._group_ended = True
         shutil.rmtree(self._out_dir, ignore_errors=True)
 
     def _wait(self) -> int | None:
