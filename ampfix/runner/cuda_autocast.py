@@ -132,6 +132,9 @@ class CudaPolicy:
         cpu_key = C.DispatchKey.AutocastCPU
         below_autocast = C.DispatchKeySet(key) | C.DispatchKeySet(cpu_key)
         self._exclude_guard = C._ExcludeDispatchKeyGuard
+        # torch.ops calls meet the script's torch function modes (the runner's device mode among
+        # them): the casts and calls made here are autocast's own, not the script's.
+        self._no_torch_function = C.DisableTorchFunction
         self._below_autocast = below_autocast
         self._set_excluded = C._dispatch_tls_set_dispatch_key_excluded
         self._set_included = C._dispatch_tls_set_dispatch_key_included
@@ -174,7 +177,7 @@ class CudaPolicy:
 
     def _cast_all(self, op: Any, target: Callable[[tuple, dict], torch.dtype]) -> Callable[..., Any]:
         def kernel(*args, **kwargs):
-            with self._exclude_guard(self._below_autocast):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
                 dtype = target(args, kwargs)
                 args = tuple(_cast(value, dtype) for value in args)
                 kwargs = {name: _cast(value, dtype) for name, value in kwargs.items()}
@@ -198,7 +201,7 @@ class CudaPolicy:
         keyword_only = op._schema.arguments[position].kwarg_only
 
         def kernel(*args, **kwargs):
-            with self._exclude_guard(self._below_autocast):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
                 if _eligible(args[0]):
                     if keyword_only or len(args) <= position:
                         if kwargs.get("dtype") is None:
@@ -211,7 +214,7 @@ class CudaPolicy:
 
     def _append_dtype(self, op_with_dtype: Any) -> Callable[..., Any]:
         def kernel(self_tensor, *args, **kwargs):
-            with self._exclude_guard(self._below_autocast):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
                 dtype = torch.float32 if _eligible(self_tensor) else self_tensor.dtype
                 return op_with_dtype(self_tensor, *args, **kwargs, dtype=dtype)
 
