@@ -14,7 +14,11 @@ round-robin. The medians of the training-loop time (measured inside the script) 
 ratios. The final losses are compared too: under the CPU policy the runner must give the twin's
 numbers bit for bit.
 
+A last measurement isolates the cost of CUDA's policy from the machine's noise: the transformer's
+training step in one process, alternating every 5 steps between the CPU's lists and CUDA's.
+
     python benchmarks/bench_runner.py [--repeats 3] [--threads 1] [--cnn-steps 40] [--transformer-steps 20]
+                                      [--policy-rounds 8]
 """
 
 from __future__ import annotations
@@ -125,6 +129,46 @@ print(json.dumps({{"loop_s": time.perf_counter() - start, "final_loss": loss.ite
 """
 
 
+# The policy's own cost, with the machine's noise cancelled: one process, the transformer's training
+# step under CPU autocast, alternating every few steps between the CPU's lists and CUDA's.
+POLICY_AB_SCRIPT = """\
+import json, math, statistics, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from ampfix.runner.cuda_autocast import CudaPolicy
+
+{definition}
+torch.manual_seed(0)
+model = build()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+policy = CudaPolicy()
+policy.install()
+batch, labels = {batch}, {labels}
+
+
+def steps(cuda, count):
+    started = time.perf_counter()
+    for _ in range(count):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            before = policy.switch(cuda)
+            loss = F.cross_entropy(model(batch), labels)
+            policy.restore(before)
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - started
+
+
+steps(False, 2), steps(True, 2)
+rounds = {{False: [], True: []}}
+for _ in range({rounds}):
+    for cuda in (False, True):
+        rounds[cuda].append(steps(cuda, 5))
+print(json.dumps({{"cpu_s": statistics.median(rounds[False]), "cuda_s": statistics.median(rounds[True])}}))
+"""
+
+
 @dataclass
 class Timing:
     loop_s: float
@@ -187,6 +231,18 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path) ->
     }
 
 
+def policy_in_one_process(model: str, rounds: int, threads: int, folder: Path) -> float:
+    """CUDA's policy over the CPU's: medians of alternating 5-step rounds in one process."""
+    path = folder / "policy_ab.py"
+    path.write_text(POLICY_AB_SCRIPT.format(rounds=rounds, **MODELS[model]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    completed = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"{path} failed:\n{completed.stderr}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result["cuda_s"] / result["cpu_s"]
+
+
 def native_bfloat16() -> str:
     """What the CPU offers for bfloat16 arithmetic (x86 flags, Arm features), from /proc/cpuinfo."""
     try:
@@ -220,6 +276,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cnn-steps", type=int, default=40)
     parser.add_argument("--transformer-steps", type=int, default=20)
+    parser.add_argument("--policy-rounds", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ampfix-bench-") as folder:
@@ -227,9 +284,12 @@ def main() -> None:
             measure("small CNN", args.cnn_steps, args.repeats, args.threads, Path(folder)),
             measure("small transformer", args.transformer_steps, args.repeats, args.threads, Path(folder)),
         ]
+        in_process = policy_in_one_process("small transformer", args.policy_rounds, args.threads, Path(folder))
     print_table(rows, args.repeats, args.threads)
+    print(f"\nsmall transformer, CUDA policy / CPU policy in one process ({args.policy_rounds} alternating "
+          f"rounds of 5 steps, medians): {in_process:.2f}x")
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps({"rows": rows, "policy_in_one_process": in_process}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
