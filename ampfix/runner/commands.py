@@ -74,13 +74,13 @@ def _check_json_path(command: str, path: Path | None) -> None:
     """A report that cannot be written is found before the script runs, not after."""
     if path is None:
         return
-    problem = json_path_problem(path)
+    problem = _json_path_problem(path)
     if problem is not None:
         Console(stderr=True).print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red", highlight=False)
         raise typer.Exit(2)
 
 
-def json_path_problem(path: Path) -> str | None:
+def _json_path_problem(path: Path) -> str | None:
     if path.is_dir():
         return "it is a folder"
     folder = path.parent
