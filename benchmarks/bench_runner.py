@@ -1,18 +1,24 @@
-"""How much slower is a CUDA-written script under `ampfix run` than its CPU twin run directly?
+"""What `ampfix run` costs: against the bfloat16 CPU twin, against plain float32, and CUDA's op policy against the CPU's.
 
-For a small CNN and a tiny MLP, two versions of one training script are generated:
+For a small CNN and a small GPT-style transformer, three versions of one training script are generated:
 
 * the CUDA-written one (``.to("cuda")``, ``torch.cuda.amp.autocast()``, ``torch.cuda.amp.GradScaler()``),
-  run with ``python -m ampfix.runner run``;
-* its CPU twin (``torch.amp.autocast("cpu", dtype=torch.bfloat16)``, ``torch.amp.GradScaler("cpu")``),
-  run directly with ``python`` — the same math the runner makes the CUDA one do.
+  run with ``python -m ampfix.runner run`` twice: with CUDA's op policy (the default) and with
+  ``--autocast-policy cpu`` (CPU autocast's own lists: the same math as the twin);
+* its bfloat16 CPU twin (``torch.amp.autocast("cpu", dtype=torch.bfloat16)``, ``torch.amp.GradScaler("cpu")``),
+  run directly with ``python``;
+* the same twin with autocast and the scaler disabled: the plain float32 run.
 
-Both run the same steps in one process with the same thread count, seeded alike. Each is run
-``--repeats`` times, alternating; the medians of the training-loop time (measured inside the
-script) and of the whole process (torch import included) are compared as ratios runner / direct.
-The final losses are compared too: the runner should not change the numbers.
+All run the same steps in one process with the same thread count, seeded alike, ``--repeats`` times,
+round-robin. The medians of the training-loop time (measured inside the script) are compared as
+ratios. The final losses are compared too: under the CPU policy the runner must give the twin's
+numbers bit for bit.
 
-    python benchmarks/bench_runner.py [--repeats 3] [--threads 1] [--mlp-steps 300] [--cnn-steps 40]
+A last measurement isolates the cost of CUDA's policy from the machine's noise: the transformer's
+training step in one process, alternating every 5 steps between the CPU's lists and CUDA's.
+
+    python benchmarks/bench_runner.py [--repeats 3] [--threads 1] [--cnn-steps 40] [--transformer-steps 20]
+                                      [--policy-rounds 8]
 """
 
 from __future__ import annotations
@@ -29,13 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODELS = {
-    "tiny MLP": {
-        "definition": (
-            "def build():\n"
-            "    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))\n"
-        ),
-        "batch_shape": "(32, 64)",
-    },
     "small CNN": {
         "definition": (
             "def build():\n"
@@ -45,7 +44,42 @@ MODELS = {
             "        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),\n"
             "    )\n"
         ),
-        "batch_shape": "(16, 3, 32, 32)",
+        "batch": "torch.randn(16, 3, 32, 32)",
+        "labels": "torch.randint(0, 10, (16,))",
+    },
+    # nanoGPT's block, small: attention written out (q @ k.T, masked softmax), LayerNorm, GELU MLP.
+    "small transformer": {
+        "definition": (
+            "class Block(nn.Module):\n"
+            "    def __init__(self, width, heads):\n"
+            "        super().__init__()\n"
+            "        self.heads = heads\n"
+            "        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)\n"
+            "        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)\n"
+            "        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))\n"
+            "    def forward(self, x):\n"
+            "        b, t, c = x.shape\n"
+            "        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)\n"
+            "        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))\n"
+            "        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))\n"
+            "        att = att.masked_fill(torch.ones(t, t).tril().to(x.device) == 0, float('-inf'))\n"
+            "        y = F.softmax(att, dim=-1) @ v\n"
+            "        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))\n"
+            "        return x + self.mlp(self.ln2(x))\n"
+            "class GPT(nn.Module):\n"
+            "    def __init__(self, vocab=256, width=128, heads=4, layers=4, context=64):\n"
+            "        super().__init__()\n"
+            "        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)\n"
+            "        self.blocks = nn.Sequential(*[Block(width, heads) for _ in range(layers)])\n"
+            "        self.ln, self.head = nn.LayerNorm(width), nn.Linear(width, vocab)\n"
+            "    def forward(self, idx):\n"
+            "        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))\n"
+            "        return self.head(self.ln(self.blocks(x))).flatten(0, 1)\n"
+            "def build():\n"
+            "    return GPT()\n"
+        ),
+        "batch": "torch.randint(0, 256, (8, 64))",
+        "labels": "torch.randint(0, 256, (8 * 64,))",
     },
 }
 
@@ -55,15 +89,20 @@ FLAVOURS = {
         "scaler": "torch.cuda.amp.GradScaler()",
         "autocast": "torch.cuda.amp.autocast()",
     },
-    "cpu": {
+    "cpu bfloat16": {
         "device": '"cpu"',
         "scaler": 'torch.amp.GradScaler("cpu")',
         "autocast": 'torch.amp.autocast("cpu", dtype=torch.bfloat16)',
     },
+    "cpu float32": {
+        "device": '"cpu"',
+        "scaler": 'torch.amp.GradScaler("cpu", enabled=False)',
+        "autocast": 'torch.amp.autocast("cpu", enabled=False)',
+    },
 }
 
 SCRIPT = """\
-import json, time
+import json, math, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -74,8 +113,8 @@ device = {device}
 model = build().to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 scaler = {scaler}
-inputs = torch.randn({steps}, *{batch_shape})
-labels = torch.randint(0, 10, ({steps}, {batch_shape}[0]))
+inputs = [{batch} for _ in range({steps})]
+labels = [{labels} for _ in range({steps})]
 start = time.perf_counter()
 for step in range({steps}):
     x = inputs[step].to(device, non_blocking=True)
@@ -90,6 +129,46 @@ print(json.dumps({{"loop_s": time.perf_counter() - start, "final_loss": loss.ite
 """
 
 
+# The policy's own cost, with the machine's noise cancelled: one process, the transformer's training
+# step under CPU autocast, alternating every few steps between the CPU's lists and CUDA's.
+POLICY_AB_SCRIPT = """\
+import json, math, statistics, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from ampfix.runner.cuda_autocast import CudaPolicy
+
+{definition}
+torch.manual_seed(0)
+model = build()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+policy = CudaPolicy()
+policy.install()
+batch, labels = {batch}, {labels}
+
+
+def steps(cuda, count):
+    started = time.perf_counter()
+    for _ in range(count):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            before = policy.switch(cuda)
+            loss = F.cross_entropy(model(batch), labels)
+            policy.restore(before)
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - started
+
+
+steps(False, 2), steps(True, 2)
+rounds = {{False: [], True: []}}
+for _ in range({rounds}):
+    for cuda in (False, True):
+        rounds[cuda].append(steps(cuda, 5))
+print(json.dumps({{"cpu_s": statistics.median(rounds[False]), "cuda_s": statistics.median(rounds[True])}}))
+"""
+
+
 @dataclass
 class Timing:
     loop_s: float
@@ -97,9 +176,17 @@ class Timing:
     final_loss: float
 
 
+# (label, script flavour, extra runner options or None for a direct run)
+VARIANTS = [
+    ("float32", "cpu float32", None),
+    ("bfloat16 twin", "cpu bfloat16", None),
+    ("runner, CPU policy", "cuda", ["--autocast-policy", "cpu"]),
+    ("runner, CUDA policy", "cuda", []),
+]
+
+
 def write_script(folder: Path, model: str, flavour: str, steps: int) -> Path:
-    name = f"{model.replace(' ', '_')}_{flavour}.py"
-    path = folder / name
+    path = folder / f"{model.replace(' ', '_')}_{flavour.replace(' ', '_')}.py"
     path.write_text(SCRIPT.format(steps=steps, **MODELS[model], **FLAVOURS[flavour]))
     return path
 
@@ -115,41 +202,71 @@ def timed(command: list[str], env: dict[str, str]) -> Timing:
 
 
 def measure(model: str, steps: int, repeats: int, threads: int, folder: Path) -> dict[str, object]:
-    direct_script = write_script(folder, model, "cpu", steps)
-    runner_script = write_script(folder, model, "cuda", steps)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    direct_command = [sys.executable, str(direct_script)]
-    runner_command = [sys.executable, "-m", "ampfix.runner", "run", str(runner_script), "--threads", str(threads)]
-    direct, runner = [], []
-    for _ in range(repeats):  # alternate, so a noisy moment hurts both sides alike
-        direct.append(timed(direct_command, env))
-        runner.append(timed(runner_command, env))
-    direct_loop = statistics.median(t.loop_s for t in direct)
-    runner_loop = statistics.median(t.loop_s for t in runner)
-    direct_total = statistics.median(t.total_s for t in direct)
-    runner_total = statistics.median(t.total_s for t in runner)
+    commands = {}
+    for label, flavour, runner_options in VARIANTS:
+        script = str(write_script(folder, model, flavour, steps))
+        if runner_options is None:
+            commands[label] = [sys.executable, script]
+        else:
+            commands[label] = [sys.executable, "-m", "ampfix.runner", "run", script, "--threads", str(threads), *runner_options]
+    timings: dict[str, list[Timing]] = {label: [] for label in commands}
+    for _ in range(repeats):  # round-robin, so a noisy moment hurts every variant alike
+        for label, command in commands.items():
+            timings[label].append(timed(command, env))
+    loop = {label: statistics.median(t.loop_s for t in runs) for label, runs in timings.items()}
+    total = {label: statistics.median(t.total_s for t in runs) for label, runs in timings.items()}
+    loss = {label: runs[0].final_loss for label, runs in timings.items()}
     return {
         "workload": model,
         "steps": steps,
-        "direct_loop_s": direct_loop,
-        "runner_loop_s": runner_loop,
-        "loop_ratio": runner_loop / direct_loop,
-        "direct_total_s": direct_total,
-        "runner_total_s": runner_total,
-        "total_ratio": runner_total / direct_total,
-        "same_final_loss": direct[0].final_loss == runner[0].final_loss,
+        "loop_s": loop,
+        "total_s": total,
+        "final_loss": loss,
+        "runner_vs_twin": loop["runner, CPU policy"] / loop["bfloat16 twin"],
+        "cuda_policy_vs_cpu_policy": loop["runner, CUDA policy"] / loop["runner, CPU policy"],
+        "runner_vs_float32": loop["runner, CUDA policy"] / loop["float32"],
+        "twin_vs_float32": loop["bfloat16 twin"] / loop["float32"],
+        "cpu_policy_same_loss_as_twin": loss["runner, CPU policy"] == loss["bfloat16 twin"],
     }
 
 
+def policy_in_one_process(model: str, rounds: int, threads: int, folder: Path) -> float:
+    """CUDA's policy over the CPU's: medians of alternating 5-step rounds in one process."""
+    path = folder / "policy_ab.py"
+    path.write_text(POLICY_AB_SCRIPT.format(rounds=rounds, **MODELS[model]))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    completed = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"{path} failed:\n{completed.stderr}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result["cuda_s"] / result["cpu_s"]
+
+
+def native_bfloat16() -> str:
+    """What the CPU offers for bfloat16 arithmetic (x86 flags, Arm features), from /proc/cpuinfo."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    found = sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return ", ".join(found) if found else "none (bfloat16 is emulated in float32 arithmetic)"
+
+
 def print_table(rows: list[dict[str, object]], repeats: int, threads: int) -> None:
-    print(f"ampfix run overhead vs. the CPU twin run directly (median of {repeats}, {threads} thread(s))")
-    header = f"{'workload':<10} {'steps':>5} {'direct loop':>12} {'runner loop':>12} {'ratio':>6} {'direct total':>13} {'runner total':>13} {'ratio':>6}  same loss"
-    print(header)
+    print(f"ampfix run overhead (median training-loop time of {repeats}, {threads} thread(s)); "
+          f"native bfloat16 on this CPU: {native_bfloat16()}")
+    labels = [label for label, _, _ in VARIANTS]
+    print(f"{'workload':<18} {'steps':>5} " + " ".join(f"{label:>20}" for label in labels))
+    for row in rows:
+        print(f"{row['workload']:<18} {row['steps']:>5} " + " ".join(f"{row['loop_s'][label]:>19.3f}s" for label in labels))
+    print()
+    print(f"{'workload':<18} {'runner/twin':>12} {'CUDA/CPU policy':>16} {'runner/float32':>15} {'twin/float32':>13}  CPU policy = twin loss")
     for row in rows:
         print(
-            f"{row['workload']:<10} {row['steps']:>5} {row['direct_loop_s']:>11.3f}s {row['runner_loop_s']:>11.3f}s "
-            f"{row['loop_ratio']:>5.2f}x {row['direct_total_s']:>12.2f}s {row['runner_total_s']:>12.2f}s "
-            f"{row['total_ratio']:>5.2f}x  {'yes' if row['same_final_loss'] else 'NO'}"
+            f"{row['workload']:<18} {row['runner_vs_twin']:>11.2f}x {row['cuda_policy_vs_cpu_policy']:>15.2f}x "
+            f"{row['runner_vs_float32']:>14.2f}x {row['twin_vs_float32']:>12.2f}x  "
+            f"{'yes' if row['cpu_policy_same_loss_as_twin'] else 'NO'}"
         )
 
 
@@ -157,18 +274,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mlp-steps", type=int, default=300)
     parser.add_argument("--cnn-steps", type=int, default=40)
+    parser.add_argument("--transformer-steps", type=int, default=20)
+    parser.add_argument("--policy-rounds", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ampfix-bench-") as folder:
         rows = [
             measure("small CNN", args.cnn_steps, args.repeats, args.threads, Path(folder)),
-            measure("tiny MLP", args.mlp_steps, args.repeats, args.threads, Path(folder)),
+            measure("small transformer", args.transformer_steps, args.repeats, args.threads, Path(folder)),
         ]
+        in_process = policy_in_one_process("small transformer", args.policy_rounds, args.threads, Path(folder))
     print_table(rows, args.repeats, args.threads)
+    print(f"\nsmall transformer, CUDA policy / CPU policy in one process ({args.policy_rounds} alternating "
+          f"rounds of 5 steps, medians): {in_process:.2f}x")
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps({"rows": rows, "policy_in_one_process": in_process}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ JOBS: dict[str, list[str]] = {
     "event_timing_verify": ["verify", "event_timing.py", "--rewritten", "event_timing.migrated.py"],
     "spawn_verify": ["verify", "spawn_ddp.py", "--rewritten", "spawn_ddp.migrated.py", "--", "--nprocs", "1", "--steps", "2"],
     "wrong_enabled_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_enabled.py", "--", "--steps", "3"],
-    "wrong_cpu_verify": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--", "--steps", "3"],
+    # The CPU's op policy on both sides: the "cuda" request then runs exactly as the "cpu" one does.
+    "wrong_cpu_verify": [
+        "verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--autocast-policy", "cpu", "--", "--steps", "3",
+    ],
     "engine_rewrite_verify": ["verify", "cnn_amp.py", "--", "--steps", "3"],
 }
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import Recorder, RegionKey, dtype_name
 from ampfix.runner.sites import find_site
 
@@ -34,8 +35,18 @@ FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 class AmpPlan:
     """How a request for the emulated device is run on the CPU."""
 
-    def __init__(self, amp_dtype: str) -> None:
+    def __init__(self, amp_dtype: str, cuda_policy: CudaPolicy | None = None) -> None:
         self.forced_dtype = FORCED_DTYPES.get(amp_dtype)  # None: keep the requested dtype
+        # Set when "cuda" regions run CUDA's op policy (--autocast-policy cuda); None: the CPU's.
+        self.cuda_policy = cuda_policy
+
+    def runs_cuda_policy(self, region: RegionKey) -> bool:
+        """A region the script asked for as "cpu" keeps the CPU's policy. An enabled region torch opens
+        on the script's behalf replays a script region (checkpointing recomputes the forward in
+        backward, outside any region): in a run with CUDA's policy, that is a "cuda" one."""
+        if self.cuda_policy is None or not region.enabled_run:
+            return False
+        return region.site.origin != "script" or region.device_requested == "cuda"
 
     @staticmethod
     def requested_dtype(device_type: Any, dtype: Any) -> Any:
@@ -84,16 +95,25 @@ def _quiet_cpu_dtype_check() -> Iterator[None]:
 
 def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> None:
     autocast = torch.amp.autocast_mode.autocast
-    original_init, original_enter = autocast.__init__, autocast.__enter__
+    original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
+
+    signature = inspect.signature(original_init)
 
     @functools.wraps(original_init)
-    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
-        request = _request(plan, device_type, dtype, enabled, cache_enabled)
-        run_device, run_dtype = plan.run_device_and_dtype(device_type, dtype)
-        unusual_dtype = device_type == "cuda" and run_dtype not in (torch.bfloat16, torch.float16)
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original_init(self, *args, **kwargs)  # raises the constructor's own error
+        bound.apply_defaults()
+        arguments = bound.arguments
+        device_type, dtype = arguments["device_type"], arguments["dtype"]
+        request = _request(plan, device_type, dtype, arguments["enabled"], arguments["cache_enabled"])
+        arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype)
+        unusual_dtype = device_type == "cuda" and arguments["dtype"] not in (torch.bfloat16, torch.float16)
         try:
             with _quiet_cpu_dtype_check() if unusual_dtype else contextlib.nullcontext():
-                original_init(self, run_device, dtype=run_dtype, enabled=enabled, cache_enabled=cache_enabled)
+                original_init(*bound.args, **bound.kwargs)
         except Exception:
             # The request is what verify compares: keep it even when torch refuses it.
             recorder.region_created(RegionKey(**request, device_run="-", dtype_run="-", enabled_run=False))
@@ -110,10 +130,22 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> Non
             if region.site.origin == "script":
                 at_step_boundary()
             recorder.region_entered(region, find_site())
-        return original_enter(self)
+        entered = original_enter(self)
+        if plan.cuda_policy is not None and region is not None:
+            self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
+        return entered
+
+    @functools.wraps(original_exit)
+    def __exit__(self, *exc_info):
+        try:
+            return original_exit(self, *exc_info)
+        finally:
+            if plan.cuda_policy is not None:
+                plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
 
     autocast.__init__ = __init__
     autocast.__enter__ = __enter__
+    autocast.__exit__ = __exit__
 
 
 def install_autocast_state_queries() -> None:
@@ -130,28 +162,53 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
     """custom_fwd/custom_bwd for "cuda" act on CPU autocast; the requested device_type is recorded."""
     original_fwd = torch.amp.autocast_mode.custom_fwd
     original_bwd = torch.amp.autocast_mode.custom_bwd
+    fwd_signature, bwd_signature = inspect.signature(original_fwd), inspect.signature(original_bwd)
 
-    def run_device(device_type: Any) -> Any:
-        return "cpu" if device_type == "cuda" else device_type
+    def bound_for_cpu(signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+        """(the decorated function, the requested device_type, the call bound with that device mapped
+        to the CPU); the call is None when torch would refuse the arguments."""
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return None, None, None
+        bound.apply_defaults()
+        function = bound.arguments[next(iter(signature.parameters))]  # None: called with options only
+        requested = bound.arguments.get("device_type")
+        if requested == "cuda":
+            bound.arguments["device_type"] = "cpu"
+        return function, requested, bound
 
     @functools.wraps(original_fwd)
-    def custom_fwd(fwd=None, *, device_type, cast_inputs=None):
+    def custom_fwd(*args, **kwargs):
+        fwd, device_type, bound = bound_for_cpu(fwd_signature, args, kwargs)
+        if bound is None:
+            return original_fwd(*args, **kwargs)  # raises torch's own error
         if fwd is None:
-            return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+            return functools.partial(custom_fwd, **_options_only(fwd_signature, kwargs))
+        cast_inputs = bound.arguments.get("cast_inputs")
         cast = dtype_name(cast_inputs) if cast_inputs is not None else None
         recorder.custom_amp_decorator("custom_fwd", f"device_type={device_type} cast_inputs={cast}", find_site())
-        return original_fwd(fwd, device_type=run_device(device_type), cast_inputs=cast_inputs)
+        return original_fwd(*bound.args, **bound.kwargs)
 
     @functools.wraps(original_bwd)
-    def custom_bwd(bwd=None, *, device_type):
+    def custom_bwd(*args, **kwargs):
+        bwd, device_type, bound = bound_for_cpu(bwd_signature, args, kwargs)
+        if bound is None:
+            return original_bwd(*args, **kwargs)
         if bwd is None:
-            return functools.partial(custom_bwd, device_type=device_type)
+            return functools.partial(custom_bwd, **_options_only(bwd_signature, kwargs))
         recorder.custom_amp_decorator("custom_bwd", f"device_type={device_type}", find_site())
-        return original_bwd(bwd, device_type=run_device(device_type))
+        return original_bwd(*bound.args, **bound.kwargs)
 
     for module in (torch.amp, torch.amp.autocast_mode):
         module.custom_fwd = custom_fwd
         module.custom_bwd = custom_bwd
+
+
+def _options_only(signature: inspect.Signature, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A decorator called with its options alone (fwd=None): the options, for the call that brings the function."""
+    function_parameter = next(iter(signature.parameters))
+    return {name: value for name, value in kwargs.items() if name != function_parameter}
 
 
 # -- GradScaler ------------------------------------------------------------------------------

@@ -14,21 +14,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ampfix.runner.compare import first_difference
-from ampfix.runner.config import AMP_DTYPES
+from ampfix.runner.config import AMP_DTYPES, AUTOCAST_POLICIES
 from ampfix.runner.launch import LaunchedRun, precheck
 from ampfix.runner.model import RunReport, VerifyReport
+from ampfix.runner.workdir import mirror
 
 
 @dataclass(frozen=True)
 class RunOptions:
     max_steps: int | None = None
     amp_dtype: str = "bfloat16"  # the dtype "cuda" autocast runs in on the CPU; "keep": as requested
+    autocast_policy: str = "cuda"  # whose op lists "cuda" regions follow: CUDA's or the CPU's
     seed: int = 0
     threads: int = 1
 
     def __post_init__(self) -> None:
         if self.amp_dtype not in AMP_DTYPES:
             raise ValueError(f"amp_dtype must be one of {', '.join(AMP_DTYPES)}, not {self.amp_dtype!r}")
+        if self.autocast_policy not in AUTOCAST_POLICIES:
+            raise ValueError(
+                f"autocast_policy must be one of {', '.join(AUTOCAST_POLICIES)}, not {self.autocast_policy!r}"
+            )
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError("max_steps must be at least 1")
         if self.threads < 1:
@@ -43,6 +49,7 @@ def _launch(
     capture_output: bool,
     timeout: float | None,
     extra_paths: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> LaunchedRun:
     return LaunchedRun(
         Path(script),
@@ -51,6 +58,7 @@ def _launch(
         capture_output=capture_output,
         timeout=timeout,
         extra_paths=extra_paths,
+        cwd=None if cwd is None else str(cwd),
     )
 
 
@@ -62,7 +70,8 @@ def run_script(
     capture_output: bool = False,
     timeout: float | None = None,
 ) -> RunReport:
-    """Run ``script`` on the CPU under the harness; its output goes to ours unless captured."""
+    """Run ``script`` on the CPU under the harness, in the current working directory; its output
+    goes to ours unless captured. ``timeout``: seconds before the script is stopped (None: never)."""
     return _launch(Path(script), script_args, options, capture_output=capture_output, timeout=timeout).finish()
 
 
@@ -77,22 +86,27 @@ def verify_scripts(
     """Run the original and its rewrite side by side (same seed, same threads) and compare them.
 
     Without ``rewritten``, ampfix's own rewrite of ``original`` is run from a temporary copy; the
-    original's folder stays importable so its neighbouring modules are found.
+    original's folder stays importable so its neighbouring modules are found. The two sides share
+    no writable state: each runs in its own mirror of the current working directory (see
+    :mod:`workdir`), so neither sees, nor races on, what the other writes, and the caller's folder
+    is not written to.
     """
     original = Path(original)
-    notes = []
-    workspace = tempfile.mkdtemp(prefix="ampfix-verify-")
+    notes: list[str] = []
+    workspace = Path(tempfile.mkdtemp(prefix="ampfix-verify-"))
+    runs: list[LaunchedRun] = []
     try:
         if rewritten is None:
-            rewritten, problem = _write_engine_rewrite(original, Path(workspace), notes)
+            rewritten, problem = _write_engine_rewrite(original, workspace, notes)
             if problem is not None:
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         for script in (original, Path(rewritten)):
             problem = precheck(script)
             if problem is not None:  # do not start the other side for nothing
                 return VerifyReport(None, None, None, error=problem, notes=notes)
-        runs = [
-            _launch(original, script_args, options, capture_output=True, timeout=timeout),
+        original_cwd, rewrite_cwd = _side_working_directories(workspace, notes)
+        runs.append(_launch(original, script_args, options, capture_output=True, timeout=timeout, cwd=original_cwd))
+        runs.append(
             _launch(
                 Path(rewritten),
                 script_args,
@@ -100,14 +114,30 @@ def verify_scripts(
                 capture_output=True,
                 timeout=timeout,
                 extra_paths=[str(original.resolve().parent)],
-            ),
-        ]
+                cwd=rewrite_cwd,
+            )
+        )
         original_report, rewritten_report = (run.finish() for run in runs)
     finally:
+        for run in runs:  # Ctrl-C, SIGTERM, an error: neither side outlives verify
+            run.abort()
         shutil.rmtree(workspace, ignore_errors=True)
     report = compare_runs(original_report, rewritten_report)
     report.notes.extend(notes)
     return report
+
+
+def _side_working_directories(workspace: Path, notes: list[str]) -> tuple[Path, Path]:
+    source = Path.cwd()
+    folders = []
+    for side in ("original", "rewrite"):
+        folder = workspace / f"{side}-cwd"
+        folder.mkdir()
+        linked = mirror(source, folder, exclude=workspace)
+        folders.append(folder)
+    shared = f" (linked, not copied: {', '.join(linked)})" if linked else ""
+    notes.append(f"each side ran in its own copy of {source}{shared}")
+    return folders[0], folders[1]
 
 
 def compare_runs(original: RunReport, rewritten: RunReport) -> VerifyReport:
@@ -118,9 +148,16 @@ def compare_runs(original: RunReport, rewritten: RunReport) -> VerifyReport:
     if original.exit_code != 0:
         # Without a run that works there is nothing to hold the rewrite to.
         error = f"the original exited with status {original.exit_code} under the runner; nothing to compare against"
-        return VerifyReport(original, rewritten, None, error=error)
+        cause = _last_line(original.stderr)
+        return VerifyReport(original, rewritten, None, error=f"{error} ({cause})" if cause else error)
     difference = first_difference(original, rewritten)
     return VerifyReport(original, rewritten, difference is None, difference)
+
+
+def _last_line(text: str | None) -> str | None:
+    """The last line a failed script wrote to stderr: the exception, after its traceback."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
 
 
 def _write_engine_rewrite(original: Path, workspace: Path, notes: list[str]) -> tuple[Path | None, str | None]:
@@ -139,7 +176,8 @@ def _write_engine_rewrite(original: Path, workspace: Path, notes: list[str]) -> 
         return None, f"ampfix could not rewrite {original}: {result.error}"
     if not result.changed:
         notes.append("ampfix's rewrite left the script unchanged: both runs are of the same source")
-    target = workspace / original.name
+    target = workspace / "rewrite" / original.name
+    target.parent.mkdir()
     target.write_text(result.new_source, encoding="utf-8")
     notes.append("rewrite: ampfix's own, run from a temporary copy")
     return target, None

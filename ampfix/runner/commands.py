@@ -8,8 +8,12 @@ libcst: it only starts child processes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -24,6 +28,15 @@ class AmpDtype(str, enum.Enum):
     keep = "keep"
 
 
+class AutocastPolicy(str, enum.Enum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+# verify captures both sides' output, so a script that hangs would hang it in silence: it gets a
+# limit by default. run streams the script's output and may be a real training run: none.
+VERIFY_TIMEOUT_S = 600.0
+
 ScriptArgument = Annotated[Path, typer.Argument(help="The script to run (as __main__).", show_default=False)]
 MaxStepsOption = Annotated[
     Optional[int], typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
@@ -32,13 +45,52 @@ AmpDtypeOption = Annotated[
     AmpDtype,
     typer.Option("--amp-dtype", help='The dtype "cuda" autocast runs in on the CPU; keep: the requested one.'),
 ]
+AutocastPolicyOption = Annotated[
+    AutocastPolicy,
+    typer.Option(
+        "--autocast-policy",
+        help='Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).',
+    ),
+]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for torch, random, numpy and PYTHONHASHSEED.")]
 ThreadsOption = Annotated[int, typer.Option("--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
 JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON to this file.")]
 
 
-def _options(max_steps: int | None, amp_dtype: AmpDtype, seed: int, threads: int) -> api.RunOptions:
-    return api.RunOptions(max_steps=max_steps, amp_dtype=amp_dtype.value, seed=seed, threads=threads)
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Stop the script after this long and exit 2; 0: never.")
+]
+
+
+def _options(
+    max_steps: int | None, amp_dtype: AmpDtype, autocast_policy: AutocastPolicy, seed: int, threads: int
+) -> api.RunOptions:
+    return api.RunOptions(
+        max_steps=max_steps, amp_dtype=amp_dtype.value, autocast_policy=autocast_policy.value, seed=seed, threads=threads
+    )
+
+
+def _check_json_path(command: str, path: Path | None) -> None:
+    """A report that cannot be written is found before the script runs, not after."""
+    if path is None:
+        return
+    problem = _json_path_problem(path)
+    if problem is not None:
+        Console(stderr=True).print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red", highlight=False)
+        raise typer.Exit(2)
+
+
+def _json_path_problem(path: Path) -> str | None:
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"no such folder: {folder}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is not writable"
+    if not path.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None
 
 
 def _write_json(path: Path | None, data: dict[str, Any]) -> None:
@@ -46,20 +98,50 @@ def _write_json(path: Path | None, data: dict[str, Any]) -> None:
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
+class Terminated(SystemExit):
+    """SIGTERM / SIGHUP to ampfix, raised where it is waiting so that the scripts it started are ended."""
+
+
+@contextlib.contextmanager
+def _ending_signals_raise() -> Iterator[None]:
+    """Python's default for SIGTERM ends the process at once, leaving the children and the temporary
+    folders behind; as an exception it unwinds through the runner's cleanup instead."""
+
+    def raise_terminated(signal_number: int, frame: Any) -> None:
+        raise Terminated(128 + signal_number)
+
+    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {name: signal.signal(getattr(signal, name), raise_terminated) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def _seconds(timeout: float) -> float | None:
+    return timeout or None
+
+
 def run_command(
     ctx: typer.Context,
     script: ScriptArgument,
     max_steps: MaxStepsOption = None,
     amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
+    autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
+    timeout: TimeoutOption = 0,
     json_path: JsonOption = None,
 ) -> None:
     """Run a CUDA-written script on the CPU, with mixed precision really exercised, and report what AMP did.
 
     The script's own arguments go after `--`: ampfix run train.py --max-steps 5 -- --epochs 1
     """
-    report = api.run_script(script, ctx.args, _options(max_steps, amp_dtype, seed, threads))
+    _check_json_path("run", json_path)
+    options = _options(max_steps, amp_dtype, autocast_policy, seed, threads)
+    with _ending_signals_raise():
+        report = api.run_script(script, ctx.args, options, timeout=_seconds(timeout))
     render.render_run(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
     if report.exit_code is None:
@@ -76,16 +158,22 @@ def verify_command(
     ] = None,
     max_steps: MaxStepsOption = None,
     amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
+    autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
+    timeout: TimeoutOption = VERIFY_TIMEOUT_S,
     json_path: JsonOption = None,
 ) -> None:
     """Run a script and its rewrite side by side on the CPU and compare them step by step.
 
     Exit 0 when they behave the same, 1 when not, 2 when either could not run. The rewrite is
     ampfix's own unless --rewritten names a hand migration; script arguments go after `--`.
+    Each side runs in its own copy of the working directory, so scripts that write files do not meet.
     """
-    report = api.verify_scripts(script, rewritten, ctx.args, _options(max_steps, amp_dtype, seed, threads))
+    _check_json_path("verify", json_path)
+    options = _options(max_steps, amp_dtype, autocast_policy, seed, threads)
+    with _ending_signals_raise():
+        report = api.verify_scripts(script, rewritten, ctx.args, options, timeout=_seconds(timeout))
     render.render_verify(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
     raise typer.Exit(report.exit_code)

@@ -15,6 +15,8 @@ CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
 ROLE_ENV = "AMPFIX_RUNNER_ROLE"
 
 AMP_DTYPES = ("bfloat16", "float16", "keep")
+# Whose op lists "cuda" autocast regions follow on the CPU: CUDA's (the dtypes a GPU would give) or the CPU's.
+AUTOCAST_POLICIES = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class RunnerConfig:
     seed: int = 0
     threads: int = 1
     amp_dtype: str = "bfloat16"
+    autocast_policy: str = "cuda"
     max_steps: int | None = None
     # Folders put on sys.path after the script's own (verify runs a rewritten copy from a
     # temporary folder and still needs the original's neighbours to import).

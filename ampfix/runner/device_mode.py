@@ -21,15 +21,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.overrides import TorchFunctionMode
 
 from ampfix.runner.observe import Recorder
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to
-# The C function itself: torch.is_autocast_enabled is patched to answer "cuda" with the CPU state.
-_is_autocast_enabled = torch._C.is_autocast_enabled
 
 
 def is_cuda_device(device: Any) -> bool:
@@ -81,6 +79,11 @@ class CudaOnCpuMode(TorchFunctionMode):
         super().__init__()
         self._recorder = recorder
         self._pinned = PinnedTensors()
+        # Private torch names are looked up here, inside the install step, so that a torch without
+        # them loses this emulation alone. The C function itself: torch.is_autocast_enabled is
+        # patched to answer "cuda" with the CPU state.
+        self._is_autocast_enabled = torch._C.is_autocast_enabled
+        self.mode_stack = torch.overrides._get_current_function_mode_stack
         # Handlers get the call's own arguments: each maps the devices it names itself.
         self._handlers: dict[Any, Callable[[tuple, dict], Any]] = {
             _Tensor.cuda: self._cuda,
@@ -101,7 +104,7 @@ class CudaOnCpuMode(TorchFunctionMode):
                 self._pinned.add(result)
         else:
             result = func(*args)
-        if _is_autocast_enabled("cpu"):
+        if self._is_autocast_enabled("cpu"):
             self._count_dtypes(result)
         return result
 
@@ -174,7 +177,7 @@ def _cpu_twin_of_cuda_type(wanted: Any) -> Any:
 @contextlib.contextmanager
 def mode_active(mode: CudaOnCpuMode) -> Iterator[None]:
     """Enter ``mode`` unless this thread already has it (autograd and new threads do not)."""
-    if mode in _get_current_function_mode_stack():
+    if mode in mode.mode_stack():
         yield
         return
     with mode:

@@ -21,14 +21,16 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, device_mode, fake_cuda, process_patches, training_hooks
+    from ampfix.runner import amp_patches, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
 
     limit = training_hooks.StepLimit(recorder, config.max_steps)
-    plan = amp_patches.AmpPlan(config.amp_dtype)
+    cuda_policy = cuda_autocast.CudaPolicy() if config.autocast_policy == "cuda" else None
+    plan = amp_patches.AmpPlan(config.amp_dtype, cuda_policy)
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
+        *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder)),

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tokenize
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,8 +62,22 @@ def precheck(script: Path) -> str | None:
     return None
 
 
+# After asking a script to stop (SIGINT, as Ctrl-C would: its finally blocks and exit handlers
+# run, so what it did so far is still reported), how long it gets before it is killed.
+STOP_GRACE_S = 5.0
+# POSIX: each script runs in a session (so a process group) of its own, and ending it ends every
+# process it started. Elsewhere only the script's own process can be ended.
+OWN_PROCESS_GROUP = hasattr(os, "killpg")
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)
+
+
 class LaunchedRun:
-    """One child process running a script; ``finish()`` waits for it and returns the report."""
+    """One child process running a script; ``finish()`` waits for it and returns the report.
+
+    However the wait ends (the script exits, ``timeout`` seconds pass, Ctrl-C, SIGTERM turned into
+    an exception by the caller), the script's whole process group is ended and the run's
+    ``/tmp/ampfix-run-*`` folder removed before ``finish()`` returns or raises.
+    """
 
     def __init__(
         self,
@@ -74,18 +89,24 @@ class LaunchedRun:
         timeout: float | None = None,
         extra_paths: Sequence[str] = (),
         python: str | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.script = script.resolve()
         self._timeout = timeout
+        self._deadline = None if timeout is None else time.monotonic() + timeout
         self._process: subprocess.Popen | None = None
+        self._group_ended = False
         self._outputs: tuple[IO[bytes], IO[bytes]] | None = None
         self._out_dir = tempfile.mkdtemp(prefix="ampfix-run-")
         self.error = precheck(self.script)
         if self.error is None:
             config = RunnerConfig(out_dir=self._out_dir, **config_values)
-            self._start(python or sys.executable, script_args, child_environment(os.environ, config, extra_paths), capture_output)
+            env = child_environment(os.environ, config, extra_paths)
+            self._start(python or sys.executable, script_args, env, capture_output, cwd)
 
-    def _start(self, python: str, script_args: Sequence[str], env: dict[str, str], capture_output: bool) -> None:
+    def _start(
+        self, python: str, script_args: Sequence[str], env: dict[str, str], capture_output: bool, cwd: str | None
+    ) -> None:
         if capture_output:
             # Files, not pipes: two children run side by side and neither may block on a full pipe.
             self._outputs = (tempfile.TemporaryFile(), tempfile.TemporaryFile())
@@ -94,7 +115,13 @@ class LaunchedRun:
         stdin = subprocess.DEVNULL if capture_output else None
         try:
             self._process = subprocess.Popen(
-                [python, str(self.script), *script_args], env=env, stdin=stdin, stdout=stdout, stderr=stderr
+                [python, str(self.script), *script_args],
+                env=env,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=cwd,
+                start_new_session=OWN_PROCESS_GROUP,
             )
         except OSError as error:
             self.error = f"could not start {python}: {error}"
@@ -105,27 +132,59 @@ class LaunchedRun:
             stdout, stderr = self._read_outputs()
             processes = read_observations(self._out_dir)
         finally:
-            shutil.rmtree(self._out_dir, ignore_errors=True)
+            self.abort()
         error = self.error
         if error is None and not any(process["label"] == "main" for process in processes):
             error = "the script's process ended without reporting (os._exit, or killed by a signal)"
         return RunReport(str(self.script), exit_code, processes, error, stdout, stderr)
 
+    def abort(self) -> None:
+        """End the script and everything it started, now, and remove the run's folder. Idempotent."""
+        if self._process is not None and not self._group_ended:
+            if self._process.poll() is None:
+                self._signal_group(_KILL)
+                self._process.wait()
+            if OWN_PROCESS_GROUP:
+                self._signal_group(_KILL)  # whatever the script left running in its group
+            self._group_ended = True
+        shutil.rmtree(self._out_dir, ignore_errors=True)
+
     def _wait(self) -> int | None:
         if self._process is None:
             return None
         try:
-            code = self._process.wait(timeout=self._timeout)
+            code = self._process.wait(timeout=self._time_left())
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-            self.error = f"timed out after {self._timeout} s"
+            self._stop()
+            self.error = f"timed out after {self._timeout:g} s (--timeout)"
             return None
         except KeyboardInterrupt:
-            # Ctrl-C reached the child too (same process group): let it finish its exit handlers.
-            self._process.send_signal(signal.SIGINT)
+            # The script is in a process group of its own: Ctrl-C reached only us. Pass it on and
+            # let it finish its exit handlers; a second Ctrl-C ends it at once (abort()).
+            self._signal_group(signal.SIGINT)
             code = self._process.wait()
         return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+    def _time_left(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def _stop(self) -> None:
+        """Ask the script to stop as Ctrl-C would, then kill it if it does not within the grace time."""
+        self._signal_group(signal.SIGINT)
+        try:
+            self._process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._signal_group(_KILL)
+            self._process.wait()
+
+    def _signal_group(self, signal_number: int) -> None:
+        try:
+            if OWN_PROCESS_GROUP:
+                os.killpg(self._process.pid, signal_number)  # its session leader: the group's id is its pid
+            else:
+                self._process.send_signal(signal_number)
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone
 
     def _read_outputs(self) -> tuple[str | None, str | None]:
         if self._outputs is None:

@@ -74,10 +74,16 @@ def _cpu_map_location(map_location: Any) -> Any:
 
 def _checkpoints_load_on_cpu() -> None:
     original_load = torch.load
+    signature = inspect.signature(original_load)
 
     @functools.wraps(original_load)
-    def load(f, map_location=None, *args, **kwargs):
-        return original_load(f, _cpu_map_location(map_location), *args, **kwargs)
+    def load(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original_load(*args, **kwargs)  # raises torch.load's own error
+        bound.arguments["map_location"] = _cpu_map_location(bound.arguments.get("map_location"))
+        return original_load(*bound.args, **bound.kwargs)
 
     torch.load = load
 

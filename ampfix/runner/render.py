@@ -149,7 +149,7 @@ def render_verify(report: VerifyReport, console: Console) -> None:
 def _print_failure_output(report: VerifyReport, console: Console) -> None:
     """The end of what a failed run wrote to stderr: usually its traceback."""
     for label, run in (("original", report.original), ("rewrite", report.rewritten)):
-        if run is None or run.exit_code in (0, None) or not run.stderr:
+        if run is None or run.exit_code == 0 or not run.stderr:
             continue
         tail = "\n".join(run.stderr.rstrip().splitlines()[-15:])
         console.print(f"--- {label} stderr (last lines) ---", style="dim")

@@ -1,0 +1,271 @@
+"""CUDA's autocast op policy, run on the CPU: each op inside a "cuda" region gives the dtype a GPU would.
+
+Runs in the child. CPU autocast has its own op lists: it leaves softmax, log_softmax, layer_norm,
+sum, exp ... in bfloat16 where CUDA autocast runs them in float32. The tables below are CUDA's
+lists as torch 2.13 declares them (``torch/include/ATen/autocast_mode.h``: ``AT_FORALL_LOWER_PRECISION_FP``,
+``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``,
+``AT_FORALL_PROMOTE``) plus what ``aten/src/ATen/autocast_mode.cpp`` registers for CUDA beside them
+(the cuDNN convolutions, the binary_cross_entropy ban). The tests hold them to the installed torch's
+own AutocastCUDA registrations and header.
+
+How it runs: a "cuda" region stays a CPU autocast region (every state query, nesting, custom_fwd
+and checkpointing keep working as they do), and a second autocast dispatch key, one that ranks
+above AutocastCPU and that no CPU tensor ever carries (AutocastIPU), is switched on in the thread
+for the region. Python kernels registered at that key apply CUDA's policy, in the CPU autocast
+dtype (the run dtype), and call the op below both autocast keys, as torch's own wrappers do below
+theirs. Ops that CPU autocast registers and CUDA does not are run below AutocastCPU untouched,
+so a composite such as cross_entropy_loss decomposes and its parts meet CUDA's policy, as on a GPU.
+Ops whose CPU kernel already is CUDA's policy (linear, matmul, conv, bmm ...) fall through to
+that C++ kernel: the hot ops pay nothing and keep its weight-cast cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# -- CUDA's policy, as data -----------------------------------------------------------------------
+# Op names are "name" or "name.overload", as the dispatcher registers them.
+
+LOWER_PRECISION_FP = (
+    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr",
+    "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
+    "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
+    "rnn_tanh_cell", "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    # autocast_mode.cpp, beside the shared list:
+    "cudnn_convolution", "cudnn_convolution_transpose",
+)  # fmt: skip
+
+FP32 = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
+    "native_layer_norm", "rms_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
+    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
+    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+    "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
+    "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+    "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+)  # fmt: skip
+
+# float32 unless the call gives dtype= itself.
+FP32_SET_OPT_DTYPE = (
+    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
+    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
+)  # fmt: skip
+
+# Run as the overload that takes an output dtype, with float32 appended.
+FP32_APPEND_DTYPE = {
+    "norm.Scalar": "norm.ScalarOpt_dtype",
+    "norm.ScalarOpt_dim": "norm.ScalarOpt_dim_dtype",
+}
+
+# In the widest floating dtype among the inputs (float32 over the autocast dtype).
+PROMOTE = (
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+    "tensordot", "scatter_add",
+)  # fmt: skip
+
+# autocast_mode.cpp registers a kernel that refuses these under CUDA autocast.
+BANNED = {
+    "binary_cross_entropy": (
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+        "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+        "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+        "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+        "safe to autocast."
+    ),
+}
+
+CUDA_POLICY: dict[str, str] = {
+    **dict.fromkeys(LOWER_PRECISION_FP, "lower_precision_fp"),
+    **dict.fromkeys(FP32, "fp32"),
+    **dict.fromkeys(FP32_SET_OPT_DTYPE, "fp32_set_opt_dtype"),
+    **dict.fromkeys(FP32_APPEND_DTYPE, "fp32_append_dtype"),
+    **dict.fromkeys(PROMOTE, "promote"),
+    **dict.fromkeys(BANNED, "banned"),
+}
+
+# Ops left to CPU autocast's own C++ kernel, because what it does is what CUDA autocast does:
+CPU_KERNEL_IS_CUDA_POLICY = frozenset({
+    # lower precision on both (every floating input cast to the autocast dtype)
+    "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
+    "conv_transpose3d.input", "_convolution.deprecated", "prelu", "addmm", "matmul", "mm", "linalg_vecdot",
+    "linear", "addbmm", "baddbmm", "bmm", "scaled_dot_product_attention",
+    # The CPU's LSTM/GRU layer: its CUDA twin, cuDNN's _cudnn_rnn, is cast to lower precision by a
+    # kernel only CUDA builds register (aten/src/ATen/cudnn/AutocastRNN.cpp).
+    "mkldnn_rnn_layer",
+    # The CPU casts to the widest input dtype; CUDA registers nothing and type promotion gives that
+    # same dtype and the same values.
+    "cat", "stack", "index_copy",
+})  # fmt: skip
+
+# The key CUDA's policy runs at: above AutocastCPU in the dispatcher's order, carried by no CPU tensor.
+EMULATION_KEY_NAME = "AutocastIPU"
+
+
+def _op_handle(name: str) -> Any:
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
+
+
+def _eligible(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64
+
+
+class CudaPolicy:
+    """Registers the kernels once; ``switch(on)`` turns the policy on or off in this thread."""
+
+    def __init__(self) -> None:
+        self.installed = False
+        self._libraries: list[Any] = []
+
+    # -- installation (every private torch name is looked up here) -----------------------------
+
+    def install(self) -> None:
+        C = torch._C
+        key = getattr(C.DispatchKey, EMULATION_KEY_NAME)
+        cpu_key = C.DispatchKey.AutocastCPU
+        below_autocast = C.DispatchKeySet(key) | C.DispatchKeySet(cpu_key)
+        self._exclude_guard = C._ExcludeDispatchKeyGuard
+        # torch.ops calls meet the script's torch function modes (the runner's device mode among
+        # them): the casts and calls made here are autocast's own, not the script's.
+        self._no_torch_function = C.DisableTorchFunction
+        self._below_autocast = below_autocast
+        self._set_excluded = C._dispatch_tls_set_dispatch_key_excluded
+        self._set_included = C._dispatch_tls_set_dispatch_key_included
+        self._is_included = C._dispatch_tls_is_dispatch_key_included
+        self._key = key
+        self._autocast_dtype = torch.get_autocast_dtype
+        cpu_registered = [
+            name[len("aten::") :]
+            for name in C._dispatch_get_all_op_names()
+            if name.startswith("aten::") and C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU")
+        ]
+        fallback = torch.library.Library("_", "IMPL")
+        fallback.fallback(torch.library.fallthrough_kernel, EMULATION_KEY_NAME)
+        kernels = torch.library.Library("aten", "IMPL")
+        self._libraries = [fallback, kernels]
+        for name, policy in CUDA_POLICY.items():
+            if name in CPU_KERNEL_IS_CUDA_POLICY or not _exists(name):
+                continue
+            kernels.impl(name, self._kernel(name, policy), EMULATION_KEY_NAME)
+        for name in cpu_registered:  # the ops only the CPU's lists name
+            if name not in CUDA_POLICY and name not in CPU_KERNEL_IS_CUDA_POLICY:
+                kernels.impl(name, self._below_cpu_autocast(_op_handle(name)), EMULATION_KEY_NAME, with_keyset=True)
+        self.installed = True
+
+    def _kernel(self, name: str, policy: str) -> Callable[..., Any]:
+        op = _op_handle(name)
+        if policy == "lower_precision_fp":
+            return self._cast_all(op, lambda args, kwargs: self._autocast_dtype("cpu"))
+        if policy == "fp32":
+            return self._cast_all(op, lambda args, kwargs: torch.float32)
+        if policy == "promote":
+            return self._cast_all(op, self._widest)
+        if policy == "fp32_set_opt_dtype":
+            return self._set_opt_dtype(op)
+        if policy == "fp32_append_dtype":
+            return self._append_dtype(_op_handle(FP32_APPEND_DTYPE[name]))
+        return self._banned(BANNED[name])
+
+    # -- the policies (autocast_mode.h's WrapFunction_ specialisations) --------------------------
+
+    def _cast_all(self, op: Any, target: Callable[[tuple, dict], torch.dtype]) -> Callable[..., Any]:
+        def kernel(*args, **kwargs):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
+                dtype = target(args, kwargs)
+                args = tuple(_cast(value, dtype) for value in args)
+                kwargs = {name: _cast(value, dtype) for name, value in kwargs.items()}
+                return op(*args, **kwargs)
+
+        return kernel
+
+    def _widest(self, args: tuple, kwargs: dict) -> torch.dtype:
+        widest = self._autocast_dtype("cpu")
+        for value in (*args, *kwargs.values()):
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                # float32 wins over the autocast dtype; float64 is left alone, as CUDA does. A third
+                # floating dtype (float16 in a bfloat16 run), which CUDA's code refuses, counts as float32.
+                if _eligible(tensor) and tensor.dtype != widest:
+                    return torch.float32
+        return widest
+
+    def _set_opt_dtype(self, op: Any) -> Callable[..., Any]:
+        names = [argument.name for argument in op._schema.arguments]
+        position = names.index("dtype")
+        keyword_only = op._schema.arguments[position].kwarg_only
+
+        def kernel(*args, **kwargs):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
+                if _eligible(args[0]):
+                    if keyword_only or len(args) <= position:
+                        if kwargs.get("dtype") is None:
+                            kwargs = {**kwargs, "dtype": torch.float32}
+                    elif args[position] is None:
+                        args = (*args[:position], torch.float32, *args[position + 1 :])
+                return op(*args, **kwargs)
+
+        return kernel
+
+    def _append_dtype(self, op_with_dtype: Any) -> Callable[..., Any]:
+        def kernel(self_tensor, *args, **kwargs):
+            with self._no_torch_function(), self._exclude_guard(self._below_autocast):
+                dtype = torch.float32 if _eligible(self_tensor) else self_tensor.dtype
+                return op_with_dtype(self_tensor, *args, **kwargs, dtype=dtype)
+
+        return kernel
+
+    @staticmethod
+    def _banned(message: str) -> Callable[..., Any]:
+        def kernel(*args, **kwargs):
+            raise RuntimeError(message)
+
+        return kernel
+
+    def _below_cpu_autocast(self, op: Any) -> Callable[..., Any]:
+        """A CPU-only policy: the op runs as it is, its inner ops still meet CUDA's policy."""
+
+        def kernel(keyset, *args, **kwargs):
+            return op.redispatch(keyset - self._below_autocast, *args, **kwargs)
+
+        return kernel
+
+    # -- per region ----------------------------------------------------------------------------
+
+    def switch(self, on: bool) -> bool | None:
+        """Turn the policy on or off in this thread; returns what to give ``restore``."""
+        if not self.installed:
+            return None
+        previous = self._is_included(self._key)
+        self._set(on)
+        return previous
+
+    def restore(self, previous: bool | None) -> None:
+        if previous is not None:
+            self._set(previous)
+
+    def _set(self, on: bool) -> None:
+        self._set_included(self._key, on)
+        self._set_excluded(self._key, not on)
+
+
+def _exists(name: str) -> bool:
+    try:
+        _op_handle(name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.ops.aten.to.dtype(value, dtype) if _eligible(value) and value.dtype != dtype else value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(item, torch.Tensor) for item in value):
+        return type(value)(_cast(item, dtype) for item in value)
+    return value
+
