@@ -1,38 +1,134 @@
-"""Apply a `Plan` with LibCST, touching only the statements that change.
+"""Apply a `Plan` with LibCST, re-printing only the top-level statements that change.
 
-The analysis numbers statements in pre-order and, inside each statement, the dotted names whose
-head is a torch-bound name, in source order. LibCST's tree has the same statements in the same
-order (a `SimpleStatementLine` holds one or more of them), so this transformer counts the same way,
-skips every statement subtree with nothing to change (most of the file: that is what keeps
-rewrite close to LibCST's bare parse-and-print), and checks, name by name, that it is looking at
-what the analysis saw. Any disagreement raises `PlanMismatch`: the file is then left untouched.
+Every edit carries the character span of the `ast` node it was decided on. The applier parses, with
+LibCST, only the line groups of top-level statements that hold edits (`Plan.statements`), finds each
+edit's node in that small tree by its position, checks that it is the node the analysis saw (its
+type and, NFKC-normalised, its name or value), applies the edits and splices the printed fragment
+back into the original text. The rest of the file is never parsed by LibCST nor printed.
+
+Any disagreement raises `PlanMismatch` naming the line: the engine then leaves the whole file
+untouched (an edit dropped in one statement could strand a use whose import moved in another).
 """
 
 from __future__ import annotations
 
 import bisect
+import unicodedata
 
 import libcst as cst
 from libcst import MaybeSentinel
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ampfix.analysis import CallEdit, ChainEdit, ImportEdit, Plan
+from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan
 
 
 class PlanMismatch(Exception):
     """The CST does not match what the analysis planned: an internal error, never a guess."""
 
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
 
-_STATEMENT_TYPES = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
-_STATEMENT_LINES = (cst.SimpleStatementLine, cst.SimpleStatementSuite)
+
+def apply_plan(source: str, plan: Plan) -> str:
+    pieces: list[str] = []
+    done = 0
+    for start, end, edits in _fragments(plan):
+        head = start == 0 and plan.functools_head_end is not None
+        pieces.append(source[done:start])
+        pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        done = end
+    pieces.append(source[done:])
+    return "".join(pieces)
 
 
-def apply_plan(module: cst.Module, plan: Plan) -> cst.Module:
-    applier = _Applier(plan)
+def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
+    """The line groups to re-print, merged where they touch, each with its edits."""
+    starts = [start for start, _ in plan.statements]
+    wanted: dict[int, list[Edit]] = {}
+    for edit in plan.edits:
+        i = bisect.bisect_right(starts, edit.start) - 1
+        if i < 0 or edit.end > plan.statements[i][1]:
+            raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
+        wanted.setdefault(i, []).append(edit)
+    ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
+    if plan.functools_head_end is not None:
+        ranges.insert(0, (0, plan.functools_head_end, []))
+    merged: list[tuple[int, int, list[Edit]]] = []
+    for start, end, edits in ranges:
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            merged[-1] = (last[0], max(end, last[1]), last[2] + edits)
+        else:
+            merged.append((start, end, list(edits)))
+    return merged
+
+
+_NODE_TYPES = {
+    "Name": cst.Name,
+    "Attribute": cst.Attribute,
+    "SimpleString": cst.SimpleString,
+    "Import": cst.Import,
+    "ImportFrom": cst.ImportFrom,
+}
+
+
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools: bool) -> str:
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        line = edits[0].line if edits else 1
+        raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
+    nodes = _locate(module, text, offset, edits)
+    applier = _Applier(nodes)
     new_module = module.visit(applier)
-    applier.check_complete()
-    if plan.needs_functools:
+    if applier.applied != len(edits):
+        missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
+        raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
+    if add_functools:
         new_module = _insert_functools_import(new_module)
-    return new_module
+    if not (new_module.body or new_module.header or new_module.footer):
+        return ""  # every statement removed: an empty module would still print a line break
+    return new_module.code
+
+
+def _locate(module: cst.Module, text: str, offset: int, edits: list[Edit]) -> dict[int, Edit]:
+    """id(CST node) -> its edit, each found at the edit's span and checked against what it spells."""
+    line_starts = [0]
+    for i, char in enumerate(text):
+        if char == "\n" or (char == "\r" and text[i + 1 : i + 2] != "\n"):
+            line_starts.append(i + 1)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    wanted = {(e.start - offset, e.end - offset) for e in edits}
+    found: dict[tuple[int, int], list[cst.CSTNode]] = {}
+    types = tuple(_NODE_TYPES.values())
+    for node, where in positions.items():
+        if not isinstance(node, types):
+            continue
+        span = (line_starts[where.start.line - 1] + where.start.column,
+                line_starts[where.end.line - 1] + where.end.column)
+        if span in wanted:
+            found.setdefault(span, []).append(node)
+    located: dict[int, Edit] = {}
+    for edit in edits:
+        candidates = found.get((edit.start - offset, edit.end - offset), [])
+        node = next((n for n in candidates if _spells(n, edit)), None)
+        if node is None:
+            seen = ", ".join(type(n).__name__ for n in candidates) or "nothing"
+            raise PlanMismatch(f"the analysis saw {edit.node} `{edit.text}` where LibCST has {seen}", edit.line)
+        located[id(node)] = edit
+    return located
+
+
+def _spells(node: cst.CSTNode, edit: Edit) -> bool:
+    if not isinstance(node, _NODE_TYPES[edit.node]):
+        return False
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        dotted = _dotted(node)
+        return dotted is not None and unicodedata.normalize("NFKC", dotted) == edit.text
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value == edit.text
+    return True
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -47,125 +143,23 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, located: dict[int, Edit]) -> None:
         super().__init__()
-        self.plan = plan
-        self.edited = plan.edited_statements()
-        self.next_stmt = 0
-        self.stmt_stack: list[int] = []
-        self.chain_counts: dict[int, int] = {}
-        self.string_counts: dict[int, int] = {}
-        self.skip_names: set[int] = set()
-        self.node_edits: dict[int, ChainEdit] = {}
-        self.string_nodes: dict[int, str] = {}
+        self.located = located
         self.applied = 0
+        self.applied_edits: set[int] = set()
         self.split_lines: dict[int, cst.ImportFrom] = {}  # id(original ImportFrom) -> kept part
 
-    # statement bookkeeping ---------------------------------------------------------------------
-    def has_edit_in(self, start: int, end: int) -> bool:
-        i = bisect.bisect_left(self.edited, start)
-        return i < len(self.edited) and self.edited[i] < end
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, _STATEMENT_LINES):
-            count = len(node.body)
-            if not self.has_edit_in(self.next_stmt, self.next_stmt + count):
-                self.next_stmt += count
-                return False
-        elif isinstance(node, _STATEMENT_TYPES):
-            index = self.next_stmt
-            if index >= len(self.plan.stmt_end):
-                raise PlanMismatch("more statements than the analysis saw")
-            end = self.plan.stmt_end[index]
-            self.stmt_stack.append(index)
-            self.next_stmt = index + 1
-            if not self.has_edit_in(index, end):
-                self.next_stmt = end
-                return False
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        result = super().on_leave(original_node, updated_node)
-        if isinstance(original_node, _STATEMENT_TYPES):
-            self.stmt_stack.pop()
-        return result
-
-    def check_complete(self) -> None:
-        if self.next_stmt != len(self.plan.stmt_end):
-            raise PlanMismatch(f"saw {self.next_stmt} statements, the analysis {len(self.plan.stmt_end)}")
-        planned = len(self.plan.chain_edits) + len(self.plan.string_edits) + len(self.plan.import_edits)
-        if self.applied != planned:
-            raise PlanMismatch(f"applied {self.applied} of {planned} planned edits")
-
-    # names that are not expressions in Python's ast -------------------------------------------
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.skip_names.add(id(node.name))
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.skip_names.add(id(node.name))
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self.skip_names.add(id(node.name))
-
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self.skip_names.add(id(node.keyword))
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if node.name is not None:
-            self.skip_names.add(id(node.name.name))
-
-    def visit_Global(self, node: cst.Global) -> bool:
-        return False
-
-    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
-        return False
-
-    def visit_MatchAs(self, node: cst.MatchAs) -> None:
-        if node.name is not None:
-            self.skip_names.add(id(node.name))
-
-    def visit_MatchStar(self, node: cst.MatchStar) -> None:
-        if node.name is not None:
-            self.skip_names.add(id(node.name))
-
-    def visit_MatchMapping(self, node: cst.MatchMapping) -> None:
-        if node.rest is not None:
-            self.skip_names.add(id(node.rest))
-
-    def visit_MatchKeywordElement(self, node: cst.MatchKeywordElement) -> None:
-        self.skip_names.add(id(node.key))
-
-    # dotted names --------------------------------------------------------------------------
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        text = _dotted(node)
-        if text is None:
-            self.skip_names.add(id(node.attr))
-            return True
-        if text.partition(".")[0] in self.plan.heads:
-            self.count_chain(node, text)
-        return False
-
-    def visit_Name(self, node: cst.Name) -> bool:
-        if id(node) not in self.skip_names and node.value in self.plan.heads:
-            self.count_chain(node, node.value)
-        return False
-
-    def count_chain(self, node: cst.BaseExpression, text: str) -> None:
-        if not self.stmt_stack:
-            raise PlanMismatch(f"`{text}` outside any statement")
-        stmt = self.stmt_stack[-1]
-        ordinal = self.chain_counts.get(stmt, 0)
-        self.chain_counts[stmt] = ordinal + 1
-        expected = self.plan.chain_texts.get(stmt)
-        if expected is None:
-            return
-        if ordinal >= len(expected) or expected[ordinal] != text:
-            raise PlanMismatch(f"statement {stmt}: name {ordinal} is `{text}`, the analysis saw {expected}")
-        edit = self.plan.chain_edits.get((stmt, ordinal))
+    def take(self, node: cst.CSTNode) -> Edit | None:
+        edit = self.located.get(id(node))
         if edit is not None:
-            self.node_edits[id(node)] = edit
             self.applied += 1
+            self.applied_edits.add(id(edit))
+        return edit
+
+    def chain_edit(self, node: cst.CSTNode) -> ChainEdit | None:
+        edit = self.located.get(id(node))
+        return edit.change if edit is not None and isinstance(edit.change, ChainEdit) else None
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         return self.replace_chain(original_node, updated_node)
@@ -174,9 +168,11 @@ class _Applier(cst.CSTTransformer):
         return self.replace_chain(original_node, updated_node)
 
     def replace_chain(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
-        edit = self.node_edits.get(id(original))
-        if edit is None:
+        located = self.take(original)
+        if located is None:
             return updated
+        edit = located.change
+        assert isinstance(edit, ChainEdit)
         result = updated
         if edit.new_dotted is not None:
             result = cst.parse_expression(edit.new_dotted).with_changes(lpar=updated.lpar, rpar=updated.rpar)
@@ -189,13 +185,13 @@ class _Applier(cst.CSTTransformer):
         return result
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        edit = self.node_edits.get(id(original_node.func))
+        edit = self.chain_edit(original_node.func)
         if edit is None or edit.call is None:
             return updated_node
         return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call))
 
     def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
-        edit = self.node_edits.get(id(original_node.decorator))
+        edit = self.chain_edit(original_node.decorator)
         if edit is None or edit.decorator_call is None:
             return updated_node
         call = cst.parse_expression(f"_({edit.decorator_call})")
@@ -203,33 +199,12 @@ class _Applier(cst.CSTTransformer):
         return updated_node.with_changes(decorator=call.with_changes(func=updated_node.decorator))
 
     # strings -------------------------------------------------------------------------------
-    def visit_SimpleString(self, node: cst.SimpleString) -> bool:
-        self.count_string(node, node.evaluated_value)
-        return False
-
-    def visit_ConcatenatedString(self, node: cst.ConcatenatedString) -> bool:
-        self.count_string(node, node.evaluated_value)
-        return False
-
-    def count_string(self, node: cst.BaseString, value: object) -> None:
-        if not isinstance(value, str) or "amp" not in value or not self.stmt_stack:
-            return
-        stmt = self.stmt_stack[-1]
-        ordinal = self.string_counts.get(stmt, 0)
-        self.string_counts[stmt] = ordinal + 1
-        expected = self.plan.string_values.get(stmt)
-        if expected is None:
-            return
-        if ordinal >= len(expected) or expected[ordinal] != value:
-            raise PlanMismatch(f"statement {stmt}: string {ordinal} differs from the analysis")
-        new_literal = self.plan.string_edits.get((stmt, ordinal))
-        if new_literal is not None:
-            self.string_nodes[id(node)] = new_literal
-            self.applied += 1
-
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
-        new_literal = self.string_nodes.get(id(original_node))
-        return updated_node if new_literal is None else updated_node.with_changes(value=new_literal)
+        located = self.take(original_node)
+        if located is None:
+            return updated_node
+        assert isinstance(located.change, str)
+        return updated_node.with_changes(value=located.change)
 
     # imports -------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> bool:
@@ -238,8 +213,15 @@ class _Applier(cst.CSTTransformer):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         return False
 
+    def import_edit(self, node: cst.CSTNode) -> ImportEdit | None:
+        located = self.take(node)
+        if located is None:
+            return None
+        assert isinstance(located.change, ImportEdit)
+        return located.change
+
     def leave_Import(self, original_node: cst.Import, updated_node: cst.Import):
-        edit = self.import_edit()
+        edit = self.import_edit(original_node)
         if edit is None:
             return updated_node
         names = list(updated_node.names)
@@ -251,13 +233,13 @@ class _Applier(cst.CSTTransformer):
         return updated_node.with_changes(names=_without_trailing_comma(kept, names))
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
-        edit = self.import_edit()
+        edit = self.import_edit(original_node)
         if edit is None or edit.new_module is None:
             return updated_node
         if not edit.kept_aliases:
             return updated_node.with_changes(module=_dotted_node(edit.new_module))
         if isinstance(updated_node.names, cst.ImportStar):
-            raise PlanMismatch("a star import cannot be split")
+            raise PlanMismatch("a star import cannot be split", self.located[id(original_node)].line)
         names = list(updated_node.names)
         migrated = [n for i, n in enumerate(names) if i not in edit.kept_aliases]
         kept = [n for i, n in enumerate(names) if i in edit.kept_aliases]
@@ -267,12 +249,6 @@ class _Applier(cst.CSTTransformer):
         )
         return updated_node.with_changes(module=_dotted_node(edit.new_module),
                                          names=_without_trailing_comma(migrated, names))
-
-    def import_edit(self) -> ImportEdit | None:
-        edit = self.plan.import_edits.get(self.stmt_stack[-1])
-        if edit is not None:
-            self.applied += 1
-        return edit
 
     def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine,
                                   updated_node: cst.SimpleStatementLine):

@@ -8,10 +8,7 @@ whose head some `torch` import binds.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
-
-_VERSION_WORD = re.compile(r"version|torch_(?:greater|less|ge|gt|le|lt)", re.IGNORECASE)
 
 
 @dataclass(eq=False)
@@ -44,6 +41,22 @@ class Scope:
 
 
 @dataclass(eq=False)
+class Guard:
+    """A branch that may exist for another torch version; `ampfix.guards` decides whether it does.
+
+    kind "if": the statements under an `if` (both branches), `node` its test.
+    kind "fallback": the handlers of a `try` that catch ImportError/AttributeError, `node` the `try`.
+    """
+
+    kind: str
+    node: ast.AST
+    scope: Scope
+
+
+Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
+
+
+@dataclass(eq=False)
 class Binding:
     name: str
     kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
@@ -51,7 +64,10 @@ class Binding:
     qname: str | None = None  # for imports: what the name refers to
     stmt_index: int = -1
     alias_index: int = -1
-    guarded: bool = False  # bound inside a branch that tests the torch version
+    guards: Guards = ()
+    # What was bound, where a version guard may need it: the value of `name = value`, or the
+    # FunctionDef of `def name`.
+    value: ast.AST | None = None
 
 
 @dataclass(eq=False)
@@ -60,9 +76,11 @@ class ChainRef:
     parts: tuple[str, ...]
     scope: Scope
     stmt_index: int
-    role: str  # "call", "decorator", "type", "base", "store" or "value"
+    # "call", "decorator", "type", "base", "store", "value", "none_test" (`X is None`) or
+    # "feature_check" (the object of `hasattr(X, "name")`)
+    role: str
     parent: ast.AST | None
-    guarded: bool
+    guards: Guards
 
 
 @dataclass(eq=False)
@@ -71,7 +89,7 @@ class StringRef:
     scope: Scope
     stmt_index: int
     in_annotation: bool
-    guarded: bool
+    guards: Guards
 
 
 @dataclass(eq=False)
@@ -79,11 +97,17 @@ class ImportRef:
     node: ast.Import | ast.ImportFrom
     stmt_index: int
     scope: Scope
-    guarded: bool
+    guards: Guards
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
+# unittest's `self.assertIsInstance(obj, cls)`: the second argument is a type, as for isinstance.
+_TYPE_CHECK_METHODS = frozenset({"assertIsInstance", "assertNotIsInstance"})
+_FEATURE_CHECK_FUNCS = frozenset({"hasattr"})
+_NONE_TESTS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+# What a `try` catches when its handlers are a fallback for a torch that lacks a name.
+_FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError"})
 
 
 class Walker:
@@ -93,7 +117,7 @@ class Walker:
         self.chains: list[ChainRef] = []
         self.strings: list[StringRef] = []
         self.imports: list[ImportRef] = []
-        self.guard_depth = 0
+        self.guards: Guards = ()
         self.annotation_depth = 0
         self.stmt_index = -1
 
@@ -121,7 +145,7 @@ class Walker:
         self.arguments(node.args, scope, inner)
         if node.returns is not None:
             self.annotation(node.returns, scope)
-        scope.bind(Binding(node.name, "other", node.lineno))
+        scope.bind(Binding(node.name, "other", node.lineno, value=node))
         self.statements(node.body, inner)
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
@@ -137,23 +161,23 @@ class Walker:
         self.statements(node.body, Scope("class", scope))
 
     def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guards))
         for i, alias in enumerate(node.names):
             if alias.asname:
                 name, qname = alias.asname, alias.name
             else:
                 name = qname = alias.name.partition(".")[0]
-            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guard_depth > 0))
+            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guards))
 
     def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guards))
         module = "." * node.level + (node.module or "")
         for i, alias in enumerate(node.names):
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
             scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i,
-                               self.guard_depth > 0))
+                               self.guards))
 
     def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
         scope.global_names.update(node.names)
@@ -163,32 +187,45 @@ class Walker:
         for target in node.targets:
             if placeholder and isinstance(target, ast.Name):
                 scope.bind(Binding(target.id, "none", target.lineno))
+            elif isinstance(target, ast.Name):
+                self.store_name(target, scope, node, node.value)
             else:
                 self.expr(target, scope, "store", node)
         self.expr(node.value, scope, "value", node)
 
     def stmt_AnnAssign(self, node: ast.AnnAssign, scope: Scope) -> None:
-        self.expr(node.target, scope, "store", node)
+        if isinstance(node.target, ast.Name):
+            self.store_name(node.target, scope, node, node.value)
+        else:
+            self.expr(node.target, scope, "store", node)
         self.annotation(node.annotation, scope)
         if node.value is not None:
             self.expr(node.value, scope, "value", node)
 
+    def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
+        scope.bind(Binding(target.id, "other", target.lineno, value=value))
+        self.chains.append(ChainRef(target, (target.id,), scope, self.stmt_index, "store", parent, self.guards))
+
     def stmt_If(self, node: ast.If, scope: Scope) -> None:
         self.expr(node.test, scope, "value", node)
-        guard = _mentions_version(node.test)
-        self.guard_depth += guard
+        outer = self.guards
+        self.guards = (*outer, Guard("if", node.test, scope))
         self.statements(node.body, scope)
         self.statements(node.orelse, scope)
-        self.guard_depth -= guard
+        self.guards = outer
 
     def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
         self.statements(node.body, scope)
+        outer = self.guards
         for handler in node.handlers:
             if handler.type is not None:
                 self.expr(handler.type, scope, "value", handler)
             if handler.name:
                 scope.bind(Binding(handler.name, "other", handler.lineno))
+            if _catches_missing_names(handler):
+                self.guards = (*outer, Guard("fallback", node, scope))
             self.statements(handler.body, scope)
+            self.guards = outer
         self.statements(node.orelse, scope)
         self.statements(node.finalbody, scope)
 
@@ -253,9 +290,7 @@ class Walker:
                     scope.bind(Binding(node.id, "other", node.lineno))
                 if self.annotation_depth:
                     role = "type"
-                self.chains.append(
-                    ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guard_depth > 0)
-                )
+                self.chains.append(ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guards))
                 return
             self.expr(node.value, scope, "value", node)  # type: ignore[union-attr]
             return
@@ -263,9 +298,7 @@ class Walker:
             self.call(node, scope)
         elif isinstance(node, ast.Constant):
             if isinstance(node.value, str) and "amp" in node.value:
-                self.strings.append(
-                    StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guard_depth > 0)
-                )
+                self.strings.append(StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guards))
         elif isinstance(node, ast.Lambda):
             inner = Scope("function", scope)
             self.arguments(node.args, scope, inner)
@@ -283,10 +316,11 @@ class Walker:
                 self.expr(element, scope, "type", node)
         elif isinstance(node, ast.NamedExpr):
             scope.bind(Binding(node.target.id, "other", node.lineno))
-            self.chains.append(
-                ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, False)
-            )
+            self.chains.append(ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, ()))
             self.expr(node.value, scope, "value", node)
+        elif isinstance(node, ast.Compare) and _is_none_test(node):
+            for side in (node.left, *node.comparators):
+                self.expr(side, scope, "none_test", node)
         else:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr):
@@ -296,9 +330,18 @@ class Walker:
 
     def call(self, node: ast.Call, scope: Scope) -> None:
         self.expr(node.func, scope, "call", node)
-        type_checked = isinstance(node.func, ast.Name) and node.func.id in _TYPE_CHECK_FUNCS
+        func = node.func
+        type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
+            isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
+        feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
         for i, arg in enumerate(node.args):
-            self.expr(arg, scope, "type" if type_checked and i == 1 else "value", node)
+            if type_checked and i == 1:
+                role = "type"
+            elif feature_checked and i == 0:
+                role = "feature_check"
+            else:
+                role = "value"
+            self.expr(arg, scope, role, node)
         for keyword in node.keywords:
             self.expr(keyword.value, scope, "value", node)
 
@@ -327,14 +370,18 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     return tuple(reversed(parts))
 
 
-def _mentions_version(test: ast.expr) -> bool:
-    """A test on the torch version guards code meant for a torch that may lack the new names."""
-    for node in ast.walk(test):
-        if isinstance(node, ast.Name) and _VERSION_WORD.search(node.id):
-            return True
-        if isinstance(node, ast.Attribute) and _VERSION_WORD.search(node.attr):
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr":
-            if "amp" in ast.unparse(node):  # `hasattr(torch.amp, "GradScaler")`, `hasattr(torch, "amp")`
-                return True
-    return False
+def _is_none_test(node: ast.Compare) -> bool:
+    """`X is None`, `X is not None`, `X == None`, `X != None` (either side): the answer does not
+    depend on what X's signature is."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], _NONE_TESTS):
+        return False
+    return any(isinstance(side, ast.Constant) and side.value is None for side in (node.left, node.comparators[0]))
+
+
+def _catches_missing_names(handler: ast.ExceptHandler) -> bool:
+    """A bare `except:`, or one naming ImportError / ModuleNotFoundError / AttributeError."""
+    caught = handler.type
+    if caught is None:
+        return True
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    return any(isinstance(n, ast.Name) and n.id in _FALLBACK_ERRORS for n in names)

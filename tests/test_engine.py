@@ -18,22 +18,24 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
 
     def wrong_plan(tree, source, options):
         plan = real_analyze(tree, source, options)
-        # The analysis "saw" another name than the one LibCST will find in that statement.
-        return dataclasses.replace(plan, chain_texts={k: ["torch.cuda.amp.GradScaler"] for k in plan.chain_texts})
+        # The analysis "saw" another name than the one LibCST finds at that place.
+        edits = [dataclasses.replace(e, text="torch.cuda.amp.GradScaler") for e in plan.edits]
+        return dataclasses.replace(plan, edits=edits)
 
     monkeypatch.setattr(analysis, "analyze", wrong_plan)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
-    assert result.error is not None and result.error.startswith("internal error, file left unchanged: PlanMismatch")
-    assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
+    assert result.error == (
+        "internal error, file left unchanged: PlanMismatch: line 2: the analysis saw Attribute "
+        "`torch.cuda.amp.GradScaler` where LibCST has Attribute"
+    )
+    assert [(f.line, f.code) for f in result.findings] == [(2, "AMP001"), (2, INTERNAL_ERROR_CODE)]
     assert not any(f.fixed for f in result.findings)
 
 
 def test_new_text_that_would_not_parse_is_never_returned(monkeypatch: pytest.MonkeyPatch):
-    class Broken:
-        code = "with torch.amp.autocast('cuda'\n"
-
-    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda module, plan: Broken())
+    broken = "with torch.amp.autocast('cuda'\n"
+    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda source, plan: broken)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error is not None and "SyntaxError" in result.error

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ampfix.analysis import _root_replaced
+from ampfix.rules import TORCH_AMP
 from ampfix.engine import fix_source
 from ampfix.options import Options
 from ampfix.rules import ALL_RULES
@@ -58,7 +58,7 @@ def test_every_symbol_and_its_twin_exist_in_torch(old, target):
         _resolve(target.new)
         # A migrated import keeps the user's names: `from torch.cuda.amp.X import Y` becomes
         # `from torch.amp.X import Y`, so the root-replaced path must exist too.
-        _resolve(_root_replaced(old))
+        _resolve(TORCH_AMP.renamed(old))
 
 
 def test_check_and_fix_never_import_torch():
