@@ -149,6 +149,28 @@ class _Applier(cst.CSTTransformer):
         self.applied = 0
         self.applied_edits: set[int] = set()
         self.split_lines: dict[int, cst.ImportFrom] = {}  # id(original ImportFrom) -> kept part
+        # The quotes of the f-strings around the current node: a string put inside one must not
+        # use its quote character (Python < 3.12 ends the f-string there).
+        self.fstring_quotes: list[str] = []
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self.fstring_quotes.append(node.quote)
+
+    def leave_FormattedString(self, original_node: cst.FormattedString,
+                              updated_node: cst.FormattedString) -> cst.FormattedString:
+        self.fstring_quotes.pop()
+        return updated_node
+
+    def expression(self, text: str, line: int) -> cst.BaseExpression:
+        """`text` parsed, its string literals re-quoted to fit inside the f-strings around it."""
+        node = cst.parse_expression(text)
+        if not self.fstring_quotes:
+            return node
+        taken = {quote[0] for quote in self.fstring_quotes}
+        free = [q for q in ('"', "'") if q not in taken]
+        if not free:
+            raise PlanMismatch("no quote character is free inside these nested f-strings", line)
+        return node.visit(_Requote(free[0], line))
 
     def take(self, node: cst.CSTNode) -> Edit | None:
         edit = self.located.get(id(node))
@@ -178,7 +200,7 @@ class _Applier(cst.CSTTransformer):
             result = cst.parse_expression(edit.new_dotted).with_changes(lpar=updated.lpar, rpar=updated.rpar)
         if edit.partial_args is not None:
             bare = result.with_changes(lpar=(), rpar=())
-            partial = cst.parse_expression(f"functools.partial(_, {edit.partial_args})")
+            partial = self.expression(f"functools.partial(_, {edit.partial_args})", located.line)
             assert isinstance(partial, cst.Call)
             args = [partial.args[0].with_changes(value=bare), *partial.args[1:]]
             result = partial.with_changes(args=args, lpar=updated.lpar, rpar=updated.rpar)
@@ -188,7 +210,8 @@ class _Applier(cst.CSTTransformer):
         edit = self.chain_edit(original_node.func)
         if edit is None or edit.call is None:
             return updated_node
-        return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call))
+        device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
+        return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
 
     def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
         edit = self.chain_edit(original_node.decorator)
@@ -290,7 +313,22 @@ def _without_trailing_comma(chosen: list[cst.ImportAlias], every: list[cst.Impor
     return chosen
 
 
-def _edit_arguments(call: cst.Call, edit: CallEdit) -> list[cst.Arg]:
+class _Requote(cst.CSTTransformer):
+    def __init__(self, quote: str, line: int) -> None:
+        super().__init__()
+        self.quote, self.line = quote, line
+
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        if updated_node.quote[0] == self.quote:
+            return updated_node
+        value = updated_node.evaluated_value
+        if not isinstance(value, str) or "\\" in updated_node.value or self.quote in value \
+                or updated_node.prefix or len(updated_node.quote) != 1:
+            raise PlanMismatch("a string inserted into an f-string cannot change its quotes", self.line)
+        return updated_node.with_changes(value=f"{self.quote}{value}{self.quote}")
+
+
+def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression) -> list[cst.Arg]:
     args = list(call.args)
     # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
     positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
@@ -300,7 +338,6 @@ def _edit_arguments(call: cst.Call, edit: CallEdit) -> list[cst.Arg]:
             equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                   whitespace_after=cst.SimpleWhitespace("")),
         )
-    device_value = cst.parse_expression(edit.device)
     if edit.device_keyword is not None:
         device_arg = cst.Arg(
             value=device_value, keyword=cst.Name(edit.device_keyword),
