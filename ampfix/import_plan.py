@@ -33,13 +33,16 @@ def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str |
         return f"`{qname}` is not a name torch defines"
     if symbol[2] is None or symbol[0] != qname:
         return f"`{qname}` has no torch.amp twin"
+    held_back = analysis.hold_back(symbol[1], imp.guards)
+    if held_back is not None:
+        return held_back
     blocker = analysis.blocked_groups.get((id(imp.scope), name))
     if blocker is not None:
         return f"`{name}` is used on line {blocker.ref.node.lineno} in a way that cannot be rewritten"
     _, bindings = imp.scope.lookup(name)
     if any(b.kind != "none" and b.qname != qname for b in bindings):
         return f"`{name}` is bound to several things"
-    return analysis.hold_back(symbol[1], imp.guards)
+    return None
 
 
 def _plan_import_from(analysis: Analysis, imp: ImportRef) -> None:

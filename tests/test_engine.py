@@ -79,3 +79,48 @@ def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
     assert result.new_source == (
         'import torch\na = torch.amp.autocast(device.type)\nb = torch.amp.autocast("cpu")\n'
     )
+
+
+def test_real_version_guards_are_reported_with_the_guard_as_reason():
+    from ampfix.guards import FALLBACK_REASON, IF_REASON
+    from fixture_cases import FIXTURES
+
+    source = (FIXTURES / "guards" / "real_guards.in.py").read_text(encoding="utf-8")
+    result = fix_source(source)
+    assert not result.changed
+    fallbacks = {67, 72}  # the `try: <new API> except ...: <old API>` blocks
+    assert len(result.findings) == 15
+    for finding in result.findings:
+        reason = FALLBACK_REASON if finding.line in fallbacks else IF_REASON
+        assert finding.message.endswith(reason), (finding.line, finding.message)
+
+
+def test_a_name_torch_never_had_is_reported_without_a_suggestion():
+    source = "import torch\nwith torch.cuda.amp.scale_loss(loss, opt) as scaled:\n    pass\n"
+    (finding,) = check_source(source).findings
+    assert (finding.line, finding.code, finding.fixable, finding.suggestion) == (2, "AMP011", False, None)
+    assert finding.message == "`torch.cuda.amp.scale_loss` is not a name torch defines; there is nothing to migrate it to"
+    (imported,) = check_source("from torch.cuda.amp import scale_loss\n").findings
+    assert (imported.code, imported.suggestion) == ("AMP011", None)
+    assert "is not a name torch defines" in imported.message
+
+
+def test_a_feature_check_follows_the_target_torch_of_the_name_it_asks_for():
+    from ampfix.options import Options
+
+    source = 'import torch\na = hasattr(torch.cuda.amp, "autocast")\nb = hasattr(torch.cuda.amp, "GradScaler")\n'
+    result = fix_source(source, Options(target_torch=(2, 2)))
+    # autocast is in torch.amp from 1.10, GradScaler from 2.3.
+    assert result.new_source == (
+        'import torch\na = hasattr(torch.amp, "autocast")\nb = hasattr(torch.cuda.amp, "GradScaler")\n'
+    )
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(2, "AMP001", True), (3, "AMP002", False)]
+    assert "needs torch >= 2.3; the target is torch 2.2" in result.findings[1].message
+
+
+def test_a_feature_check_for_a_name_torch_amp_lacks_is_left():
+    source = 'import torch\nok = hasattr(torch.cuda.amp, "amp_definitely_not_available")\n'
+    result = fix_source(source)
+    assert not result.changed
+    [(code, fixed)] = [(f.code, f.fixed) for f in result.findings]
+    assert (code, fixed) == ("AMP011", False)

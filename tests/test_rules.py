@@ -30,6 +30,11 @@ def test_rule_example(rule, example):
     ast.parse(result.new_source)
     if example.after is not None:
         assert any(f.code == rule.code and f.fixed for f in result.findings)
+    elif example.reported is not None:
+        assert example.reported == rule.code, "an example is reported under its own rule's code"
+        assert [f.code for f in result.findings if not f.fixed] == [example.reported]
+    else:
+        assert result.findings == (), "an example with nothing to change has nothing to report"
 
 
 def test_every_rule_has_examples_and_a_unique_code():

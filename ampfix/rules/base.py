@@ -37,8 +37,10 @@ class Target:
 @dataclass(frozen=True)
 class Example:
     before: str
-    after: str | None = None  # None: left unchanged (reported or not deprecated)
+    after: str | None = None  # None: left unchanged
     unsafe_fixes: bool = False
+    # Left unchanged and reported under this code; None with `after` None: nothing to report.
+    reported: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ RULE = Rule(
     examples=(
         Example(
             "from torch.cuda.amp.common import amp_definitely_not_available\n"
-            "ok = not amp_definitely_not_available()\n"
+            "ok = not amp_definitely_not_available()\n",
+            reported="AMP011",
         ),
     ),
 )
