@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import bisect
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import libcst as cst
 from libcst import MaybeSentinel
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
 
 from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan
 
@@ -79,8 +81,8 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
     except cst.ParserSyntaxError as error:
         line = edits[0].line if edits else 1
         raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
-    nodes = _locate(module, text, offset, edits)
-    applier = _Applier(nodes)
+    nodes, spans = _locate(module, offset, edits)
+    applier = _Applier(nodes, spans.extent, sorted(e.start - offset for e in edits))
     new_module = module.visit(applier)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
@@ -92,32 +94,59 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
     return new_module.code
 
 
-def _locate(module: cst.Module, text: str, offset: int, edits: list[Edit]) -> dict[int, Edit]:
+class _Spans(CodegenState):
+    """A printing pass that records character offsets instead of keeping text: each node's extent
+    (whitespace it owns included), and the syntactic extent of the node types edits are keyed on
+    (what `ast` calls the node's position: without its parentheses). LibCST's PositionProvider
+    computes line/column objects for every node and costs more than the parse."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.stack: list[int] = []
+        self.extent: dict[int, tuple[int, int]] = {}
+        self.syntactic: dict[tuple[int, int], list[cst.CSTNode]] = {}
+
+    def add_indent_tokens(self) -> None:
+        self.offset += sum(len(token) for token in self.indent_tokens)
+
+    def add_token(self, value: str) -> None:
+        self.offset += len(value)
+
+    def pop_trailing_newline(self) -> None:
+        pass  # only the end of the text moves; every offset recorded stays right
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self.stack.append(self.offset)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        self.extent[id(node)] = (self.stack.pop(), self.offset)
+
+    @contextmanager
+    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
+        start = self.offset
+        yield
+        if isinstance(node, _LOCATED_TYPES):
+            self.syntactic.setdefault((start, self.offset), []).append(node)
+
+
+_LOCATED_TYPES = tuple(_NODE_TYPES.values())
+
+
+def _locate(module: cst.Module, offset: int, edits: list[Edit]) -> tuple[dict[int, Edit], _Spans]:
     """id(CST node) -> its edit, each found at the edit's span and checked against what it spells."""
-    line_starts = [0]
-    for i, char in enumerate(text):
-        if char == "\n" or (char == "\r" and text[i + 1 : i + 2] != "\n"):
-            line_starts.append(i + 1)
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    wanted = {(e.start - offset, e.end - offset) for e in edits}
-    found: dict[tuple[int, int], list[cst.CSTNode]] = {}
-    types = tuple(_NODE_TYPES.values())
-    for node, where in positions.items():
-        if not isinstance(node, types):
-            continue
-        span = (line_starts[where.start.line - 1] + where.start.column,
-                line_starts[where.end.line - 1] + where.end.column)
-        if span in wanted:
-            found.setdefault(span, []).append(node)
+    spans = _Spans(module)
+    module._codegen(spans)
     located: dict[int, Edit] = {}
     for edit in edits:
-        candidates = found.get((edit.start - offset, edit.end - offset), [])
+        candidates = spans.syntactic.get((edit.start - offset, edit.end - offset), [])
         node = next((n for n in candidates if _spells(n, edit)), None)
         if node is None:
             seen = ", ".join(type(n).__name__ for n in candidates) or "nothing"
             raise PlanMismatch(f"the analysis saw {edit.node} `{edit.text}` where LibCST has {seen}", edit.line)
         located[id(node)] = edit
-    return located
+    return located, spans
 
 
 def _spells(node: cst.CSTNode, edit: Edit) -> bool:
@@ -143,15 +172,33 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, located: dict[int, Edit]) -> None:
+    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int]) -> None:
         super().__init__()
         self.located = located
+        self.extent = extent
+        self.starts = starts  # where the edits begin, sorted
+        self.skipped: set[int] = set()
         self.applied = 0
         self.applied_edits: set[int] = set()
         self.split_lines: dict[int, cst.ImportFrom] = {}  # id(original ImportFrom) -> kept part
         # The quotes of the f-strings around the current node: a string put inside one must not
         # use its quote character (Python < 3.12 ends the f-string there).
         self.fstring_quotes: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Only the nodes around an edit are visited: the rest is kept as it is.
+        extent = self.extent.get(id(node))
+        if extent is not None:
+            i = bisect.bisect_left(self.starts, extent[0])
+            if i == len(self.starts) or self.starts[i] >= extent[1]:
+                self.skipped.add(id(node))
+                return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        if id(original_node) in self.skipped:
+            return updated_node
+        return super().on_leave(original_node, updated_node)
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         self.fstring_quotes.append(node.quote)
