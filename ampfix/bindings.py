@@ -62,8 +62,6 @@ class Binding:
     kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
     line: int
     qname: str | None = None  # for imports: what the name refers to
-    stmt_index: int = -1
-    alias_index: int = -1
     guards: Guards = ()
     # What was bound, where a version guard may need it: the value of `name = value`, or the
     # FunctionDef of `def name`.
@@ -75,7 +73,6 @@ class ChainRef:
     node: ast.expr
     parts: tuple[str, ...]
     scope: Scope
-    stmt_index: int
     # "call", "decorator", "type", "base", "store", "value", "none_test" (`X is None`) or
     # "feature_check" (the object of `hasattr(X, "name")`)
     role: str
@@ -87,7 +84,6 @@ class ChainRef:
 class StringRef:
     node: ast.Constant
     scope: Scope
-    stmt_index: int
     in_annotation: bool
     guards: Guards
 
@@ -95,7 +91,6 @@ class StringRef:
 @dataclass(eq=False)
 class ImportRef:
     node: ast.Import | ast.ImportFrom
-    stmt_index: int
     scope: Scope
     guards: Guards
 
@@ -113,13 +108,10 @@ _FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeEr
 class Walker:
     def __init__(self) -> None:
         self.module_scope = Scope("module", None)
-        self.stmt_end: list[int] = []
         self.chains: list[ChainRef] = []
         self.strings: list[StringRef] = []
         self.imports: list[ImportRef] = []
         self.guards: Guards = ()
-        self.annotation_depth = 0
-        self.stmt_index = -1
 
     # statements ------------------------------------------------------------------------------
     def statements(self, body: list[ast.stmt], scope: Scope) -> None:
@@ -127,16 +119,11 @@ class Walker:
             self.statement(stmt, scope)
 
     def statement(self, node: ast.stmt, scope: Scope) -> None:
-        index = len(self.stmt_end)
-        self.stmt_end.append(-1)
-        outer_index, self.stmt_index = self.stmt_index, index
         handler = getattr(self, "stmt_" + type(node).__name__, None)
         if handler is not None:
             handler(node, scope)
         else:
             self.generic(node, scope)
-        self.stmt_index = outer_index
-        self.stmt_end[index] = len(self.stmt_end)
 
     def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
         for decorator in node.decorator_list:
@@ -161,23 +148,22 @@ class Walker:
         self.statements(node.body, Scope("class", scope))
 
     def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guards))
+        self.imports.append(ImportRef(node, scope, self.guards))
         for i, alias in enumerate(node.names):
             if alias.asname:
                 name, qname = alias.asname, alias.name
             else:
                 name = qname = alias.name.partition(".")[0]
-            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guards))
+            scope.bind(Binding(name, "import", node.lineno, qname, self.guards))
 
     def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guards))
+        self.imports.append(ImportRef(node, scope, self.guards))
         module = "." * node.level + (node.module or "")
         for i, alias in enumerate(node.names):
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
-            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i,
-                               self.guards))
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards))
 
     def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
         scope.global_names.update(node.names)
@@ -204,14 +190,20 @@ class Walker:
 
     def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
         scope.bind(Binding(target.id, "other", target.lineno, value=value))
-        self.chains.append(ChainRef(target, (target.id,), scope, self.stmt_index, "store", parent, self.guards))
+        self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
 
     def stmt_If(self, node: ast.If, scope: Scope) -> None:
-        self.expr(node.test, scope, "value", node)
+        # An elif chain is a chain of nested ifs: walked as a loop, so its length is no limit.
         outer = self.guards
-        self.guards = (*outer, Guard("if", node.test, scope))
-        self.statements(node.body, scope)
-        self.statements(node.orelse, scope)
+        while True:
+            self.expr(node.test, scope, "value", node)
+            self.guards = (*self.guards, Guard("if", node.test, scope))
+            self.statements(node.body, scope)
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                node = node.orelse[0]
+                continue
+            self.statements(node.orelse, scope)
+            break
         self.guards = outer
 
     def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
@@ -277,60 +269,70 @@ class Walker:
             inner.bind(Binding(arg.arg, "other", arg.lineno))
 
     def annotation(self, node: ast.expr, scope: Scope) -> None:
-        self.annotation_depth += 1
-        self.expr(node, scope, "type", None)
-        self.annotation_depth -= 1
+        self.expr(node, scope, "type", None, annotation=True)
 
     # expressions -----------------------------------------------------------------------------
-    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None) -> None:
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
+        """Record the dotted names and strings of an expression, in source order. An explicit stack,
+        not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
+        work: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(node, scope, role, parent, annotation)]
+        while work:
+            node, scope, role, parent, annotation = work.pop()  # type: ignore[assignment]
+            later = self.expr_step(node, scope, role, parent, annotation)
+            if later:
+                work.extend(reversed(later))
+
+    def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
+                  annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+        """Record `node` if it is a dotted name or a string; return its parts still to walk."""
         if isinstance(node, (ast.Name, ast.Attribute)):
             parts = dotted_parts(node)
             if parts is not None:
                 if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                     scope.bind(Binding(node.id, "other", node.lineno))
-                if self.annotation_depth:
-                    role = "type"
-                self.chains.append(ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guards))
-                return
-            self.expr(node.value, scope, "value", node)  # type: ignore[union-attr]
-            return
+                self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
+                return []
+            return [(node.value, scope, "value", node, annotation)]  # type: ignore[union-attr]
         if isinstance(node, ast.Call):
-            self.call(node, scope)
-        elif isinstance(node, ast.Constant):
+            return self.call(node, scope, annotation)
+        if isinstance(node, ast.Constant):
             if isinstance(node.value, str) and "amp" in node.value:
-                self.strings.append(StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guards))
-        elif isinstance(node, ast.Lambda):
+                self.strings.append(StringRef(node, scope, annotation, self.guards))
+            return []
+        if isinstance(node, ast.Lambda):
             inner = Scope("function", scope)
             self.arguments(node.args, scope, inner)
-            self.expr(node.body, inner, "value", node)
-        elif isinstance(node, _COMPREHENSIONS):
-            self.comprehension(node, scope)
-        elif isinstance(node, ast.JoinedStr):
+            return [(node.body, inner, "value", node, annotation)]
+        if isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)  # type: ignore[arg-type]
+            return []
+        if isinstance(node, ast.JoinedStr):
+            later = []
             for value in node.values:
                 if isinstance(value, ast.FormattedValue):
-                    self.expr(value.value, scope, "value", value)
+                    later.append((value.value, scope, "value", value, annotation))
                     if value.format_spec is not None:
-                        self.expr(value.format_spec, scope, "value", value)
-        elif isinstance(node, ast.Tuple) and role == "type":
-            for element in node.elts:
-                self.expr(element, scope, "type", node)
-        elif isinstance(node, ast.NamedExpr):
+                        later.append((value.format_spec, scope, "value", value, annotation))
+            return later  # type: ignore[return-value]
+        if isinstance(node, ast.Tuple) and role == "type":
+            return [(element, scope, "type", node, annotation) for element in node.elts]
+        if isinstance(node, ast.NamedExpr):
             scope.bind(Binding(node.target.id, "other", node.lineno))
-            self.chains.append(ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, ()))
-            self.expr(node.value, scope, "value", node)
-        elif isinstance(node, ast.Compare) and _is_none_test(node):
-            for side in (node.left, *node.comparators):
-                self.expr(side, scope, "none_test", node)
-        else:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.expr):
-                    self.expr(child, scope, "type" if self.annotation_depth else "value", node)
-                elif isinstance(child, ast.AST):
-                    self.generic(child, scope)
+            self.chains.append(ChainRef(node.target, (node.target.id,), scope, "store", node, self.guards))
+            return [(node.value, scope, "value", node, annotation)]
+        if isinstance(node, ast.Compare) and _is_none_test(node):
+            return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
+        later = []
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                later.append((child, scope, "type" if annotation else "value", node, annotation))
+            elif isinstance(child, ast.AST):
+                self.generic(child, scope)
+        return later  # type: ignore[return-value]
 
-    def call(self, node: ast.Call, scope: Scope) -> None:
-        self.expr(node.func, scope, "call", node)
+    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
         func = node.func
+        later: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(func, scope, "call", node, annotation)]
         type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
             isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
         feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
@@ -341,13 +343,14 @@ class Walker:
                 role = "feature_check"
             else:
                 role = "value"
-            self.expr(arg, scope, role, node)
+            later.append((arg, scope, role, node, annotation))
         for keyword in node.keywords:
-            self.expr(keyword.value, scope, "value", node)
+            later.append((keyword.value, scope, "value", node, annotation))
+        return later
 
-    def comprehension(self, node: ast.expr, scope: Scope) -> None:
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, scope: Scope) -> None:
         inner = Scope("function", scope)
-        for i, generator in enumerate(node.generators):  # type: ignore[attr-defined]
+        for i, generator in enumerate(node.generators):
             self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
             self.expr(generator.target, inner, "store", generator)
             for condition in generator.ifs:
@@ -356,7 +359,7 @@ class Walker:
             self.expr(node.key, inner, "value", node)
             self.expr(node.value, inner, "value", node)
         else:
-            self.expr(node.elt, inner, "value", node)  # type: ignore[attr-defined]
+            self.expr(node.elt, inner, "value", node)
 
 
 def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:

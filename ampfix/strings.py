@@ -62,7 +62,7 @@ def _string_annotation(analysis: Analysis, ref: StringRef) -> None:
         parts = dotted_parts(node)
         if parts is None or parts[0] not in analysis.heads:
             continue
-        as_code = ChainRef(node, parts, ref.scope, ref.stmt_index, "type", None, ref.guards)
+        as_code = ChainRef(node, parts, ref.scope, "type", None, ref.guards)
         for use in analysis.resolve(as_code):
             decision = analysis.decide(use)
             if use.group is not None and decision.edit is not None:

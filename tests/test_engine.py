@@ -124,3 +124,25 @@ def test_a_feature_check_for_a_name_torch_amp_lacks_is_left():
     assert not result.changed
     [(code, fixed)] = [(f.code, f.fixed) for f in result.findings]
     assert (code, fixed) == ("AMP011", False)
+
+
+LONG_SUM = "x = " + " + ".join(["1"] * 1000) + "\n"
+LONG_ELIF = "if x == 0:\n    pass\n" + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, 350)) + "else:\n    pass\n"
+
+
+@pytest.mark.parametrize("deep", [LONG_SUM, LONG_ELIF], ids=["sum_of_1000_terms", "elif_chain_of_350"])
+def test_deep_valid_code_does_not_depend_on_the_recursion_limit(deep):
+    source = f"import torch\nx = 1\n{deep}with torch.cuda.amp.autocast():\n    pass\n"
+    assert [f.code for f in check_source(source).findings] == ["AMP001"]
+    result = fix_source(source)
+    assert result.error is None
+    assert result.new_source == source.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")')
+
+
+def test_a_use_inside_a_statement_too_deep_for_libcst_leaves_the_file_untouched():
+    # LibCST recurses over the statement it re-prints; what it cannot print is reported, never half-done.
+    source = "import torch\nx = 1\n" + LONG_ELIF.replace("else:\n    pass\n", "else:\n    torch.cuda.amp.autocast()\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
+    assert "RecursionError" in (result.error or "")
