@@ -13,9 +13,8 @@ untouched (an edit dropped in one statement could strand a use whose import move
 from __future__ import annotations
 
 import bisect
+import functools
 import unicodedata
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import libcst as cst
 from libcst import MaybeSentinel
@@ -81,17 +80,49 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
     except cst.ParserSyntaxError as error:
         line = edits[0].line if edits else 1
         raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
-    nodes, spans = _locate(module, offset, edits)
-    applier = _Applier(nodes, spans.extent, sorted(e.start - offset for e in edits))
-    new_module = module.visit(applier)
+    located, spans = _locate(module, offset, edits)
+    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
+    if add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits):
+        new_module = module.visit(applier)  # statements change: the whole fragment is re-printed
+    else:
+        new_text = _apply_by_node(module, text, located, spans, applier)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
+    if not (add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits)):
+        return new_text
     if add_functools:
         new_module = _insert_functools_import(new_module)
     if not (new_module.body or new_module.header or new_module.footer):
         return ""  # every statement removed: an empty module would still print a line break
     return new_module.code
+
+
+def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], spans: _Spans,
+                   applier: _Applier) -> str:
+    """Expression edits: re-print only the outermost nodes that change (the chain, or the call
+    whose arguments change) and splice each over its own extent in the fragment's text."""
+    roots: dict[int, tuple[cst.CSTNode, tuple[str, ...]]] = {}
+    for node_id, edit in located.items():
+        node = spans.nodes[node_id]
+        root = node
+        if isinstance(edit.change, ChainEdit) and edit.change.call is not None:
+            root = spans.parents.get(node_id)  # type: ignore[assignment]
+            if not isinstance(root, cst.Call) or root.func is not node:
+                raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
+        roots[id(root)] = (root, spans.fstring_quotes[node_id])
+    pieces: list[str] = []
+    done = 0
+    for root, quotes in sorted(roots.values(), key=lambda item: spans.extent[id(item[0])]):
+        start, end = spans.extent[id(root)]
+        if start < done:
+            continue  # inside a root already re-printed, which applied its edits too
+        applier.fstring_quotes = list(quotes)
+        pieces.append(text[done:start])
+        pieces.append(module.code_for_node(root.visit(applier)))
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 class _Spans(CodegenState):
@@ -106,6 +137,12 @@ class _Spans(CodegenState):
         self.stack: list[int] = []
         self.extent: dict[int, tuple[int, int]] = {}
         self.syntactic: dict[tuple[int, int], list[cst.CSTNode]] = {}
+        # For the located node types: the node by id, its parent, the quotes of the f-strings around it.
+        self.nodes: dict[int, cst.CSTNode] = {}
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.fstring_quotes: dict[int, tuple[str, ...]] = {}
+        self.node_stack: list[cst.CSTNode] = []
+        self.quotes: tuple[str, ...] = ()
 
     def add_indent_tokens(self) -> None:
         self.offset += sum(len(token) for token in self.indent_tokens)
@@ -118,17 +155,41 @@ class _Spans(CodegenState):
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         self.stack.append(self.offset)
+        if isinstance(node, _LOCATED_TYPES):
+            key = id(node)
+            self.nodes[key] = node
+            self.parents[key] = self.node_stack[-1]
+            self.fstring_quotes[key] = self.quotes
+        elif isinstance(node, cst.FormattedString):
+            self.quotes = (*self.quotes, node.quote)
+        self.node_stack.append(node)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         self.extent[id(node)] = (self.stack.pop(), self.offset)
+        self.node_stack.pop()
+        if isinstance(node, cst.FormattedString):
+            self.quotes = self.quotes[:-1]
 
-    @contextmanager
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
-        start = self.offset
-        yield
-        if isinstance(node, _LOCATED_TYPES):
-            self.syntactic.setdefault((start, self.offset), []).append(node)
+                                  end_node: cst.CSTNode | None = None) -> _Syntactic:
+        return _Syntactic(self, node)
+
+
+class _Syntactic:
+    """The context LibCST's printer opens around a node's syntactic extent (a plain class: a
+    generator-based context manager per node cost a fifth of the pass)."""
+
+    __slots__ = ("spans", "node", "start")
+
+    def __init__(self, spans: _Spans, node: cst.CSTNode) -> None:
+        self.spans, self.node = spans, node
+
+    def __enter__(self) -> None:
+        self.start = self.spans.offset
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(self.node, _LOCATED_TYPES):
+            self.spans.syntactic.setdefault((self.start, self.spans.offset), []).append(self.node)
 
 
 _LOCATED_TYPES = tuple(_NODE_TYPES.values())
@@ -210,7 +271,7 @@ class _Applier(cst.CSTTransformer):
 
     def expression(self, text: str, line: int) -> cst.BaseExpression:
         """`text` parsed, its string literals re-quoted to fit inside the f-strings around it."""
-        node = cst.parse_expression(text)
+        node = _parsed_expression(text)
         if not self.fstring_quotes:
             return node
         taken = {quote[0] for quote in self.fstring_quotes}
@@ -244,7 +305,11 @@ class _Applier(cst.CSTTransformer):
         assert isinstance(edit, ChainEdit)
         result = updated
         if edit.new_dotted is not None:
-            result = cst.parse_expression(edit.new_dotted).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+            result = _dotted_node(edit.new_dotted).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        if edit.decorator_call is not None:
+            call = _parsed_expression(f"_({edit.decorator_call})")
+            assert isinstance(call, cst.Call)
+            result = call.with_changes(func=result)
         if edit.partial_args is not None:
             bare = result.with_changes(lpar=(), rpar=())
             partial = self.expression(f"functools.partial(_, {edit.partial_args})", located.line)
@@ -259,14 +324,6 @@ class _Applier(cst.CSTTransformer):
             return updated_node
         device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
         return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
-
-    def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
-        edit = self.chain_edit(original_node.decorator)
-        if edit is None or edit.decorator_call is None:
-            return updated_node
-        call = cst.parse_expression(f"_({edit.decorator_call})")
-        assert isinstance(call, cst.Call)
-        return updated_node.with_changes(decorator=call.with_changes(func=updated_node.decorator))
 
     # strings -------------------------------------------------------------------------------
     def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
@@ -340,9 +397,18 @@ class _Applier(cst.CSTTransformer):
 
 
 def _dotted_node(dotted: str) -> cst.Attribute | cst.Name:
-    node = cst.parse_expression(dotted)
-    assert isinstance(node, (cst.Attribute, cst.Name))
+    head, *rest = dotted.split(".")
+    node: cst.Attribute | cst.Name = cst.Name(head)
+    for part in rest:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
     return node
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_expression(text: str) -> cst.BaseExpression:
+    """The few texts inserted (the device, `functools.partial(...)`) parsed once: LibCST nodes are
+    immutable, so one may stand in several places."""
+    return cst.parse_expression(text)
 
 
 def _without_trailing_comma(chosen: list[cst.ImportAlias], every: list[cst.ImportAlias]) -> list[cst.ImportAlias]:

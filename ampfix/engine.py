@@ -70,7 +70,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source)
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError) as error:
+    except (SyntaxError, ValueError, RecursionError) as error:  # RecursionError: nested past what ast builds
         line = getattr(error, "lineno", None) or 1
         col = getattr(error, "offset", None) or 1
         message = f"cannot parse: {getattr(error, 'msg', error)}"

@@ -139,10 +139,29 @@ def test_deep_valid_code_does_not_depend_on_the_recursion_limit(deep):
     assert result.new_source == source.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")')
 
 
+def _elif_chain(branches: int) -> str:
+    return ("import torch\nx = 1\nif x == 0:\n    pass\n"
+            + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, branches))
+            + "else:\n    torch.cuda.amp.autocast()\n")
+
+
+def test_a_use_inside_a_long_elif_chain_is_rewritten():
+    source = _elif_chain(350)
+    result = fix_source(source)
+    assert result.error is None
+    assert result.new_source == source.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")')
+
+
 def test_a_use_inside_a_statement_too_deep_for_libcst_leaves_the_file_untouched():
     # LibCST recurses over the statement it re-prints; what it cannot print is reported, never half-done.
-    source = "import torch\nx = 1\n" + LONG_ELIF.replace("else:\n    pass\n", "else:\n    torch.cuda.amp.autocast()\n")
+    source = _elif_chain(1000)
     result = fix_source(source)
     assert result.new_source == source
     assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
     assert "RecursionError" in (result.error or "")
+
+
+def test_code_nested_past_what_ast_builds_is_a_syntax_finding():
+    result = check_source(_elif_chain(3000))
+    assert [f.code for f in result.findings] == [SYNTAX_ERROR_CODE]
+    assert result.error is not None and "recursion" in result.error
