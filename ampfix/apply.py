@@ -107,8 +107,8 @@ def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], span
         node = spans.nodes[node_id]
         root = node
         if isinstance(edit.change, ChainEdit) and edit.change.call is not None:
-            root = spans.parents.get(node_id)  # type: ignore[assignment]
-            if not isinstance(root, cst.Call) or root.func is not node:
+            root = spans.calls.get(node_id)  # type: ignore[assignment]
+            if root is None:
                 raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
         roots[id(root)] = (root, spans.fstring_quotes[node_id])
     pieces: list[str] = []
@@ -119,10 +119,23 @@ def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], span
             continue  # inside a root already re-printed, which applied its edits too
         applier.fstring_quotes = list(quotes)
         pieces.append(text[done:start])
-        pieces.append(module.code_for_node(root.visit(applier)))
+        pieces.append(module.code_for_node(_apply_to_root(root, applier, spans)))
         done = end
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _apply_to_root(root: cst.CSTNode, applier: _Applier, spans: _Spans) -> cst.CSTNode:
+    """The root with its edits applied: directly when its only edit is its own (the common case:
+    a visit of the whole subtree costs more than printing it), else by visiting it."""
+    start, end = spans.extent[id(root)]
+    i = bisect.bisect_left(applier.starts, start)
+    alone = i + 1 == len(applier.starts) or applier.starts[i + 1] >= end
+    if alone and isinstance(root, (cst.Name, cst.Attribute)):
+        return applier.replace_chain(root, root)
+    if alone and isinstance(root, cst.Call):
+        return applier.leave_Call(root, root.with_changes(func=applier.replace_chain(root.func, root.func)))
+    return root.visit(applier)
 
 
 class _Spans(CodegenState):
@@ -137,11 +150,11 @@ class _Spans(CodegenState):
         self.stack: list[int] = []
         self.extent: dict[int, tuple[int, int]] = {}
         self.syntactic: dict[tuple[int, int], list[cst.CSTNode]] = {}
-        # For the located node types: the node by id, its parent, the quotes of the f-strings around it.
+        # For the located node types: the node by id, the call it is the callee of, the quotes of
+        # the f-strings around it.
         self.nodes: dict[int, cst.CSTNode] = {}
-        self.parents: dict[int, cst.CSTNode] = {}
+        self.calls: dict[int, cst.Call] = {}
         self.fstring_quotes: dict[int, tuple[str, ...]] = {}
-        self.node_stack: list[cst.CSTNode] = []
         self.quotes: tuple[str, ...] = ()
 
     def add_indent_tokens(self) -> None:
@@ -153,22 +166,27 @@ class _Spans(CodegenState):
     def pop_trailing_newline(self) -> None:
         pass  # only the end of the text moves; every offset recorded stays right
 
+    # This runs for every node: exact types, not isinstance (LibCST's node classes are ABCs), and
+    # extents kept only for the nodes an edit can be spliced at or visited through.
     def before_codegen(self, node: cst.CSTNode) -> None:
-        self.stack.append(self.offset)
-        if isinstance(node, _LOCATED_TYPES):
-            key = id(node)
-            self.nodes[key] = node
-            self.parents[key] = self.node_stack[-1]
-            self.fstring_quotes[key] = self.quotes
-        elif isinstance(node, cst.FormattedString):
-            self.quotes = (*self.quotes, node.quote)
-        self.node_stack.append(node)
+        kind = type(node)
+        if kind in _TRACKED_TYPES:
+            self.stack.append(self.offset)
+            if kind in _LOCATED_TYPES:
+                key = id(node)
+                self.nodes[key] = node
+                self.fstring_quotes[key] = self.quotes
+            elif kind is cst.FormattedString:
+                self.quotes = (*self.quotes, node.quote)  # type: ignore[attr-defined]
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        self.extent[id(node)] = (self.stack.pop(), self.offset)
-        self.node_stack.pop()
-        if isinstance(node, cst.FormattedString):
-            self.quotes = self.quotes[:-1]
+        kind = type(node)
+        if kind in _TRACKED_TYPES:
+            self.extent[id(node)] = (self.stack.pop(), self.offset)
+            if kind is cst.Call:
+                self.calls[id(node.func)] = node  # type: ignore[attr-defined]
+            elif kind is cst.FormattedString:
+                self.quotes = self.quotes[:-1]
 
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
                                   end_node: cst.CSTNode | None = None) -> _Syntactic:
@@ -188,11 +206,14 @@ class _Syntactic:
         self.start = self.spans.offset
 
     def __exit__(self, *exc: object) -> None:
-        if isinstance(self.node, _LOCATED_TYPES):
+        if type(self.node) in _LOCATED_TYPES:
             self.spans.syntactic.setdefault((self.start, self.spans.offset), []).append(self.node)
 
 
-_LOCATED_TYPES = tuple(_NODE_TYPES.values())
+_LOCATED_TYPES = frozenset(_NODE_TYPES.values())
+_TRACKED_TYPES = _LOCATED_TYPES | {cst.Call, cst.FormattedString, cst.SimpleStatementLine, cst.SimpleStatementSuite,
+                                   cst.IndentedBlock, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While,
+                                   cst.With, cst.Try, cst.Expr, cst.Assign, cst.Return}
 
 
 def _locate(module: cst.Module, offset: int, edits: list[Edit]) -> tuple[dict[int, Edit], _Spans]:
