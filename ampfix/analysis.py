@@ -174,7 +174,8 @@ class Analysis:
         if target is not None and rule is not None and rule.min_torch is not None and rule.min_torch > target:
             need = ".".join(map(str, rule.min_torch))
             have = ".".join(map(str, target))
-            return f"needs torch >= {need}; the target is torch {have}"
+            package = self.family.package
+            return f"needs {package} >= {need}; the target is {package} {have}"
         return self.judge.reason(guards)
 
     def device_text(self, target: Target) -> str:
@@ -226,10 +227,11 @@ class Analysis:
                             f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
                             "rewriting one use would break the others")
         if symbol is None or not self.family.exists(full):
-            return Decision(NO_TWIN_CODE, f"`{full}` is not a name torch defines; there is nothing to migrate it to")
+            return Decision(NO_TWIN_CODE, f"`{full}` is not a name {self.family.package} defines; there is "
+                            "nothing to migrate it to")
         name, rule, target = symbol
         if target is None:
-            return Decision(rule.code, f"`{full}` has no torch.amp twin")
+            return Decision(rule.code, f"`{full}` has no {self.family.twin_namespace} twin")
         rest = full[len(name):]
         new_name = target.new + rest
         suggestion = new_name if rest or ref.role in ("type", "none_test") else self.suggest(rule, target, new_name)
@@ -237,7 +239,8 @@ class Analysis:
         if use.group is None:
             new_dotted = self.new_dotted(ref, use.binding, new_name)
             if new_dotted is None:
-                return Decision(rule.code, f"`{full}`: no name bound to `torch` here to spell `{new_name}` with",
+                return Decision(rule.code, f"`{full}`: no name bound to `{self.family.package}` here to spell "
+                                f"`{new_name}` with",
                                 suggestion=new_name)
         if ref.role == "feature_check":
             return self.decide_feature_check(use, rule, target, rest, new_dotted)

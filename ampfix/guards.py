@@ -20,7 +20,7 @@ import ast
 from ampfix.bindings import Guard, Guards, Scope, dotted_parts
 from ampfix.rules import Family
 
-IF_REASON = "inside a branch that tests the torch version; the new name may not exist there"
+IF_REASON = "inside a branch that tests the {package} version; the new name may not exist there"
 FALLBACK_REASON = "in the fallback of a `try` that imports the new API; the old name is what it falls back to"
 
 _INTROSPECTION = frozenset({"hasattr", "getattr"})
@@ -54,7 +54,7 @@ class GuardJudge:
 
     def _judge(self, guard: Guard) -> str | None:
         if guard.kind == "if":
-            return IF_REASON if self.involves_version(guard.node, guard.scope, set()) else None  # type: ignore[arg-type]
+            return IF_REASON.format(package=self.family.package) if self.involves_version(guard.node, guard.scope, set()) else None  # type: ignore[arg-type]
         return FALLBACK_REASON if self.tries_new_api(guard.node, guard.scope) else None  # type: ignore[arg-type]
 
     def involves_version(self, expr: ast.AST, scope: Scope, seen: set[int]) -> bool:

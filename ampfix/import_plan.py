@@ -30,9 +30,9 @@ def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str |
     family = analysis.family
     symbol = family.symbol(qname)
     if symbol is None or not family.exists(qname):
-        return f"`{qname}` is not a name torch defines"
+        return f"`{qname}` is not a name {family.package} defines"
     if symbol[2] is None or symbol[0] != qname:
-        return f"`{qname}` has no torch.amp twin"
+        return f"`{qname}` has no {family.twin_namespace} twin"
     held_back = analysis.hold_back(symbol[1], imp.guards)
     if held_back is not None:
         return held_back
@@ -99,7 +99,7 @@ def _plan_import(analysis: Analysis, imp: ImportRef, plain_imports: dict[int, se
             reason = _blocker(analysis, imp, alias.asname, alias.name)
         else:  # binds the package itself; `import torch` already loads both paths
             symbol = family.symbol(alias.name)
-            reason = None if symbol and symbol[2] and symbol[0] == alias.name else "no torch.amp twin"
+            reason = None if symbol and symbol[2] and symbol[0] == alias.name else f"no {family.twin_namespace} twin"
             reason = reason or analysis.hold_back(module_rule[1] if module_rule else None, imp.guards)
         if reason is not None:
             analysis.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` left: {reason}", fixable=False)

@@ -29,7 +29,7 @@ def _string_path(analysis: Analysis, ref: StringRef) -> None:
     symbol = analysis.family.symbol(path)
     if symbol is None or symbol[2] is None or symbol[0] != path:
         code = symbol[1].code if symbol and analysis.family.exists(path) else NO_TWIN_CODE
-        analysis.add_finding(ref.node, code, f"string names `{path}`, which has no torch.amp twin", fixable=False)
+        analysis.add_finding(ref.node, code, f"string names `{path}`, which has no {analysis.family.twin_namespace} twin", fixable=False)
         return
     new_path = symbol[2].new
     literal = literal_with(analysis.lines, ref.node, [(0, len(path), new_path)])

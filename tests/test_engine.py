@@ -91,7 +91,7 @@ def test_real_version_guards_are_reported_with_the_guard_as_reason():
     fallbacks = {67, 72}  # the `try: <new API> except ...: <old API>` blocks
     assert len(result.findings) == 15
     for finding in result.findings:
-        reason = FALLBACK_REASON if finding.line in fallbacks else IF_REASON
+        reason = FALLBACK_REASON if finding.line in fallbacks else IF_REASON.format(package="torch")
         assert finding.message.endswith(reason), (finding.line, finding.message)
 
 

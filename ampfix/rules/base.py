@@ -87,6 +87,11 @@ class Family:
         """Can `qname` lead to this family's names (it lies in the package)?"""
         return qname is not None and (qname == self.package or qname.startswith(self.package + "."))
 
+    @cached_property
+    def twin_namespace(self) -> str:
+        """Where the twins live, for messages (`torch.amp`)."""
+        return " / ".join(sorted(set(self.roots.values())))
+
     def is_version(self, qname: str | None) -> bool:
         return qname is not None and any(qname == v or qname.startswith(v + ".") for v in self.version_names)
 
