@@ -5,7 +5,8 @@ A guard is
   `importlib.metadata.version("torch")`, anything computed from them (`packaging.version.parse(...)`,
   `LooseVersion(...)`, `.split(".")`, a comparison), a name assigned from such a value
   (`TORCH_GE_1_10 = ...`), a function whose return value is one (`def is_torch_ge(...)`), or a
-  `hasattr`/`getattr` on something in torch (`hasattr(torch, "autocast")`);
+  `hasattr`/`getattr` on something in torch (`hasattr(torch, "autocast")`) other than a deprecated
+  module (that check is migrated with the code it guards);
 - the handlers of a `try` that imports or uses the new API and catches ImportError,
   ModuleNotFoundError or AttributeError (the old API is the fallback there).
 
@@ -72,7 +73,10 @@ class GuardJudge:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _INTROSPECTION and call.args:
             shadowed = scope.lookup(func.id)[1]
-            if not shadowed and self.family.owns(qualify(call.args[0], scope)):
+            asked = qualify(call.args[0], scope)
+            # A check on a deprecated module is itself migrated (`hasattr(torch.cuda.amp, "autocast")`
+            # becomes `hasattr(torch.amp, "autocast")`): its branch is for the old names' twins.
+            if not shadowed and self.family.owns(asked) and self.family.deprecated_root(asked or "") is None:
                 return True
         if (qualify(func, scope) in _METADATA_VERSION and call.args and isinstance(call.args[0], ast.Constant)
                 and call.args[0].value == self.family.distribution):
