@@ -227,8 +227,7 @@ class Analysis:
                             f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
                             "rewriting one use would break the others")
         if symbol is None or not self.family.exists(full):
-            return Decision(NO_TWIN_CODE, f"`{full}` is not a name {self.family.package} defines; there is "
-                            "nothing to migrate it to")
+            return Decision(NO_TWIN_CODE, f"{self.family.unknown(full)}; there is nothing to migrate it to")
         name, rule, target = symbol
         if target is None:
             return Decision(rule.code, f"`{full}` has no {self.family.twin_namespace} twin")

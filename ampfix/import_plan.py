@@ -30,7 +30,7 @@ def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str |
     family = analysis.family
     symbol = family.symbol(qname)
     if symbol is None or not family.exists(qname):
-        return f"`{qname}` is not a name {family.package} defines"
+        return family.unknown(qname)
     if symbol[2] is None or symbol[0] != qname:
         return f"`{qname}` has no {family.twin_namespace} twin"
     held_back = analysis.hold_back(symbol[1], imp.guards)

@@ -58,7 +58,12 @@ SYMBOLS = [(old, target) for rule in ALL_RULES for old, target in rule.symbols.i
 def test_every_symbol_and_its_twin_exist_in_torch(old, target):
     import torch  # noqa: F401
 
-    _resolve(old)
+    if target is not None and target.old_removed_in is not None:
+        assert tuple(map(int, torch.__version__.split(".")[:2])) >= target.old_removed_in
+        with pytest.raises(AttributeError):
+            _resolve(old)  # gone, as the rule says; its twin must exist
+    else:
+        _resolve(old)
     if target is not None:
         _resolve(target.new)
         # A migrated import keeps the user's names: `from torch.cuda.amp.X import Y` becomes

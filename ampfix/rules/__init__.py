@@ -22,7 +22,8 @@ TORCH_AMP = Family(
     # `torch.amp.autocast(device_type=...)`, `torch.amp.GradScaler(device=...)`
     device_keywords=("device_type", "device"),
     rules=ALL_RULES,
-    version_names=("torch.__version__", "torch.version"),
+    # torch's own version; `torch.version.cuda` / `.hip` describe the build, not the API.
+    version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
     distribution="torch",
     new_api=("torch.amp", "torch.autocast"),
 )

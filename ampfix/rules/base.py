@@ -32,6 +32,8 @@ class Target:
     device: str | None = None  # "cuda" or "cpu": the device the old name implied
     # A module: its object has no drop-in twin as a value (`return torch.cuda.amp`), only as a path.
     module: bool = False
+    # The old name is gone from torch since this version (code using it runs only on older torch).
+    old_removed_in: TorchVersion | None = None
 
 
 @dataclass(frozen=True)
@@ -131,3 +133,11 @@ class Family:
             return False
         name, _, target = symbol
         return name == qname or target is None or not target.module
+
+    def unknown(self, qname: str) -> str:
+        """What to say of a name `exists` does not know: the members of a deprecated root are all
+        listed in the rules; a submodule may have held private names the rules do not list."""
+        parent = qname.rpartition(".")[0]
+        if parent in self.roots or self.symbol(qname) is None:
+            return f"`{qname}` is not a name {self.package} defines"
+        return f"`{qname}` is not a name ampfix knows in `{parent}`"
