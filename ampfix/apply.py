@@ -1,10 +1,13 @@
-"""Apply a `Plan` with LibCST, re-printing only the top-level statements that change.
+"""Apply a `Plan` with LibCST, re-printing only what changes.
 
 Every edit carries the character span of the `ast` node it was decided on. The applier parses, with
 LibCST, only the line groups of top-level statements that hold edits (`Plan.statements`), finds each
-edit's node in that small tree by its position, checks that it is the node the analysis saw (its
-type and, NFKC-normalised, its name or value), applies the edits and splices the printed fragment
-back into the original text. The rest of the file is never parsed by LibCST nor printed.
+edit's node in that small tree by its position (one lean printing pass that counts characters,
+`_Spans`), and checks that it is the node the analysis saw (its type and, NFKC-normalised, its name
+or value). Expression edits then re-print only the outermost node that changes (the dotted name, or
+the call whose arguments change) and splice it over its own text; edits that change statements (an
+import split or removed, `import functools` added) re-print their fragment. The rest of the file is
+never parsed by LibCST nor printed.
 
 Any disagreement raises `PlanMismatch` naming the line: the engine then leaves the whole file
 untouched (an edit dropped in one statement could strand a use whose import moved in another).
@@ -18,6 +21,7 @@ import unicodedata
 
 import libcst as cst
 from libcst import MaybeSentinel
+# The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
 from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan
@@ -82,20 +86,19 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
         raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
-    if add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits):
-        new_module = module.visit(applier)  # statements change: the whole fragment is re-printed
+    statements_change = add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    if statements_change:  # an import split or removed, a line added: the fragment is re-printed
+        new_module = module.visit(applier)
+        if add_functools:
+            new_module = _insert_functools_import(new_module)
+        # Every statement removed: an empty module would still print a line break.
+        new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
         new_text = _apply_by_node(module, text, located, spans, applier)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
-    if not (add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits)):
-        return new_text
-    if add_functools:
-        new_module = _insert_functools_import(new_module)
-    if not (new_module.body or new_module.header or new_module.footer):
-        return ""  # every statement removed: an empty module would still print a line break
-    return new_module.code
+    return new_text
 
 
 def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], spans: _Spans,

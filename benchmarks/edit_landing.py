@@ -41,7 +41,9 @@ def main() -> int:
     edits = skipped = 0
     failures: list[str] = []
     started = time.perf_counter()
-    for path in files:
+    for n, path in enumerate(files, 1):
+        if n % 250 == 0:
+            print(f"  {n} files, {edits:,} edits, {len(failures)} failed", file=sys.stderr, flush=True)
         try:
             source = path.read_text(encoding="utf-8")
             compile(source, str(path), "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
