@@ -241,6 +241,10 @@ class Analysis:
                 return Decision(rule.code, f"`{full}`: no name bound to `{self.family.package}` here to spell "
                                 f"`{new_name}` with",
                                 suggestion=new_name)
+            start, end = self.index.span(ref.node)
+            if "#" in self.index.text[start:end]:  # the new name is written afresh: a comment in it would go
+                return Decision(rule.code, f"`{full}`: a comment inside the dotted name; migrate by hand",
+                                suggestion=new_name)
         if ref.role == "feature_check":
             return self.decide_feature_check(use, rule, target, rest, new_dotted)
         imported = self.family.symbol(use.binding.qname or "") if use.group is not None else None

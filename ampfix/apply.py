@@ -122,10 +122,19 @@ def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], span
             continue  # inside a root already re-printed, which applied its edits too
         applier.fstring_quotes = list(quotes)
         pieces.append(text[done:start])
-        pieces.append(module.code_for_node(_apply_to_root(root, applier, spans)))
+        pieces.append(_print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)]))
         done = end
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _print(module: cst.Module, node: cst.CSTNode, indent_tokens: tuple[str, ...]) -> str:
+    """A node's text where it stands: a line break inside its parentheses is followed by the
+    indentation of the block around it, which the printer takes from its state."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
+                         indent_tokens=list(indent_tokens))
+    node._codegen(state)
+    return "".join(state.tokens)
 
 
 def _apply_to_root(root: cst.CSTNode, applier: _Applier, spans: _Spans) -> cst.CSTNode:
@@ -157,6 +166,7 @@ class _Spans(CodegenState):
         # the f-strings around it.
         self.nodes: dict[int, cst.CSTNode] = {}
         self.calls: dict[int, cst.Call] = {}
+        self.indents: dict[int, tuple[str, ...]] = {}  # the block indentation around a located node or call
         self.fstring_quotes: dict[int, tuple[str, ...]] = {}
         self.quotes: tuple[str, ...] = ()
 
@@ -175,6 +185,8 @@ class _Spans(CodegenState):
         kind = type(node)
         if kind in _TRACKED_TYPES:
             self.stack.append(self.offset)
+            if kind in _ROOT_TYPES:
+                self.indents[id(node)] = tuple(self.indent_tokens)
             if kind in _LOCATED_TYPES:
                 key = id(node)
                 self.nodes[key] = node
@@ -214,6 +226,7 @@ class _Syntactic:
 
 
 _LOCATED_TYPES = frozenset(_NODE_TYPES.values())
+_ROOT_TYPES = _LOCATED_TYPES | {cst.Call}
 _TRACKED_TYPES = _LOCATED_TYPES | {cst.Call, cst.FormattedString, cst.SimpleStatementLine, cst.SimpleStatementSuite,
                                    cst.IndentedBlock, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While,
                                    cst.With, cst.Try, cst.Expr, cst.Assign, cst.Return}

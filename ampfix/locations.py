@@ -17,6 +17,7 @@ def source_lines(source: str) -> list[str]:
 
 class SourceIndex:
     def __init__(self, source: str) -> None:
+        self.text = source
         self.lines = source_lines(source)
         self.starts: list[int] = []
         offset = 0

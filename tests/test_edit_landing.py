@@ -39,6 +39,10 @@ TRICKY = {
     "class_body": "class A(B.C, metaclass=M.N):\n    x: T.U = V.W\n    def f(self):\n        del self.x\n",
     "no_trailing_newline": "a = b.c",
     "global_and_star": "def f():\n    global g\n    g, *h = i.j\n",
+    # A line break inside the parentheses is followed by the block's indentation, which LibCST
+    # prints from its state: a node re-printed alone must be given it.
+    "parenthesised_across_lines_in_a_block": "def f():\n    if a:\n        x = (\n            b.c  # note\n        )\n"
+                                             "        y = g(\n            h,\n        )\n",
 }
 
 

@@ -165,3 +165,12 @@ def test_code_nested_past_what_ast_builds_is_a_syntax_finding():
     result = check_source(_elif_chain(3000))
     assert [f.code for f in result.findings] == [SYNTAX_ERROR_CODE]
     assert result.error is not None and "recursion" in result.error
+
+
+def test_a_comment_inside_a_dotted_name_is_never_dropped():
+    source = "import torch\nscaler = (torch.cuda.amp  # the old path\n          .GradScaler())\n"
+    result = fix_source(source)
+    assert result.new_source == source
+    [finding] = result.findings
+    assert (finding.code, finding.fixed) == ("AMP002", False)
+    assert "a comment inside the dotted name" in finding.message
