@@ -187,7 +187,7 @@ class Analysis:
         from ampfix.strings import plan_strings
 
         uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads
-                for use in self.resolve(ref)]
+                if (use := self.resolve(ref)) is not None]
         decided = [(use, self.decide(use)) for use in uses]
         decided = self._settle_groups(decided)
         plan_imports(self)
@@ -196,27 +196,28 @@ class Analysis:
         plan_strings(self)
         return self.plan()
 
-    def resolve(self, ref: ChainRef) -> list[Use]:
+    def resolve(self, ref: ChainRef) -> Use | None:
+        """The deprecated name `ref` spells through an import, or None."""
         if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
-            return []  # a binding, not a use
+            return None  # a binding, not a use
         scope, bindings = ref.scope.lookup(ref.parts[0])
         imports = [b for b in bindings if b.kind == "import" and self.family.owns(b.qname)]
         if not imports:
-            return []
+            return None
         binding = imports[0]
         full = ".".join((binding.qname or "", *ref.parts[1:]))
         if self.family.deprecated_root(full) is None:
-            return []
+            return None
         through_binding = self.family.deprecated_root(binding.qname or "") is not None
         if through_binding:
             imported = self.family.symbol(binding.qname or "")
             if imported is not None and imported[2] is None:
-                return []  # a name with no twin stays imported as it is; its import line is reported
+                return None  # a name with no twin stays imported as it is; its import line is reported
         conflicting = len({b.qname for b in imports}) > 1 or any(
             b.kind == "other" or (b.kind == "import" and not self.family.owns(b.qname)) for b in bindings
         )
         group = (id(scope), ref.parts[0]) if through_binding else None
-        return [Use(ref, full, binding, group, conflicting)]
+        return Use(ref, full, binding, group, conflicting)
 
     def decide(self, use: Use) -> Decision:
         ref, full = use.ref, use.full
@@ -241,7 +242,7 @@ class Analysis:
                 return Decision(rule.code, f"`{full}`: no name bound to `{self.family.package}` here to spell "
                                 f"`{new_name}` with",
                                 suggestion=new_name)
-            start, end = self.index.span(ref.node)
+            start, end = (0, 0) if ref.in_string else self.index.span(ref.node)
             if "#" in self.index.text[start:end]:  # the new name is written afresh: a comment in it would go
                 return Decision(rule.code, f"`{full}`: a comment inside the dotted name; migrate by hand",
                                 suggestion=new_name)

@@ -78,6 +78,7 @@ class ChainRef:
     role: str
     parent: ast.AST | None
     guards: Guards
+    in_string: bool = False  # parsed from a string annotation: `node`'s position is inside the string
 
 
 @dataclass(eq=False)

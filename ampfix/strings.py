@@ -62,15 +62,16 @@ def _string_annotation(analysis: Analysis, ref: StringRef) -> None:
         parts = dotted_parts(node)
         if parts is None or parts[0] not in analysis.heads:
             continue
-        as_code = ChainRef(node, parts, ref.scope, "type", None, ref.guards)
-        for use in analysis.resolve(as_code):
-            decision = analysis.decide(use)
-            if use.group is not None and decision.edit is not None:
-                continue  # through a deprecated import: the import's rewrite covers it
-            decided.append((use, decision))
-            if decision.edit is not None and decision.edit.new_dotted is not None:
-                replacements.append((offset + node.col_offset, offset + node.end_col_offset,
-                                     decision.edit.new_dotted))
+        as_code = ChainRef(node, parts, ref.scope, "type", None, ref.guards, in_string=True)
+        use = analysis.resolve(as_code)
+        if use is None:
+            continue
+        decision = analysis.decide(use)
+        if use.group is not None and decision.edit is not None:
+            continue  # through a deprecated import: the import's rewrite covers it
+        decided.append((use, decision))
+        if decision.edit is not None and decision.edit.new_dotted is not None:
+            replacements.append((offset + node.col_offset, offset + node.end_col_offset, decision.edit.new_dotted))
     if not decided:
         return
     literal = literal_with(analysis.lines, ref.node, replacements)

@@ -174,3 +174,10 @@ def test_a_comment_inside_a_dotted_name_is_never_dropped():
     [finding] = result.findings
     assert (finding.code, finding.fixed) == ("AMP002", False)
     assert "a comment inside the dotted name" in finding.message
+
+
+def test_a_string_annotation_is_not_confused_with_the_text_at_its_inner_position():
+    # The names parsed from a string annotation have positions inside the string, not in the file.
+    source = '# header comment\nimport torch\ndef f(s: "torch.cuda.amp.GradScaler") -> None: ...\n'
+    result = fix_source(source)
+    assert result.new_source == source.replace('"torch.cuda.amp.GradScaler"', '"torch.amp.GradScaler"')
