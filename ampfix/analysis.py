@@ -6,31 +6,30 @@ LibCST and `rewrite` hands LibCST only the statements that change (see `ampfix.a
 Names are resolved through the file's own bindings (imports, assignments, definitions, per
 scope), not matched as text: `import torch as th; th.cuda.amp.autocast()` is found, a local
 `def autocast()` is not. Only the bindings of names that some `torch` import binds are resolved.
+
+Each use gets one `Decision`, made once from the use, the options and the branches around it;
+uses that go through one deprecated import then move together or not at all (`_settle_groups`).
+Every edit is keyed by the character span of the `ast` node the decision was made on.
 """
 
 from __future__ import annotations
 
 import ast
-import io
-import re
-from dataclasses import dataclass, field
+import bisect
+from dataclasses import dataclass, field, replace
 
-from ampfix.bindings import Binding, ChainRef, ImportRef, Scope, StringRef, Walker, dotted_parts
+from ampfix.bindings import Binding, ChainRef, Guards, Walker
+from ampfix.guards import GuardJudge
+from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
-from ampfix.rules import ALL_RULES, DEPRECATED_ROOTS, Rule, Target, module_paths, no_twin
+from ampfix.rules import TORCH_AMP, Family, Rule, Target, module_paths, no_twin
 
 NO_TWIN_CODE = no_twin.RULE.code
 MODULE_PATH_CODE = module_paths.RULE.code
 
-_SYMBOLS: dict[str, tuple[Rule, Target | None]] = {
-    name: (rule, target) for rule in ALL_RULES for name, target in rule.symbols.items()
-}
-_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
-
 
 # ---------------------------------------------------------------------------------------------
-# Edits handed to the LibCST applier. Keys are (statement index, ordinal of the chain/string
-# within that statement), both counted the same way on the ast and the CST side.
+# What the applier is handed.
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,10 @@ class ChainEdit:
     decorator_call: str | None = None  # bare decorator: append "(<this>)"
     partial_args: str | None = None  # wrap as functools.partial(<name>, <this>)
 
+    @property
+    def changes_text(self) -> bool:
+        return bool(self.new_dotted or self.call or self.decorator_call or self.partial_args)
+
 
 @dataclass(frozen=True)
 class ImportEdit:
@@ -58,6 +61,18 @@ class ImportEdit:
     # stay with the old module (a split: they move to a new statement after this one).
     new_module: str | None = None
     kept_aliases: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change, at the [start, end) character span of the ast node it was decided on."""
+
+    start: int
+    end: int
+    line: int  # 1-based, for messages
+    node: str  # the LibCST node type that must be found there: Name, Attribute, SimpleString, Import, ImportFrom
+    text: str  # what that node spells: the dotted name (NFKC), the string's value; "" for imports
+    change: ChainEdit | ImportEdit | str  # a string edit is the new literal
 
 
 @dataclass(frozen=True)
@@ -75,177 +90,170 @@ class PlannedFinding:
 @dataclass
 class Plan:
     findings: list[PlannedFinding]
-    stmt_end: list[int]
-    heads: frozenset[str]
-    chain_edits: dict[tuple[int, int], ChainEdit]
-    chain_texts: dict[int, list[str]]
-    string_edits: dict[tuple[int, int], str]
-    string_values: dict[int, list[str]]
-    import_edits: dict[int, ImportEdit]
-    needs_functools: bool = False
+    edits: list[Edit]
+    # The top-level statements as [start, end) ranges of whole lines (`ampfix.locations.statement_groups`).
+    statements: list[tuple[int, int]]
+    # Set when `import functools` must be added: the head of the file up to this offset is re-printed.
+    functools_head_end: int | None = None
 
     @property
     def has_edits(self) -> bool:
-        return bool(self.chain_edits or self.string_edits or self.import_edits)
-
-    def edited_statements(self) -> list[int]:
-        stmts = {k[0] for k in self.chain_edits} | {k[0] for k in self.string_edits}
-        return sorted(stmts | set(self.import_edits))
-
-
-def _is_torch(qname: str | None) -> bool:
-    return qname is not None and (qname == "torch" or qname.startswith("torch."))
-
-
-def _under_deprecated_root(qname: str) -> bool:
-    return any(qname == root or qname.startswith(root + ".") for root in DEPRECATED_ROOTS)
-
-
-def _root_replaced(qname: str) -> str:
-    for root in DEPRECATED_ROOTS:
-        if qname == root or qname.startswith(root + "."):
-            return "torch.amp" + qname[len(root) :]
-    return qname
-
+        return bool(self.edits)
 
 
 # ---------------------------------------------------------------------------------------------
 # Deciding
 
 
-@dataclass(eq=False)
-class _Use:
-    """One deprecated use found in the code, and what to do with it."""
+@dataclass(frozen=True)
+class Use:
+    """A dotted name in the code that resolves below a deprecated root."""
 
     ref: ChainRef
+    full: str  # the qualified name it resolves to
+    binding: Binding  # the import its head goes through
+    # (id(scope), name) of a deprecated import binding it goes through: those uses move together
+    group: tuple[int, str] | None
+    conflicting: bool  # its head is bound to several things
+
+
+@dataclass(frozen=True)
+class Decision:
     code: str
     message: str
-    edit: ChainEdit | None  # None: left as it is
-    unsafe: bool = False
+    edit: ChainEdit | None = None  # None: left as it is
     fixable: bool = False
+    unsafe: bool = False
     suggestion: str | None = None
-    group: tuple[int, str] | None = None  # (id(scope), name) of the import binding it goes through
 
 
-class _Analyzer:
-    def __init__(self, tree: ast.Module, lines: list[str], options: Options) -> None:
-        self.lines = lines
+class Analysis:
+    def __init__(self, tree: ast.Module, source: str, options: Options, family: Family = TORCH_AMP) -> None:
+        self.tree = tree
         self.options = options
+        self.family = family
+        self.index = SourceIndex(source)
+        self.lines = self.index.lines
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
+        self.judge = GuardJudge(family)
         self.findings: list[PlannedFinding] = []
-        self.chain_edits: dict[tuple[int, int], ChainEdit] = {}
-        self.string_edits: dict[tuple[int, int], str] = {}
-        self.import_edits: dict[int, ImportEdit] = {}
+        self.edits: list[Edit] = []
         self.needs_functools = False
-        self.plain_imports: dict[int, set[str]] = {}
-        self.heads = self._torch_bound_names()
-        chains = [ref for ref in self.walker.chains if ref.parts[0] in self.heads]
-        self.chain_ordinals, self.chain_texts = _number_per_statement(chains, lambda r: ".".join(r.parts))
-        self.string_ordinals, self.string_texts = _number_per_statement(self.walker.strings, lambda r: r.node.value)
+        self.heads = self._package_bound_names()
+        self.blocked_groups: dict[tuple[int, str], Use] = {}
 
-    # helpers -------------------------------------------------------------------------------
-    def _torch_bound_names(self) -> frozenset[str]:
+    def _package_bound_names(self) -> frozenset[str]:
         names: set[str] = set()
-        # Only a scope holding an import can hold a torch import binding (or its module, for `global`).
+        # Only a scope holding an import can hold an import binding (or its module, for `global`).
         scopes = {id(imp.scope): imp.scope for imp in self.walker.imports}
         scopes[id(self.walker.module_scope)] = self.walker.module_scope
         for scope in scopes.values():
             for name, bindings in scope.bindings.items():
-                if any(b.kind == "import" and _is_torch(b.qname) for b in bindings):
+                if any(b.kind == "import" and self.family.owns(b.qname) for b in bindings):
                     names.add(name)
         return frozenset(names)
 
-    def col(self, line: int, byte_col: int) -> int:
-        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
-
+    # shared by the import and string planners ---------------------------------------------
     def add_finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
                     will_fix: bool = False, suggestion: str | None = None) -> None:
         line = getattr(node, "lineno", 1)
-        col = self.col(line, getattr(node, "col_offset", 0))
+        col = self.index.col(line, getattr(node, "col_offset", 0))
         self.findings.append(PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion))
 
-    def held_back(self, rule: Rule) -> str | None:
-        if self.options.rules is not None and rule.code not in self.options.rules:
+    def add_edit(self, node: ast.AST, kind: str, text: str, change: ChainEdit | ImportEdit | str) -> None:
+        start, end = self.index.span(node)
+        self.edits.append(Edit(start, end, node.lineno, kind, text, change))  # type: ignore[attr-defined]
+
+    def hold_back(self, rule: Rule | None, guards: Guards) -> str | None:
+        """Why a use of `rule`'s names under `guards` must keep the old name, or None.
+        The one place that weighs the rule selection, --target-torch and version guards."""
+        if rule is not None and self.options.rules is not None and rule.code not in self.options.rules:
             return f"{rule.code} is not selected"
         target = self.options.target_torch
-        if target is not None and rule.min_torch is not None and rule.min_torch > target:
+        if target is not None and rule is not None and rule.min_torch is not None and rule.min_torch > target:
             need = ".".join(map(str, rule.min_torch))
             have = ".".join(map(str, target))
-            return f"needs torch >= {need}; the target is torch {have}"
-        return None
+            package = self.family.package
+            return f"needs {package} >= {need}; the target is {package} {have}"
+        return self.judge.reason(guards)
 
     def device_text(self, target: Target) -> str:
         return self.options.cuda_device if target.device == "cuda" else f'"{target.device}"'
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
-        uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads for use in self.resolve(ref)]
-        self.settle_groups(uses)
-        self.plan_imports()
-        for use in uses:
-            self.record_use(use)
-        for string in self.walker.strings:
-            self.string(string)
+        from ampfix.import_plan import plan_imports
+        from ampfix.strings import plan_strings
+
+        uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads
+                if (use := self.resolve(ref)) is not None]
+        decided = [(use, self.decide(use)) for use in uses]
+        decided = self._settle_groups(decided)
+        plan_imports(self)
+        for use, decision in decided:
+            self.record(use, decision)
+        plan_strings(self)
         return self.plan()
 
-    def resolve(self, ref: ChainRef) -> list[_Use]:
+    def resolve(self, ref: ChainRef) -> Use | None:
+        """The deprecated name `ref` spells through an import, or None."""
         if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
-            return []  # a binding, not a use
+            return None  # a binding, not a use
         scope, bindings = ref.scope.lookup(ref.parts[0])
-        torch_imports = [b for b in bindings if b.kind == "import" and _is_torch(b.qname)]
-        if not torch_imports:
-            return []
-        qnames = {b.qname for b in torch_imports}
-        conflicting = len(qnames) > 1 or any(
-            b.kind == "other" or (b.kind == "import" and not _is_torch(b.qname)) for b in bindings
-        )
-        binding = torch_imports[0]
+        imports = [b for b in bindings if b.kind == "import" and self.family.owns(b.qname)]
+        if not imports:
+            return None
+        binding = imports[0]
         full = ".".join((binding.qname or "", *ref.parts[1:]))
-        symbol = _longest_symbol(full)
-        if symbol is None and not _under_deprecated_root(full):
-            return []
-        through_binding = _under_deprecated_root(binding.qname or "")
+        if self.family.deprecated_root(full) is None:
+            return None
+        through_binding = self.family.deprecated_root(binding.qname or "") is not None
+        if through_binding:
+            imported = self.family.symbol(binding.qname or "")
+            if imported is not None and imported[2] is None:
+                return None  # a name with no twin stays imported as it is; its import line is reported
+        conflicting = len({b.qname for b in imports}) > 1 or any(
+            b.kind == "other" or (b.kind == "import" and not self.family.owns(b.qname)) for b in bindings
+        )
         group = (id(scope), ref.parts[0]) if through_binding else None
-        imported = _longest_symbol(binding.qname or "") if through_binding else None
-        if imported is not None and imported[2] is None:
-            return []  # a name with no twin stays imported as it is; its import line is reported
-        if conflicting:
-            lines = sorted({b.line for b in bindings})
-            code = symbol[1].code if symbol else NO_TWIN_CODE
-            return [_Use(ref, code, f"`{ref.parts[0]}` is bound to several things (lines "
-                         f"{', '.join(map(str, lines))}); rewriting one use would break the others", None,
-                         group=group)]
-        return [self.decide(ref, full, symbol, binding, group)]
+        return Use(ref, full, binding, group, conflicting)
 
-    def decide(self, ref: ChainRef, full: str, symbol: tuple[str, Rule, Target | None] | None,
-               binding: Binding, group: tuple[int, str] | None) -> _Use:
-        if symbol is None:
-            return _Use(ref, NO_TWIN_CODE, f"`{full}` has no known torch.amp twin", None, group=group)
+    def decide(self, use: Use) -> Decision:
+        ref, full = use.ref, use.full
+        symbol = self.family.symbol(full)
+        if use.conflicting:
+            lines = sorted({b.line for b in ref.scope.lookup(ref.parts[0])[1]})
+            return Decision(symbol[1].code if symbol else NO_TWIN_CODE,
+                            f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
+                            "rewriting one use would break the others")
+        if symbol is None or not self.family.exists(full):
+            return Decision(NO_TWIN_CODE, f"{self.family.unknown(full)}; there is nothing to migrate it to")
         name, rule, target = symbol
-        rest = full[len(name):]
         if target is None:
-            return _Use(ref, rule.code, f"`{full}` has no torch.amp twin", None, group=group)
+            return Decision(rule.code, f"`{full}` has no {self.family.twin_namespace} twin")
+        rest = full[len(name):]
         new_name = target.new + rest
-        if group is None:
-            new_dotted = self.new_dotted(ref, binding, new_name)
+        suggestion = new_name if rest or ref.role in ("type", "none_test") else self.suggest(rule, target, new_name)
+        new_dotted = None
+        if use.group is None:
+            new_dotted = self.new_dotted(ref, use.binding, new_name)
             if new_dotted is None:
-                return _Use(ref, rule.code, f"`{full}`: no name bound to `torch` here to spell "
-                            f"`{new_name}` with", None, suggestion=new_name)
-        else:
-            new_dotted = None
-        reason = self.held_back(rule)
-        if reason is None and group is not None:
-            # The import moves too: the uses can only change if it can.
-            imported = _longest_symbol(binding.qname or "")
-            reason = self.held_back(imported[1]) if imported else None
-        if reason is None and (ref.guarded or (group is not None and binding.guarded)):
-            reason = "inside a branch that tests the torch version; the new name may not exist there"
+                return Decision(rule.code, f"`{full}`: no name bound to `{self.family.package}` here to spell "
+                                f"`{new_name}` with",
+                                suggestion=new_name)
+            start, end = (0, 0) if ref.in_string else self.index.span(ref.node)
+            if "#" in self.index.text[start:end]:  # the new name is written afresh: a comment in it would go
+                return Decision(rule.code, f"`{full}`: a comment inside the dotted name; migrate by hand",
+                                suggestion=new_name)
+        if ref.role == "feature_check":
+            return self.decide_feature_check(use, rule, target, rest, new_dotted)
+        imported = self.family.symbol(use.binding.qname or "") if use.group is not None else None
+        reason = self.hold_back(rule, ref.guards) or (
+            self.hold_back(imported[1], use.binding.guards) if imported is not None else None)
         if reason is not None:
-            suggestion = new_name if rest or ref.role == "type" else self.suggest(rule, target, new_name)
-            return _Use(ref, rule.code, f"`{full}` left: {reason}", None, group=group, suggestion=suggestion)
-        return self.decide_context(ref, full, rule, target, rest, new_name, new_dotted, group)
+            return Decision(rule.code, f"`{full}` left: {reason}", suggestion=suggestion)
+        return self.decide_context(use, rule, target, rest, new_name, new_dotted, suggestion)
 
     def suggest(self, rule: Rule, target: Target, new_name: str) -> str:
         """The new call, spelled out for a person to finish by hand."""
@@ -269,307 +277,137 @@ class _Analyzer:
         prefix = binding.qname or ""
         if new_name.startswith(prefix + "."):
             return ref.parts[0] + new_name[len(prefix):]
-        _, torch_bindings = ref.scope.lookup("torch")
-        if torch_bindings and all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
+        _, package_bindings = ref.scope.lookup(self.family.package)
+        if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
             return new_name
         return None
 
-    def decide_context(self, ref: ChainRef, full: str, rule: Rule, target: Target, rest: str,
-                       new_name: str, new_dotted: str | None, group: tuple[int, str] | None) -> _Use:
-        shape = rule.shape
-        suggestion = new_name if rest or ref.role == "type" else self.suggest(rule, target, new_name)
-        use = _Use(ref, rule.code, "", None, group=group, suggestion=suggestion)
+    def decide_feature_check(self, use: Use, rule: Rule, target: Target, rest: str,
+                             new_dotted: str | None) -> Decision:
+        """`hasattr(torch.cuda.amp, "autocast")` asks the same of `torch.amp` when the name has a twin
+        there under the same name."""
+        full, call = use.full, use.ref.parent
+        assert isinstance(call, ast.Call)
+        attribute = call.args[1] if len(call.args) == 2 else None
+        if not (target.module and not rest and isinstance(attribute, ast.Constant)
+                and isinstance(attribute.value, str)):
+            return Decision(NO_TWIN_CODE, f"`{full}`: the module object itself has no drop-in twin",
+                            suggestion=target.new if target.module else None)
+        asked = f"{full}.{attribute.value}"
+        twin = self.family.symbol(asked)
+        if twin is None or twin[0] != asked or twin[2] is None or twin[2].new != self.family.renamed(asked):
+            return Decision(NO_TWIN_CODE, f"`hasattr({full}, {attribute.value!r})`: `{target.new}` has no "
+                            f"`{attribute.value}` to ask for instead")
+        check_rule = twin[1]
+        imported = self.family.symbol(use.binding.qname or "") if use.group is not None else None
+        reason = self.hold_back(check_rule, use.ref.guards) or (
+            self.hold_back(imported[1], use.binding.guards) if imported is not None else None)
+        if reason is not None:
+            return Decision(check_rule.code, f"`hasattr({full}, {attribute.value!r})` left: {reason}",
+                            suggestion=target.new)
+        return Decision(check_rule.code, f"`hasattr({full}, {attribute.value!r})` -> "
+                        f"`hasattr({target.new}, {attribute.value!r})`", ChainEdit(new_dotted=new_dotted),
+                        fixable=True)
+
+    def decide_context(self, use: Use, rule: Rule, target: Target, rest: str, new_name: str,
+                       new_dotted: str | None, suggestion: str) -> Decision:
+        ref, full, shape = use.ref, use.full, rule.shape
+
+        def rewrite(message: str, edit: ChainEdit) -> Decision:
+            return Decision(rule.code, message, edit, fixable=True, suggestion=suggestion)
+
+        def leave(message: str, code: str = rule.code, suggestion: str | None = suggestion) -> Decision:
+            return Decision(code, message, suggestion=suggestion)
+
+        def unsafe(message: str, edit: ChainEdit, suggestion: str | None = suggestion) -> Decision:
+            if self.options.unsafe_fixes:
+                return Decision(rule.code, message, edit, fixable=True, unsafe=True, suggestion=suggestion)
+            return Decision(rule.code, message + " (an unsafe fix exists: --unsafe-fixes)", None, fixable=True,
+                            unsafe=True, suggestion=suggestion)
+
+        if ref.role == "none_test":
+            return rewrite(f"`{full}` -> `{new_name}` (compared with None: the signature does not matter)",
+                           ChainEdit(new_dotted=new_dotted))
         if shape is None:  # a pure rename
-            if target.module and not rest and ref.role not in ("type",):
-                use.message = f"`{full}`: the module object itself has no drop-in twin"
-                use.code = NO_TWIN_CODE
-                return use
-            return self.fixed(use, f"`{full}` -> `{new_name}`", ChainEdit(new_dotted=new_dotted))
+            if target.module and not rest and ref.role != "type":
+                return leave(f"`{full}`: the module object itself has no drop-in twin", NO_TWIN_CODE)
+            return rewrite(f"`{full}` -> `{new_name}`", ChainEdit(new_dotted=new_dotted))
         if rest:
-            use.message = f"`{full}`: an attribute of a deprecated object; migrate by hand"
-            return use
+            return leave(f"`{full}`: an attribute of a deprecated object; migrate by hand")
         device = self.device_text(target)
         if ref.role == "call":
-            return self.decide_call(use, full, shape, device, new_name, new_dotted)
+            return self.decide_call(use, rule, device, new_name, new_dotted, suggestion)
         if ref.role == "type":
-            return self.fixed(use, f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
+            return rewrite(f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
         if ref.role == "decorator":
             if shape.bare_decorator_ok:
                 args = f"{shape.device_keyword}={device}"
-                return self.fixed(use, f"`@{full}` -> `@{new_name}({args})`",
-                                  ChainEdit(new_dotted=new_dotted, decorator_call=args))
-            use.message = f"bare `@{full}` passes the function as `enabled`; add the arguments by hand"
-            return use
+                return rewrite(f"`@{full}` -> `@{new_name}({args})`",
+                               ChainEdit(new_dotted=new_dotted, decorator_call=args))
+            return leave(f"bare `@{full}` passes the function as `enabled`; add the arguments by hand")
         if ref.role == "base":
-            use.message = (f"class derives from `{full}`: a positional construction of the subclass would "
-                           f"bind to `device` of `{new_name}`")
-            return self.unsafe(use, ChainEdit(new_dotted=new_dotted))
-        use.message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
+            return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
+                          f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
+        message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
         if shape.partial_keeps_meaning:
             args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
-            use.suggestion = f"functools.partial({new_name}, {args})"
-            return self.unsafe(use, ChainEdit(new_dotted=new_dotted, partial_args=args))
-        return use
+            return unsafe(message, ChainEdit(new_dotted=new_dotted, partial_args=args),
+                          suggestion=f"functools.partial({new_name}, {args})")
+        return leave(message)
 
-    def decide_call(self, use: _Use, full: str, shape, device: str, new_name: str,
-                    new_dotted: str | None) -> _Use:
-        call = use.ref.parent
-        assert isinstance(call, ast.Call)
+    def decide_call(self, use: Use, rule: Rule, device: str, new_name: str, new_dotted: str | None,
+                    suggestion: str) -> Decision:
+        full, shape, call = use.full, rule.shape, use.ref.parent
+        assert shape is not None and isinstance(call, ast.Call)
+
+        def leave(message: str) -> Decision:
+            return Decision(rule.code, message, suggestion=suggestion)
+
         starred = any(isinstance(arg, ast.Starred) for arg in call.args)
         # `*args` only matters where positions move: named (autocast) or a device among them (_cast).
         if starred and (shape.positionals_to_keywords or shape.device_position not in (None, 0)):
-            use.message = f"`{full}(*args)`: the positions of the arguments are unknown"
-            return use
+            return leave(f"`{full}(*args)`: the positions of the arguments are unknown")
         positionals = len(call.args)
         if not starred and positionals > len(shape.old_params):
-            use.message = f"`{full}` called with {positionals} positional arguments; it takes at most " \
-                          f"{len(shape.old_params)}"
-            return use
+            return leave(f"`{full}` called with {positionals} positional arguments; it takes at most "
+                         f"{len(shape.old_params)}")
         keywords = {kw.arg for kw in call.keywords if kw.arg is not None}
-        if shape.device_keyword in keywords or "device_type" in keywords or "device" in keywords:
-            use.message = f"`{full}` already given a device argument"
-            return use
+        if keywords & {shape.device_keyword, *self.family.device_keywords}:
+            return leave(f"`{full}` already given a device argument")
         if shape.device_position is not None and positionals < shape.device_position:
-            use.message = f"`{full}`: the arguments before the device are passed by keyword"
-            return use
+            return leave(f"`{full}`: the arguments before the device are passed by keyword")
         names = shape.old_params[:positionals] if shape.positionals_to_keywords else ()
         edit = CallEdit(device, shape.device_position, shape.device_keyword, tuple(names))
         what = f"device {device}"
         if names:
             what += ", positional arguments named " + ", ".join(names)
-        return self.fixed(use, f"`{full}(...)` -> `{new_name}(...)` with {what}",
-                          ChainEdit(new_dotted=new_dotted, call=edit))
-
-    def fixed(self, use: _Use, message: str, edit: ChainEdit) -> _Use:
-        use.message, use.edit, use.fixable = message, edit, True
-        return use
-
-    def unsafe(self, use: _Use, edit: ChainEdit) -> _Use:
-        use.fixable = use.unsafe = True
-        if self.options.unsafe_fixes:
-            use.edit = edit
-        return use
+        return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}",
+                        ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion)
 
     # bindings through deprecated imports: all uses rewritten, or none -------------------------
-    def settle_groups(self, uses: list[_Use]) -> None:
-        self.blocked_groups: dict[tuple[int, str], _Use] = {}
-        for use in uses:
-            if use.group is not None and use.edit is None and use.group not in self.blocked_groups:
+    def _settle_groups(self, decided: list[tuple[Use, Decision]]) -> list[tuple[Use, Decision]]:
+        for use, decision in decided:
+            if use.group is not None and decision.edit is None and use.group not in self.blocked_groups:
                 self.blocked_groups[use.group] = use
-        for use in uses:
+        settled = []
+        for use, decision in decided:
             blocker = self.blocked_groups.get(use.group) if use.group else None
-            if blocker is not None and use.edit is not None:
-                use.edit = None
-                use.fixable = False
-                use.message = (f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
-                               f"in a way that cannot be rewritten")
-
-    def plan_imports(self) -> None:
-        for imp in self.walker.imports:
-            if isinstance(imp.node, ast.ImportFrom):
-                self.plan_import_from(imp)
-            else:
-                self.plan_import(imp)
-
-    def import_blocker(self, imp: ImportRef, name: str, qname: str) -> str | None:
-        """Why the import binding `name` cannot move to its torch.amp twin, or None."""
-        symbol = _longest_symbol(qname)
-        if symbol is None or symbol[2] is None or symbol[0] != qname:
-            return f"`{qname}` has no torch.amp twin"
-        blocker = self.blocked_groups.get((id(imp.scope), name))
-        if blocker is not None:
-            return f"`{name}` is used on line {blocker.ref.node.lineno} in a way that cannot be rewritten"
-        _, bindings = imp.scope.lookup(name)
-        if any(b.kind != "none" and b.qname != qname for b in bindings):
-            return f"`{name}` is bound to several things"
-        reason = self.held_back(symbol[1])
-        if reason is None and imp.guarded:
-            reason = "inside a branch that tests the torch version"
-        return reason
-
-    def plan_import_from(self, imp: ImportRef) -> None:
-        node = imp.node
-        assert isinstance(node, ast.ImportFrom)
-        if node.level or not node.module or not _is_torch(node.module):
-            return
-        migrated: list[int] = []
-        kept: list[int] = []
-        new_modules: set[str] = set()
-        for i, alias in enumerate(node.names):
-            qname = f"{node.module}.{alias.name}"
-            if alias.name == "*":
-                if _under_deprecated_root(node.module):
-                    self.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import *`: the names it "
-                                     "binds cannot be resolved; import them by name", fixable=False)
-                kept.append(i)
-                continue
-            if not _under_deprecated_root(qname):
-                kept.append(i)
-                continue
-            reason = self.import_blocker(imp, alias.asname or alias.name, qname)
-            if reason is not None:
-                symbol = _longest_symbol(qname)
-                code = symbol[1].code if symbol and symbol[2] is None else (
-                    NO_TWIN_CODE if symbol is None else MODULE_PATH_CODE)
-                self.add_finding(alias, code, f"`{qname}` import left: {reason}", fixable=False)
-                kept.append(i)
-                continue
-            migrated.append(i)
-            new_modules.add(_root_replaced(qname).rpartition(".")[0])
-        if not migrated:
-            return
-        if len(new_modules) != 1:  # cannot happen with today's rules; never guess
-            return
-        (new_module,) = new_modules
-        self.import_edits[imp.stmt_index] = ImportEdit(new_module=new_module, kept_aliases=tuple(kept))
-        names = ", ".join(node.names[i].name for i in migrated)
-        self.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import {names}` -> "
-                         f"`from {new_module} import {names}`", fixable=True, will_fix=True)
-
-    def plan_import(self, imp: ImportRef) -> None:
-        node = imp.node
-        renamed: dict[int, str] = {}
-        removed: list[int] = []
-        for i, alias in enumerate(node.names):
-            if not _under_deprecated_root(alias.name):
-                continue
-            if alias.asname:
-                reason = self.import_blocker(imp, alias.asname, alias.name)
-            else:  # binds `torch` itself; `import torch` already loads both paths
-                symbol = _longest_symbol(alias.name)
-                reason = None if symbol and symbol[2] and symbol[0] == alias.name else "no torch.amp twin"
-                reason = reason or self.held_back(module_paths.RULE)
-                if reason is None and imp.guarded:
-                    reason = "inside a branch that tests the torch version"
-            if reason is not None:
-                self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` left: {reason}", fixable=False)
-                continue
-            new_name = _root_replaced(alias.name)
-            plain = self.plain_imports.setdefault(id(imp.scope), self.existing_plain_imports(imp.scope))
-            if not alias.asname and new_name in plain:
-                # `import torch.amp` is already there: the renamed line would repeat it.
-                removed.append(i)
-                self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` removed: `import {new_name}` "
-                                 "is already there", fixable=True, will_fix=True)
-                continue
-            if not alias.asname:
-                plain.add(new_name)
-            renamed[i] = new_name
-            self.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` -> `import {renamed[i]}`",
-                             fixable=True, will_fix=True)
-        if renamed or removed:
-            self.import_edits[imp.stmt_index] = ImportEdit(renamed_aliases=renamed, removed_aliases=tuple(removed))
-
-    def existing_plain_imports(self, scope: Scope) -> set[str]:
-        return {
-            alias.name
-            for imp in self.walker.imports
-            if imp.scope is scope and isinstance(imp.node, ast.Import)
-            for alias in imp.node.names
-            if not alias.asname
-        }
+            if blocker is not None and decision.edit is not None:
+                decision = replace(decision, edit=None, fixable=False, unsafe=False, message=(
+                    f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
+                    "in a way that cannot be rewritten"))
+            settled.append((use, decision))
+        return settled
 
     # recording -----------------------------------------------------------------------------
-    def record_use(self, use: _Use) -> None:
-        if use.edit is not None and (use.edit.new_dotted or use.edit.call or use.edit.decorator_call
-                                     or use.edit.partial_args):
-            self.chain_edits[self.chain_key(use.ref)] = use.edit
-            self.needs_functools |= use.edit.partial_args is not None
-        message = use.message
-        if use.unsafe and not self.options.unsafe_fixes:
-            message += " (an unsafe fix exists: --unsafe-fixes)"
-        self.add_finding(use.ref.node, use.code, message, fixable=use.fixable, unsafe=use.unsafe,
-                         will_fix=use.edit is not None, suggestion=use.suggestion)
-
-    def chain_key(self, ref: ChainRef) -> tuple[int, int]:
-        return ref.stmt_index, self.chain_ordinals[id(ref)]
-
-    # strings -------------------------------------------------------------------------------
-    def string(self, ref: StringRef) -> None:
-        if ref.in_annotation:
-            self.string_annotation(ref)
-        elif _DOTTED_PATH.fullmatch(ref.node.value) and _under_deprecated_root(ref.node.value):
-            self.string_path(ref)
-
-    def string_path(self, ref: StringRef) -> None:
-        path = ref.node.value
-        symbol = _longest_symbol(path)
-        if symbol is None or symbol[2] is None or symbol[0] != path:
-            code = symbol[1].code if symbol else NO_TWIN_CODE
-            self.add_finding(ref.node, code, f"string names `{path}`, which has no torch.amp twin", fixable=False)
-            return
-        new_path = symbol[2].new
-        literal = self.literal_with(ref, [(0, len(path), new_path)])
-        fixable = literal is not None
-        if fixable and self.options.unsafe_fixes:
-            self.string_edits[self.string_key(ref)] = literal
-        message = (f"string names the deprecated `{path}`: once the code uses `{new_path}`, a patch or "
-                   f"lookup of this path no longer reaches it")
-        if fixable and not self.options.unsafe_fixes:
-            message += " (an unsafe fix exists: --unsafe-fixes)"
-        self.add_finding(ref.node, symbol[1].code, message, fixable=fixable, unsafe=True,
-                         will_fix=fixable and self.options.unsafe_fixes, suggestion=f'"{new_path}"')
-
-    def string_annotation(self, ref: StringRef) -> None:
-        """`"torch.cuda.amp.GradScaler | None"`: each dotted name inside is resolved like code."""
-        value = ref.node.value
-        try:
-            inner = ast.parse(value.strip(), mode="eval")
-        except SyntaxError:
-            return
-        offset = len(value) - len(value.lstrip())
-        inner_values = {id(n.value) for n in ast.walk(inner) if isinstance(n, ast.Attribute)}
-        replacements: list[tuple[int, int, str]] = []
-        uses: list[_Use] = []
-        for node in ast.walk(inner):
-            if id(node) in inner_values or not isinstance(node, (ast.Name, ast.Attribute)):
-                continue
-            parts = dotted_parts(node)
-            if parts is None or parts[0] not in self.heads:
-                continue
-            as_code = ChainRef(node, parts, ref.scope, ref.stmt_index, "type", None, ref.guarded)
-            for use in self.resolve(as_code):
-                if use.group is not None and use.edit is not None:
-                    continue  # through a deprecated import: the import's rewrite covers it
-                uses.append(use)
-                if use.edit is not None and use.edit.new_dotted is not None:
-                    replacements.append((offset + node.col_offset, offset + node.end_col_offset, use.edit.new_dotted))
-        if not uses:
-            return
-        literal = self.literal_with(ref, replacements)
-        reason = next((use.message for use in uses if use.edit is None), None)
-        if literal is None:
-            reason = reason or "the literal has escapes, a prefix or several lines"
-        for use in uses:
-            written = ".".join(use.ref.parts)
-            if reason:
-                self.add_finding(ref.node, use.code, f"string annotation names `{written}`; left: {reason}",
-                                 fixable=False, suggestion=use.suggestion)
-            else:
-                self.add_finding(ref.node, use.code, f"string annotation `{written}` -> `{use.edit.new_dotted}`",
-                                 fixable=True, will_fix=True)
-        if not reason:
-            self.string_edits[self.string_key(ref)] = literal
-
-    def literal_with(self, ref: StringRef, replacements: list[tuple[int, int, str]]) -> str | None:
-        """The string literal with spans of its value replaced; None if value != raw content."""
-        node = ref.node
-        if node.lineno != node.end_lineno:
-            return None
-        line = self.lines[node.lineno - 1].encode("utf-8")
-        raw = line[node.col_offset : node.end_col_offset].decode("utf-8")
-        quote = next((q for q in ('"""', "'''", '"', "'") if raw.startswith(q)), None)
-        if quote is None or not raw.endswith(quote) or len(raw) < 2 * len(quote):
-            return None  # a prefix (r, u, b, f) or a concatenation
-        content = raw[len(quote) : -len(quote)]
-        if content != node.value or "\\" in content:
-            return None
-        for start, end, new in sorted(replacements, reverse=True):
-            content = content[:start] + new + content[end:]
-        return quote + content + quote
-
-    def string_key(self, ref: StringRef) -> tuple[int, int]:
-        return ref.stmt_index, self.string_ordinals[id(ref)]
+    def record(self, use: Use, decision: Decision) -> None:
+        edit = decision.edit
+        if edit is not None and edit.changes_text:
+            node = use.ref.node
+            self.add_edit(node, type(node).__name__, ".".join(use.ref.parts), edit)
+            self.needs_functools |= edit.partial_args is not None
+        self.add_finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
+                         unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
 
     def functools_imported(self) -> bool:
         bindings = self.walker.module_scope.bindings.get("functools", [])
@@ -577,51 +415,35 @@ class _Analyzer:
 
     # the result ----------------------------------------------------------------------------
     def plan(self) -> Plan:
-        chain_stmts = {stmt for stmt, _ in self.chain_edits}
-        string_stmts = {stmt for stmt, _ in self.string_edits}
         self.findings.sort(key=lambda f: (f.line, f.col, f.code))
-        return Plan(
-            findings=self.findings,
-            stmt_end=self.walker.stmt_end,
-            heads=self.heads,
-            chain_edits=self.chain_edits,
-            chain_texts={stmt: self.chain_texts[stmt] for stmt in chain_stmts},
-            string_edits=self.string_edits,
-            string_values={stmt: self.string_texts[stmt] for stmt in string_stmts},
-            import_edits=self.import_edits,
-            needs_functools=self.needs_functools and not self.functools_imported(),
-        )
+        statements = statement_groups(self.tree, self.index) if self.edits else []
+        head_end = None
+        if self.needs_functools and not self.functools_imported():
+            head_end = _functools_head_end(self.tree, self.index, statements)
+        return Plan(self.findings, self.edits, statements, head_end)
 
 
-def _number_per_statement(refs, text) -> tuple[dict[int, int], dict[int, list[str]]]:
-    """Each ref's ordinal within its statement in source order, and each statement's texts in that
-    order: how `ampfix.apply` counts the same names and strings in the CST."""
-    per_stmt: dict[int, list] = {}
-    for ref in refs:
-        per_stmt.setdefault(ref.stmt_index, []).append(ref)
-    ordinals: dict[int, int] = {}
-    texts: dict[int, list[str]] = {}
-    for stmt, in_stmt in per_stmt.items():
-        in_stmt.sort(key=lambda r: (r.node.lineno, r.node.col_offset))
-        texts[stmt] = [text(r) for r in in_stmt]
-        ordinals.update((id(r), i) for i, r in enumerate(in_stmt))
-    return ordinals, texts
-
-
-def _longest_symbol(qname: str) -> tuple[str, Rule, Target | None] | None:
-    parts = qname.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        found = _SYMBOLS.get(name)
-        if found is not None:
-            return name, found[0], found[1]
-    return None
-
-
-def source_lines(source: str) -> list[str]:
-    """Lines as the tokenizer counts them (str.splitlines would also split on form feeds)."""
-    return io.StringIO(source, newline="").readlines()
+def _functools_head_end(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]]) -> int:
+    """The end of the first line group that is not one of the file's opening imports (or of the
+    last group): `import functools` goes after those imports, so this head is re-printed."""
+    opening = [True] * len(groups)
+    starts = [start for start, _ in groups]
+    for i, stmt in enumerate(tree.body):
+        group = bisect.bisect_right(starts, index.line_start(stmt.lineno)) - 1
+        docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+            and isinstance(stmt.value.value, str)
+        if not (isinstance(stmt, (ast.Import, ast.ImportFrom)) or docstring):
+            opening[group] = False
+        elif docstring and group < len(groups) and sum(1 for s in tree.body
+                                                       if index.line_start(s.lineno) < groups[group][1]) > 1:
+            opening[group] = False  # a docstring sharing its line with another statement is not alone
+    first_other = next((i for i, flag in enumerate(opening) if not flag), len(groups) - 1)
+    return groups[first_other][1]
 
 
 def analyze(tree: ast.Module, source: str, options: Options) -> Plan:
-    return _Analyzer(tree, source_lines(source), options).run()
+    return Analysis(tree, source, options).run()
+
+
+__all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "analyze",
+           "source_lines"]

@@ -8,10 +8,7 @@ whose head some `torch` import binds.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
-
-_VERSION_WORD = re.compile(r"version|torch_(?:greater|less|ge|gt|le|lt)", re.IGNORECASE)
 
 
 @dataclass(eq=False)
@@ -44,14 +41,31 @@ class Scope:
 
 
 @dataclass(eq=False)
+class Guard:
+    """A branch that may exist for another torch version; `ampfix.guards` decides whether it does.
+
+    kind "if": the statements under an `if` (both branches), `node` its test.
+    kind "fallback": the handlers of a `try` that catch ImportError/AttributeError, `node` the `try`.
+    """
+
+    kind: str
+    node: ast.AST
+    scope: Scope
+
+
+Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
+
+
+@dataclass(eq=False)
 class Binding:
     name: str
     kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
     line: int
     qname: str | None = None  # for imports: what the name refers to
-    stmt_index: int = -1
-    alias_index: int = -1
-    guarded: bool = False  # bound inside a branch that tests the torch version
+    guards: Guards = ()
+    # What was bound, where a version guard may need it: the value of `name = value`, or the
+    # FunctionDef of `def name`.
+    value: ast.AST | None = None
 
 
 @dataclass(eq=False)
@@ -59,43 +73,46 @@ class ChainRef:
     node: ast.expr
     parts: tuple[str, ...]
     scope: Scope
-    stmt_index: int
-    role: str  # "call", "decorator", "type", "base", "store" or "value"
+    # "call", "decorator", "type", "base", "store", "value", "none_test" (`X is None`) or
+    # "feature_check" (the object of `hasattr(X, "name")`)
+    role: str
     parent: ast.AST | None
-    guarded: bool
+    guards: Guards
+    in_string: bool = False  # parsed from a string annotation: `node`'s position is inside the string
 
 
 @dataclass(eq=False)
 class StringRef:
     node: ast.Constant
     scope: Scope
-    stmt_index: int
     in_annotation: bool
-    guarded: bool
+    guards: Guards
 
 
 @dataclass(eq=False)
 class ImportRef:
     node: ast.Import | ast.ImportFrom
-    stmt_index: int
     scope: Scope
-    guarded: bool
+    guards: Guards
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
+# unittest's `self.assertIsInstance(obj, cls)`: the second argument is a type, as for isinstance.
+_TYPE_CHECK_METHODS = frozenset({"assertIsInstance", "assertNotIsInstance"})
+_FEATURE_CHECK_FUNCS = frozenset({"hasattr"})
+_NONE_TESTS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+# What a `try` catches when its handlers are a fallback for a torch that lacks a name.
+_FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError"})
 
 
 class Walker:
     def __init__(self) -> None:
         self.module_scope = Scope("module", None)
-        self.stmt_end: list[int] = []
         self.chains: list[ChainRef] = []
         self.strings: list[StringRef] = []
         self.imports: list[ImportRef] = []
-        self.guard_depth = 0
-        self.annotation_depth = 0
-        self.stmt_index = -1
+        self.guards: Guards = ()
 
     # statements ------------------------------------------------------------------------------
     def statements(self, body: list[ast.stmt], scope: Scope) -> None:
@@ -103,16 +120,11 @@ class Walker:
             self.statement(stmt, scope)
 
     def statement(self, node: ast.stmt, scope: Scope) -> None:
-        index = len(self.stmt_end)
-        self.stmt_end.append(-1)
-        outer_index, self.stmt_index = self.stmt_index, index
         handler = getattr(self, "stmt_" + type(node).__name__, None)
         if handler is not None:
             handler(node, scope)
         else:
             self.generic(node, scope)
-        self.stmt_index = outer_index
-        self.stmt_end[index] = len(self.stmt_end)
 
     def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
         for decorator in node.decorator_list:
@@ -121,7 +133,7 @@ class Walker:
         self.arguments(node.args, scope, inner)
         if node.returns is not None:
             self.annotation(node.returns, scope)
-        scope.bind(Binding(node.name, "other", node.lineno))
+        scope.bind(Binding(node.name, "other", node.lineno, value=node))
         self.statements(node.body, inner)
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
@@ -137,23 +149,22 @@ class Walker:
         self.statements(node.body, Scope("class", scope))
 
     def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        self.imports.append(ImportRef(node, scope, self.guards))
         for i, alias in enumerate(node.names):
             if alias.asname:
                 name, qname = alias.asname, alias.name
             else:
                 name = qname = alias.name.partition(".")[0]
-            scope.bind(Binding(name, "import", node.lineno, qname, self.stmt_index, i, self.guard_depth > 0))
+            scope.bind(Binding(name, "import", node.lineno, qname, self.guards))
 
     def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, self.stmt_index, scope, self.guard_depth > 0))
+        self.imports.append(ImportRef(node, scope, self.guards))
         module = "." * node.level + (node.module or "")
         for i, alias in enumerate(node.names):
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
-            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.stmt_index, i,
-                               self.guard_depth > 0))
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards))
 
     def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
         scope.global_names.update(node.names)
@@ -163,32 +174,51 @@ class Walker:
         for target in node.targets:
             if placeholder and isinstance(target, ast.Name):
                 scope.bind(Binding(target.id, "none", target.lineno))
+            elif isinstance(target, ast.Name):
+                self.store_name(target, scope, node, node.value)
             else:
                 self.expr(target, scope, "store", node)
         self.expr(node.value, scope, "value", node)
 
     def stmt_AnnAssign(self, node: ast.AnnAssign, scope: Scope) -> None:
-        self.expr(node.target, scope, "store", node)
+        if isinstance(node.target, ast.Name):
+            self.store_name(node.target, scope, node, node.value)
+        else:
+            self.expr(node.target, scope, "store", node)
         self.annotation(node.annotation, scope)
         if node.value is not None:
             self.expr(node.value, scope, "value", node)
 
+    def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
+        scope.bind(Binding(target.id, "other", target.lineno, value=value))
+        self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
+
     def stmt_If(self, node: ast.If, scope: Scope) -> None:
-        self.expr(node.test, scope, "value", node)
-        guard = _mentions_version(node.test)
-        self.guard_depth += guard
-        self.statements(node.body, scope)
-        self.statements(node.orelse, scope)
-        self.guard_depth -= guard
+        # An elif chain is a chain of nested ifs: walked as a loop, so its length is no limit.
+        outer = self.guards
+        while True:
+            self.expr(node.test, scope, "value", node)
+            self.guards = (*self.guards, Guard("if", node.test, scope))
+            self.statements(node.body, scope)
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                node = node.orelse[0]
+                continue
+            self.statements(node.orelse, scope)
+            break
+        self.guards = outer
 
     def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
         self.statements(node.body, scope)
+        outer = self.guards
         for handler in node.handlers:
             if handler.type is not None:
                 self.expr(handler.type, scope, "value", handler)
             if handler.name:
                 scope.bind(Binding(handler.name, "other", handler.lineno))
+            if _catches_missing_names(handler):
+                self.guards = (*outer, Guard("fallback", node, scope))
             self.statements(handler.body, scope)
+            self.guards = outer
         self.statements(node.orelse, scope)
         self.statements(node.finalbody, scope)
 
@@ -240,71 +270,88 @@ class Walker:
             inner.bind(Binding(arg.arg, "other", arg.lineno))
 
     def annotation(self, node: ast.expr, scope: Scope) -> None:
-        self.annotation_depth += 1
-        self.expr(node, scope, "type", None)
-        self.annotation_depth -= 1
+        self.expr(node, scope, "type", None, annotation=True)
 
     # expressions -----------------------------------------------------------------------------
-    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None) -> None:
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
+        """Record the dotted names and strings of an expression, in source order. An explicit stack,
+        not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
+        work: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(node, scope, role, parent, annotation)]
+        while work:
+            node, scope, role, parent, annotation = work.pop()  # type: ignore[assignment]
+            later = self.expr_step(node, scope, role, parent, annotation)
+            if later:
+                work.extend(reversed(later))
+
+    def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
+                  annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+        """Record `node` if it is a dotted name or a string; return its parts still to walk."""
         if isinstance(node, (ast.Name, ast.Attribute)):
             parts = dotted_parts(node)
             if parts is not None:
                 if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                     scope.bind(Binding(node.id, "other", node.lineno))
-                if self.annotation_depth:
-                    role = "type"
-                self.chains.append(
-                    ChainRef(node, parts, scope, self.stmt_index, role, parent, self.guard_depth > 0)
-                )
-                return
-            self.expr(node.value, scope, "value", node)  # type: ignore[union-attr]
-            return
+                self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
+                return []
+            return [(node.value, scope, "value", node, annotation)]  # type: ignore[union-attr]
         if isinstance(node, ast.Call):
-            self.call(node, scope)
-        elif isinstance(node, ast.Constant):
+            return self.call(node, scope, annotation)
+        if isinstance(node, ast.Constant):
             if isinstance(node.value, str) and "amp" in node.value:
-                self.strings.append(
-                    StringRef(node, scope, self.stmt_index, self.annotation_depth > 0, self.guard_depth > 0)
-                )
-        elif isinstance(node, ast.Lambda):
+                self.strings.append(StringRef(node, scope, annotation, self.guards))
+            return []
+        if isinstance(node, ast.Lambda):
             inner = Scope("function", scope)
             self.arguments(node.args, scope, inner)
-            self.expr(node.body, inner, "value", node)
-        elif isinstance(node, _COMPREHENSIONS):
-            self.comprehension(node, scope)
-        elif isinstance(node, ast.JoinedStr):
+            return [(node.body, inner, "value", node, annotation)]
+        if isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)  # type: ignore[arg-type]
+            return []
+        if isinstance(node, ast.JoinedStr):
+            later = []
             for value in node.values:
                 if isinstance(value, ast.FormattedValue):
-                    self.expr(value.value, scope, "value", value)
+                    later.append((value.value, scope, "value", value, annotation))
                     if value.format_spec is not None:
-                        self.expr(value.format_spec, scope, "value", value)
-        elif isinstance(node, ast.Tuple) and role == "type":
-            for element in node.elts:
-                self.expr(element, scope, "type", node)
-        elif isinstance(node, ast.NamedExpr):
+                        later.append((value.format_spec, scope, "value", value, annotation))
+            return later  # type: ignore[return-value]
+        if isinstance(node, ast.Tuple) and role == "type":
+            return [(element, scope, "type", node, annotation) for element in node.elts]
+        if isinstance(node, ast.NamedExpr):
             scope.bind(Binding(node.target.id, "other", node.lineno))
-            self.chains.append(
-                ChainRef(node.target, (node.target.id,), scope, self.stmt_index, "store", node, False)
-            )
-            self.expr(node.value, scope, "value", node)
-        else:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.expr):
-                    self.expr(child, scope, "type" if self.annotation_depth else "value", node)
-                elif isinstance(child, ast.AST):
-                    self.generic(child, scope)
+            self.chains.append(ChainRef(node.target, (node.target.id,), scope, "store", node, self.guards))
+            return [(node.value, scope, "value", node, annotation)]
+        if isinstance(node, ast.Compare) and _is_none_test(node):
+            return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
+        later = []
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                later.append((child, scope, "type" if annotation else "value", node, annotation))
+            elif isinstance(child, ast.AST):
+                self.generic(child, scope)
+        return later  # type: ignore[return-value]
 
-    def call(self, node: ast.Call, scope: Scope) -> None:
-        self.expr(node.func, scope, "call", node)
-        type_checked = isinstance(node.func, ast.Name) and node.func.id in _TYPE_CHECK_FUNCS
+    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+        func = node.func
+        later: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(func, scope, "call", node, annotation)]
+        type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
+            isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
+        feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
         for i, arg in enumerate(node.args):
-            self.expr(arg, scope, "type" if type_checked and i == 1 else "value", node)
+            if type_checked and i == 1:
+                role = "type"
+            elif feature_checked and i == 0:
+                role = "feature_check"
+            else:
+                role = "value"
+            later.append((arg, scope, role, node, annotation))
         for keyword in node.keywords:
-            self.expr(keyword.value, scope, "value", node)
+            later.append((keyword.value, scope, "value", node, annotation))
+        return later
 
-    def comprehension(self, node: ast.expr, scope: Scope) -> None:
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, scope: Scope) -> None:
         inner = Scope("function", scope)
-        for i, generator in enumerate(node.generators):  # type: ignore[attr-defined]
+        for i, generator in enumerate(node.generators):
             self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
             self.expr(generator.target, inner, "store", generator)
             for condition in generator.ifs:
@@ -313,7 +360,7 @@ class Walker:
             self.expr(node.key, inner, "value", node)
             self.expr(node.value, inner, "value", node)
         else:
-            self.expr(node.elt, inner, "value", node)  # type: ignore[attr-defined]
+            self.expr(node.elt, inner, "value", node)
 
 
 def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
@@ -327,14 +374,18 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     return tuple(reversed(parts))
 
 
-def _mentions_version(test: ast.expr) -> bool:
-    """A test on the torch version guards code meant for a torch that may lack the new names."""
-    for node in ast.walk(test):
-        if isinstance(node, ast.Name) and _VERSION_WORD.search(node.id):
-            return True
-        if isinstance(node, ast.Attribute) and _VERSION_WORD.search(node.attr):
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr":
-            if "amp" in ast.unparse(node):  # `hasattr(torch.amp, "GradScaler")`, `hasattr(torch, "amp")`
-                return True
-    return False
+def _is_none_test(node: ast.Compare) -> bool:
+    """`X is None`, `X is not None`, `X == None`, `X != None` (either side): the answer does not
+    depend on what X's signature is."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], _NONE_TESTS):
+        return False
+    return any(isinstance(side, ast.Constant) and side.value is None for side in (node.left, node.comparators[0]))
+
+
+def _catches_missing_names(handler: ast.ExceptHandler) -> bool:
+    """A bare `except:`, or one naming ImportError / ModuleNotFoundError / AttributeError."""
+    caught = handler.type
+    if caught is None:
+        return True
+    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+    return any(isinstance(n, ast.Name) and n.id in _FALLBACK_ERRORS for n in names)

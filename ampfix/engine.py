@@ -70,7 +70,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source)
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError) as error:
+    except (SyntaxError, ValueError, RecursionError) as error:  # RecursionError: nested past what ast builds
         line = getattr(error, "lineno", None) or 1
         col = getattr(error, "offset", None) or 1
         message = f"cannot parse: {getattr(error, 'msg', error)}"
@@ -86,17 +86,15 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     except Exception as error:  # noqa: BLE001 - any failure leaves the file untouched, reported
         message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
         unfixed = tuple(_finding(f, applied=False) for f in plan.findings if options.reports(f.code))
-        return SourceResult(source, source, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
+        line = getattr(error, "line", 1)  # a PlanMismatch names the statement it was caught in
+        return SourceResult(source, source, (*unfixed, Finding(line, 1, INTERNAL_ERROR_CODE, message, False)), message)
     return SourceResult(source, new_source, findings)
 
 
 def _rewrite(source: str, plan) -> str:
-    import libcst
-
     from ampfix.apply import apply_plan
 
-    module = libcst.parse_module(source)
-    new_source = apply_plan(module, plan).code
+    new_source = apply_plan(source, plan)
     # Never hand back text that does not parse: the caller would write it.
     ast.parse(new_source)
     return new_source

@@ -131,7 +131,8 @@ def _finish(path: Path, data: bytes, encoding: str, result: SourceResult, write:
     if result.error is not None or not result.changed:
         return FileResult(str(path), result.findings, error=result.error)
     new_data = result.new_source.encode(encoding)
-    diff = result.diff(str(path))
+    # Only --diff shows it; difflib costs more than the whole rewrite on a densely changed file.
+    diff = "" if write else result.diff(str(path))
     if write:
         try:
             _write_in_place(path, new_data)

@@ -2,6 +2,7 @@
 
 A case is ``fixtures/<area>/<name>.in.py`` with its expected output ``<name>.out.py`` and optionally
 ``<name>.findings`` (one expected finding per line: ``LINE CODE fixed|left``, LINE 1-based in the input).
+A case without ``.out.py`` must come out unchanged, byte for byte.
 ``fixtures/run/`` and ``fixtures/demo/`` belong to other tests and are not cases here.
 
 A case whose first line is exactly ``# fixture: not-runnable (<reason>)`` is not executed by the torch oracle
@@ -46,6 +47,16 @@ class Case:
     @property
     def out_path(self) -> Path:
         return self.in_path.with_name(self.name + ".out.py")
+
+    @property
+    def changes(self) -> bool:
+        """Does the case expect a rewrite (it has an ``.out.py``)?"""
+        return self.out_path.exists()
+
+    @property
+    def expected_path(self) -> Path:
+        """What the engine must produce: ``.out.py``, or the input itself when the case is unchanged."""
+        return self.out_path if self.changes else self.in_path
 
     @property
     def findings_path(self) -> Path:

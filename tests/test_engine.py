@@ -18,22 +18,24 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
 
     def wrong_plan(tree, source, options):
         plan = real_analyze(tree, source, options)
-        # The analysis "saw" another name than the one LibCST will find in that statement.
-        return dataclasses.replace(plan, chain_texts={k: ["torch.cuda.amp.GradScaler"] for k in plan.chain_texts})
+        # The analysis "saw" another name than the one LibCST finds at that place.
+        edits = [dataclasses.replace(e, text="torch.cuda.amp.GradScaler") for e in plan.edits]
+        return dataclasses.replace(plan, edits=edits)
 
     monkeypatch.setattr(analysis, "analyze", wrong_plan)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
-    assert result.error is not None and result.error.startswith("internal error, file left unchanged: PlanMismatch")
-    assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
+    assert result.error == (
+        "internal error, file left unchanged: PlanMismatch: line 2: the analysis saw Attribute "
+        "`torch.cuda.amp.GradScaler` where LibCST has Attribute"
+    )
+    assert [(f.line, f.code) for f in result.findings] == [(2, "AMP001"), (2, INTERNAL_ERROR_CODE)]
     assert not any(f.fixed for f in result.findings)
 
 
 def test_new_text_that_would_not_parse_is_never_returned(monkeypatch: pytest.MonkeyPatch):
-    class Broken:
-        code = "with torch.amp.autocast('cuda'\n"
-
-    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda module, plan: Broken())
+    broken = "with torch.amp.autocast('cuda'\n"
+    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda source, plan: broken)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error is not None and "SyntaxError" in result.error
@@ -77,3 +79,105 @@ def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
     assert result.new_source == (
         'import torch\na = torch.amp.autocast(device.type)\nb = torch.amp.autocast("cpu")\n'
     )
+
+
+def test_real_version_guards_are_reported_with_the_guard_as_reason():
+    from ampfix.guards import FALLBACK_REASON, IF_REASON
+    from fixture_cases import FIXTURES
+
+    source = (FIXTURES / "guards" / "real_guards.in.py").read_text(encoding="utf-8")
+    result = fix_source(source)
+    assert not result.changed
+    fallbacks = {67, 72}  # the `try: <new API> except ...: <old API>` blocks
+    assert len(result.findings) == 15
+    for finding in result.findings:
+        reason = FALLBACK_REASON if finding.line in fallbacks else IF_REASON.format(package="torch")
+        assert finding.message.endswith(reason), (finding.line, finding.message)
+
+
+def test_a_name_torch_never_had_is_reported_without_a_suggestion():
+    source = "import torch\nwith torch.cuda.amp.scale_loss(loss, opt) as scaled:\n    pass\n"
+    (finding,) = check_source(source).findings
+    assert (finding.line, finding.code, finding.fixable, finding.suggestion) == (2, "AMP011", False, None)
+    assert finding.message == "`torch.cuda.amp.scale_loss` is not a name torch defines; there is nothing to migrate it to"
+    (imported,) = check_source("from torch.cuda.amp import scale_loss\n").findings
+    assert (imported.code, imported.suggestion) == ("AMP011", None)
+    assert "is not a name torch defines" in imported.message
+
+
+def test_a_feature_check_follows_the_target_torch_of_the_name_it_asks_for():
+    from ampfix.options import Options
+
+    source = 'import torch\na = hasattr(torch.cuda.amp, "autocast")\nb = hasattr(torch.cuda.amp, "GradScaler")\n'
+    result = fix_source(source, Options(target_torch=(2, 2)))
+    # autocast is in torch.amp from 1.10, GradScaler from 2.3.
+    assert result.new_source == (
+        'import torch\na = hasattr(torch.amp, "autocast")\nb = hasattr(torch.cuda.amp, "GradScaler")\n'
+    )
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(2, "AMP001", True), (3, "AMP002", False)]
+    assert "needs torch >= 2.3; the target is torch 2.2" in result.findings[1].message
+
+
+def test_a_feature_check_for_a_name_torch_amp_lacks_is_left():
+    source = 'import torch\nok = hasattr(torch.cuda.amp, "amp_definitely_not_available")\n'
+    result = fix_source(source)
+    assert not result.changed
+    [(code, fixed)] = [(f.code, f.fixed) for f in result.findings]
+    assert (code, fixed) == ("AMP011", False)
+
+
+LONG_SUM = "x = " + " + ".join(["1"] * 1000) + "\n"
+LONG_ELIF = "if x == 0:\n    pass\n" + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, 350)) + "else:\n    pass\n"
+
+
+@pytest.mark.parametrize("deep", [LONG_SUM, LONG_ELIF], ids=["sum_of_1000_terms", "elif_chain_of_350"])
+def test_deep_valid_code_does_not_depend_on_the_recursion_limit(deep):
+    source = f"import torch\nx = 1\n{deep}with torch.cuda.amp.autocast():\n    pass\n"
+    assert [f.code for f in check_source(source).findings] == ["AMP001"]
+    result = fix_source(source)
+    assert result.error is None
+    assert result.new_source == source.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")')
+
+
+def _elif_chain(branches: int) -> str:
+    return ("import torch\nx = 1\nif x == 0:\n    pass\n"
+            + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, branches))
+            + "else:\n    torch.cuda.amp.autocast()\n")
+
+
+def test_a_use_inside_a_long_elif_chain_is_rewritten():
+    source = _elif_chain(350)
+    result = fix_source(source)
+    assert result.error is None
+    assert result.new_source == source.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda")')
+
+
+def test_a_use_inside_a_statement_too_deep_for_libcst_leaves_the_file_untouched():
+    # LibCST recurses over the statement it re-prints; what it cannot print is reported, never half-done.
+    source = _elif_chain(1000)
+    result = fix_source(source)
+    assert result.new_source == source
+    assert [f.code for f in result.findings] == ["AMP001", INTERNAL_ERROR_CODE]
+    assert "RecursionError" in (result.error or "")
+
+
+def test_code_nested_past_what_ast_builds_is_a_syntax_finding():
+    result = check_source(_elif_chain(3000))
+    assert [f.code for f in result.findings] == [SYNTAX_ERROR_CODE]
+    assert result.error is not None and "recursion" in result.error
+
+
+def test_a_comment_inside_a_dotted_name_is_never_dropped():
+    source = "import torch\nscaler = (torch.cuda.amp  # the old path\n          .GradScaler())\n"
+    result = fix_source(source)
+    assert result.new_source == source
+    [finding] = result.findings
+    assert (finding.code, finding.fixed) == ("AMP002", False)
+    assert "a comment inside the dotted name" in finding.message
+
+
+def test_a_string_annotation_is_not_confused_with_the_text_at_its_inner_position():
+    # The names parsed from a string annotation have positions inside the string, not in the file.
+    source = '# header comment\nimport torch\ndef f(s: "torch.cuda.amp.GradScaler") -> None: ...\n'
+    result = fix_source(source)
+    assert result.new_source == source.replace('"torch.cuda.amp.GradScaler"', '"torch.amp.GradScaler"')

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ampfix.analysis import _root_replaced
+from ampfix.rules import TORCH_AMP
 from ampfix.engine import fix_source
 from ampfix.options import Options
 from ampfix.rules import ALL_RULES
@@ -30,6 +30,11 @@ def test_rule_example(rule, example):
     ast.parse(result.new_source)
     if example.after is not None:
         assert any(f.code == rule.code and f.fixed for f in result.findings)
+    elif example.reported is not None:
+        assert example.reported == rule.code, "an example is reported under its own rule's code"
+        assert [f.code for f in result.findings if not f.fixed] == [example.reported]
+    else:
+        assert result.findings == (), "an example with nothing to change has nothing to report"
 
 
 def test_every_rule_has_examples_and_a_unique_code():
@@ -53,12 +58,17 @@ SYMBOLS = [(old, target) for rule in ALL_RULES for old, target in rule.symbols.i
 def test_every_symbol_and_its_twin_exist_in_torch(old, target):
     import torch  # noqa: F401
 
-    _resolve(old)
+    if target is not None and target.old_removed_in is not None:
+        assert tuple(map(int, torch.__version__.split(".")[:2])) >= target.old_removed_in
+        with pytest.raises(AttributeError):
+            _resolve(old)  # gone, as the rule says; its twin must exist
+    else:
+        _resolve(old)
     if target is not None:
         _resolve(target.new)
         # A migrated import keeps the user's names: `from torch.cuda.amp.X import Y` becomes
         # `from torch.amp.X import Y`, so the root-replaced path must exist too.
-        _resolve(_root_replaced(old))
+        _resolve(TORCH_AMP.renamed(old))
 
 
 def test_check_and_fix_never_import_torch():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, grad_scaler, module_paths, no_twin
-from ampfix.rules.base import CallShape, Example, Rule, Target
+from ampfix.rules.base import CallShape, Example, Family, Rule, Target
 
 ALL_RULES: tuple[Rule, ...] = (
     autocast.RULE,
@@ -15,9 +15,24 @@ ALL_RULES: tuple[Rule, ...] = (
     no_twin.RULE,
 )
 
-# The deprecated namespaces: a qualified name below one of these with no entry in a rule is
-# reported as having no known twin.
-DEPRECATED_ROOTS = ("torch.cuda.amp", "torch.cpu.amp")
+TORCH_AMP = Family(
+    package="torch",
+    # A qualified name below one of these with no entry in a rule is reported, never guessed.
+    roots={"torch.cuda.amp": "torch.amp", "torch.cpu.amp": "torch.amp"},
+    # `torch.amp.autocast(device_type=...)`, `torch.amp.GradScaler(device=...)`
+    device_keywords=("device_type", "device"),
+    rules=ALL_RULES,
+    # torch's own version; `torch.version.cuda` / `.hip` describe the build, not the API.
+    version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
+    distribution="torch",
+    new_api=("torch.amp", "torch.autocast"),
+)
+
+FAMILIES: tuple[Family, ...] = (TORCH_AMP,)
+
+# The deprecated namespaces of every family (the pre-filter's argument rests on them).
+DEPRECATED_ROOTS = tuple(root for family in FAMILIES for root in family.roots)
 
 
-__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "CallShape", "Example", "Rule", "Target"]
+__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "FAMILIES", "TORCH_AMP", "CallShape", "Example", "Family", "Rule",
+           "Target"]

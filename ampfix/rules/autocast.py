@@ -36,7 +36,12 @@ RULE = Rule(
             'import torch\nctx = torch.amp.autocast("cpu", dtype=torch.bfloat16)\n',
         ),
         # A bare decorator would pass the function as `enabled`: reported, not rewritten.
-        Example("import torch\n@torch.cuda.amp.autocast\ndef f(): ...\n"),
+        Example("import torch\n@torch.cuda.amp.autocast\ndef f(): ...\n", reported="AMP001"),
+        # A feature check asks the same of torch.amp.
+        Example(
+            'import torch\nok = hasattr(torch.cuda.amp, "autocast")\n',
+            'import torch\nok = hasattr(torch.amp, "autocast")\n',
+        ),
         # Already migrated.
         Example('import torch\nwith torch.amp.autocast("cuda"):\n    pass\n'),
     ),

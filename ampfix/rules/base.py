@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 TorchVersion = tuple[int, int]
 
@@ -31,13 +32,17 @@ class Target:
     device: str | None = None  # "cuda" or "cpu": the device the old name implied
     # A module: its object has no drop-in twin as a value (`return torch.cuda.amp`), only as a path.
     module: bool = False
+    # The old name is gone from torch since this version (code using it runs only on older torch).
+    old_removed_in: TorchVersion | None = None
 
 
 @dataclass(frozen=True)
 class Example:
     before: str
-    after: str | None = None  # None: left unchanged (reported or not deprecated)
+    after: str | None = None  # None: left unchanged
     unsafe_fixes: bool = False
+    # Left unchanged and reported under this code; None with `after` None: nothing to report.
+    reported: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,86 @@ class Rule:
     @property
     def fixable(self) -> bool:
         return any(target is not None for target in self.symbols.values())
+
+
+@dataclass(frozen=True)
+class Family:
+    """One migration family: the deprecated namespaces, where they moved, and the rules that say how.
+
+    Everything the analysis knows about torch's AMP API lives here or in the rules; another family
+    (apex.amp) is another instance, not edits in the analysis.
+    """
+
+    package: str  # the top-level package whose imports can reach the deprecated names
+    # deprecated namespace -> the namespace its twins live in
+    roots: dict[str, str]
+    # keywords that already give a call its device: such a call is left alone
+    device_keywords: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    # What a version guard tests: qualified names of the package's version (and everything below them)...
+    version_names: tuple[str, ...] = ()
+    # ...and the distribution whose installed version `importlib.metadata.version(...)` reads.
+    distribution: str | None = None
+    # Names of the new API: a `try` that imports one of these falls back to the old API in its handlers.
+    new_api: tuple[str, ...] = ()
+
+    @cached_property
+    def _symbols(self) -> dict[str, tuple[Rule, Target | None]]:
+        return {name: (rule, target) for rule in self.rules for name, target in rule.symbols.items()}
+
+    def owns(self, qname: str | None) -> bool:
+        """Can `qname` lead to this family's names (it lies in the package)?"""
+        return qname is not None and (qname == self.package or qname.startswith(self.package + "."))
+
+    @cached_property
+    def twin_namespace(self) -> str:
+        """Where the twins live, for messages (`torch.amp`)."""
+        return " / ".join(sorted(set(self.roots.values())))
+
+    def is_version(self, qname: str | None) -> bool:
+        return qname is not None and any(qname == v or qname.startswith(v + ".") for v in self.version_names)
+
+    def is_new_api(self, qname: str | None) -> bool:
+        return qname is not None and any(qname == n or qname.startswith(n + ".") for n in self.new_api)
+
+    def deprecated_root(self, qname: str) -> str | None:
+        for root in self.roots:
+            if qname == root or qname.startswith(root + "."):
+                return root
+        return None
+
+    def renamed(self, qname: str) -> str:
+        """`qname` with its deprecated root replaced by the new one (unchanged outside the roots)."""
+        root = self.deprecated_root(qname)
+        return qname if root is None else self.roots[root] + qname[len(root):]
+
+    def symbol(self, qname: str) -> tuple[str, Rule, Target | None] | None:
+        """The longest prefix of `qname` that a rule names: (that name, its rule, its target)."""
+        table = self._symbols
+        found = table.get(qname)
+        if found is not None:
+            return qname, found[0], found[1]
+        parts = qname.split(".")
+        for n in range(len(parts) - 1, 0, -1):
+            name = ".".join(parts[:n])
+            found = table.get(name)
+            if found is not None:
+                return name, found[0], found[1]
+        return None
+
+    def exists(self, qname: str) -> bool:
+        """Does torch define `qname` below a deprecated root? Names below a module the rules list but
+        that no rule names (apex's `amp.scale_loss` spelled `torch.cuda.amp.scale_loss`) do not."""
+        symbol = self.symbol(qname)
+        if symbol is None:
+            return False
+        name, _, target = symbol
+        return name == qname or target is None or not target.module
+
+    def unknown(self, qname: str) -> str:
+        """What to say of a name `exists` does not know: the members of a deprecated root are all
+        listed in the rules; a submodule may have held private names the rules do not list."""
+        parent = qname.rpartition(".")[0]
+        if parent in self.roots or self.symbol(qname) is None:
+            return f"`{qname}` is not a name {self.package} defines"
+        return f"`{qname}` is not a name ampfix knows in `{parent}`"

@@ -26,6 +26,6 @@ RULE = Rule(
             'import torch\nscaler = torch.amp.GradScaler("cuda", 2.0**10, enabled=use_amp)\n',
         ),
         # A subclass may be constructed positionally elsewhere, which would bind to `device`.
-        Example("import torch\nclass S(torch.cuda.amp.GradScaler):\n    pass\n"),
+        Example("import torch\nclass S(torch.cuda.amp.GradScaler):\n    pass\n", reported="AMP002"),
     ),
 )

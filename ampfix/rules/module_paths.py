@@ -18,6 +18,11 @@ RULE = Rule(
         "torch.cuda.amp.grad_scaler": Target("torch.amp.grad_scaler", module=True),
         "torch.cpu.amp.grad_scaler": Target("torch.amp.grad_scaler", module=True),
         "torch.cuda.amp.grad_scaler.OptState": Target("torch.amp.grad_scaler.OptState"),
+        # Private helpers the old module held until torch 2.3, when they moved to torch.amp.grad_scaler.
+        "torch.cuda.amp.grad_scaler._refresh_per_optimizer_state": Target(
+            "torch.amp.grad_scaler._refresh_per_optimizer_state", old_removed_in=(2, 3)),
+        "torch.cuda.amp.grad_scaler._MultiDeviceReplicator": Target(
+            "torch.amp.grad_scaler._MultiDeviceReplicator", old_removed_in=(2, 3)),
     },
     examples=(
         Example(
@@ -27,6 +32,10 @@ RULE = Rule(
         Example(
             "from torch.cuda import amp\nscaler = amp.GradScaler()\n",
             'from torch import amp\nscaler = amp.GradScaler("cuda")\n',
+        ),
+        Example(
+            "import torch\nstates = defaultdict(torch.cuda.amp.grad_scaler._refresh_per_optimizer_state)\n",
+            "import torch\nstates = defaultdict(torch.amp.grad_scaler._refresh_per_optimizer_state)\n",
         ),
     ),
 )

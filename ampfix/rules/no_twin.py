@@ -14,7 +14,10 @@ RULE = Rule(
     examples=(
         Example(
             "from torch.cuda.amp.common import amp_definitely_not_available\n"
-            "ok = not amp_definitely_not_available()\n"
+            "ok = not amp_definitely_not_available()\n",
+            reported="AMP011",
         ),
+        # apex's `amp.scale_loss`: torch never had it, so nothing is suggested.
+        Example("import torch\nwith torch.cuda.amp.scale_loss(loss, opt) as scaled:\n    pass\n", reported="AMP011"),
     ),
 )

@@ -1,0 +1,69 @@
+"""Where a node of the `ast` lies in the source text, in characters.
+
+`ast` gives (line, column) pairs whose column counts UTF-8 bytes; every edit is keyed by the
+character offsets computed here, once, from the node the decision was made on.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+
+
+def source_lines(source: str) -> list[str]:
+    """Lines as the tokenizer counts them (str.splitlines would also split on form feeds)."""
+    return io.StringIO(source, newline="").readlines()
+
+
+class SourceIndex:
+    def __init__(self, source: str) -> None:
+        self.text = source
+        self.lines = source_lines(source)
+        self.starts: list[int] = []
+        offset = 0
+        for line in self.lines:
+            self.starts.append(offset)
+            offset += len(line)
+        self.length = offset
+
+    def col(self, line: int, byte_col: int) -> int:
+        """The character column of a byte column on a 1-based line."""
+        if not 0 < line <= len(self.lines):
+            return byte_col
+        text = self.lines[line - 1]
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
+
+    def offset(self, line: int, byte_col: int) -> int:
+        if line > len(self.lines):
+            return self.length
+        return self.starts[line - 1] + self.col(line, byte_col)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        """The node's [start, end) in characters."""
+        return (
+            self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            self.offset(node.end_lineno, node.end_col_offset),  # type: ignore[attr-defined]
+        )
+
+    def line_start(self, line: int) -> int:
+        return self.starts[line - 1] if line <= len(self.lines) else self.length
+
+    def line_end(self, line: int) -> int:
+        """The offset just after the line, its line break included."""
+        return self.starts[line] if line < len(self.lines) else self.length
+
+
+def statement_groups(tree: ast.Module, index: SourceIndex) -> list[tuple[int, int]]:
+    """The module's top-level statements as [start, end) ranges of whole lines, decorators
+    included; statements that share a line are one range. Sorted, disjoint."""
+    groups: list[tuple[int, int]] = []
+    for stmt in tree.body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        start, end = index.line_start(first), index.line_end(stmt.end_lineno or stmt.lineno)
+        if groups and start < groups[-1][1]:
+            groups[-1] = (groups[-1][0], max(end, groups[-1][1]))
+        else:
+            groups.append((start, end))
+    return groups
