@@ -583,19 +583,27 @@ time.sleep(600)
 """
 
 
-def _wait_until(condition, timeout: float) -> None:
+def _wait_until(condition, timeout: float, why=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out {why()}"
         time.sleep(0.01)
 
 
-def _ended(pid: int) -> bool:
+def _process_state(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a live process; None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has ended
+            fields = handle.read().rsplit(")", 1)[1].split()
     except FileNotFoundError:
-        return True
+        return None
+    return fields[0], fields[19]
+
+
+def _ended(pid: int, started: str) -> bool:
+    state = _process_state(pid)
+    # A zombie has ended; a pid with another start time is another process (the pid was reused).
+    return state is None or state[0] in ("Z", "X") or state[1] != started
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
@@ -606,15 +614,17 @@ def test_pool_workers_end_when_their_parent_is_killed(tmp_path: Path, how: str):
     before = snapshot(tmp_path)
     parent = subprocess.Popen([sys.executable, "-c", WORKERS_THEN_WAIT, str(tmp_path), how], stdout=subprocess.PIPE,
                               text=True)
-    workers = [int(pid) for pid in parent.stdout.readline().split()]
-    assert len(workers) == 2 and not any(_ended(pid) for pid in workers)
+    workers = {int(pid): _process_state(int(pid)) for pid in parent.stdout.readline().split()}
+    assert len(workers) == 2 and all(state is not None and state[0] not in ("Z", "X") for state in workers.values())
+    started = {pid: state[1] for pid, state in workers.items()}
     parent.kill()
     parent.wait(timeout=10)
-    try:
-        _wait_until(lambda: all(_ended(pid) for pid in workers), timeout=5)
+    try:  # seconds on an idle machine; the margin is for a loaded one
+        _wait_until(lambda: all(_ended(pid, started[pid]) for pid in workers), timeout=15,
+                    why=lambda: {pid: _process_state(pid) for pid in workers})
     finally:
         for pid in workers:
-            if not _ended(pid):
+            if not _ended(pid, started[pid]):
                 os.kill(pid, signal.SIGKILL)
     assert snapshot(tmp_path) == before
 
