@@ -215,13 +215,19 @@ def test_a_file_size_limit_is_reported_not_fixed(tmp_path: Path):
 
 # Unexpected errors in one file ------------------------------------------------------------------
 
-def test_a_file_too_deep_for_python_is_a_finding_and_the_others_are_rewritten(tmp_path: Path):
-    # 3,000 `elif` branches: CPython's own parser gives up (RecursionError during ast construction).
-    deep = tmp_path / "deep.py"
-    deep.write_text("import torch\nx = torch.cuda.amp.GradScaler()\nif x == 0:\n    pass\n"
-                    + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, 3000)))
+def _elif_chain(branches: int) -> str:
+    return ("import torch\nx = torch.cuda.amp.GradScaler()\nif x == 0:\n    pass\n"
+            + "".join(f"elif x == {i}:\n    pass\n" for i in range(1, branches)))
+
+
+def test_deep_elif_chains_in_a_folder_with_other_deprecated_files(tmp_path: Path):
+    # 350 branches: valid Python, rewritten like any file. 3,000: CPython's own parser gives up
+    # (RecursionError during ast construction): that file's finding, and the run goes on.
+    valid, too_deep = tmp_path / "b_valid_deep.py", tmp_path / "c_too_deep.py"
+    valid.write_text(_elif_chain(350))
+    too_deep.write_text(_elif_chain(3000))
     with pytest.raises(RecursionError) as raised:
-        ast.parse(deep.read_text())
+        ast.parse(too_deep.read_text())
     (tmp_path / "a.py").write_text(DEPRECATED)
     (tmp_path / "z.py").write_text(DEPRECATED)
     before = snapshot(tmp_path)
@@ -229,11 +235,15 @@ def test_a_file_too_deep_for_python_is_a_finding_and_the_others_are_rewritten(tm
     assert result.exit_code == 2
     assert result.stdout.splitlines() == [
         f"{tmp_path / 'a.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
-        f"{deep}:1:1: AMP900 left: internal error, file left unchanged: RecursionError: {raised.value}",
+        f"{valid}:2:5: {SCALER.format(mark='fixed:')}",
+        f"{too_deep}:1:1: AMP901 left: cannot parse: {raised.value}",
         f"{tmp_path / 'z.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
-        "rewrote 2 files (2 fixes); 0 findings left; 1 file could not be processed.",
+        "rewrote 3 files (3 fixes); 0 findings left; 1 file could not be processed.",
     ]
-    expected = with_content(with_content(before, "a.py", MIGRATED.encode()), "z.py", MIGRATED.encode())
+    valid_migrated = _elif_chain(350).replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    expected = with_content(before, "a.py", MIGRATED.encode())
+    expected = with_content(expected, "b_valid_deep.py", valid_migrated.encode())
+    expected = with_content(expected, "z.py", MIGRATED.encode())
     assert same_except_inodes(snapshot(tmp_path), expected)
 
 
