@@ -84,6 +84,10 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
     except cst.ParserSyntaxError as error:
         line = edits[0].line if edits else 1
         raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
+    if text.endswith("\r") and not module.has_trailing_newline:
+        # LibCST's native parser counts only "\n" as a final newline: a statement re-printed from a
+        # file with old Mac line endings (CR only) would lose its "\r", and the next line join it.
+        module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
     statements_change = add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits)

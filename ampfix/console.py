@@ -19,13 +19,26 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = Path("-")
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells and click report it
+
+
 def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] = {},
               output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
               stdin_filename: str | None = None, quiet: bool = False) -> int:
     """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
-    `overrides`: the settings given as flags, which win over `[tool.ampfix]`.
+    `overrides`: the settings given as flags, which win over `[tool.ampfix]`. Ctrl-C stops the run
+    after the files in progress (a second one stops it at once); what was done until then is
+    reported all the same, then the exit code is 130. Output never fails on the stream's
+    encoding: what it cannot take is written backslash-escaped.
     """
+    with _EscapedOutput():
+        return _run(paths, mode, overrides, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
+                    stdin_filename=stdin_filename, quiet=quiet)
+
+
+def _run(paths: Sequence[Path], mode: str, overrides: Mapping[str, object], output_format: str, *,
+         force_exclude: bool, exit_zero: bool, stdin_filename: str | None, quiet: bool) -> int:
     reading_stdin = STDIN in paths
     if reading_stdin and len(paths) > 1:
         return _usage_error("`-` (stdin) cannot be mixed with other paths")
@@ -37,17 +50,23 @@ def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] 
     options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
                       rules=enabled_rules(settings.select, settings.ignore))
     terminal = _Terminal(quiet)
+    failure, interrupts = None, _Interrupts()
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude)
         terminal.scanned = 1
     else:
         from ampfix.files import process_paths
 
-        found = process_paths(paths, options, mode, exclusions=_exclusions(settings), force_exclude=force_exclude,
-                              on_discovered=terminal.discovered)
-        results = [r for r in terminal.follow(found) if r.findings or r.error or r.changed]
+        with interrupts:
+            found = process_paths(paths, options, mode, exclusions=_exclusions(settings),
+                                  force_exclude=force_exclude, on_discovered=terminal.discovered,
+                                  stop=interrupts.seen)
+            results, failure = _collect(terminal.follow(found), interrupts)
         terminal.finish()
     _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite")
+    stopped = _stopped(failure, interrupts)
+    if stopped is not None:
+        return stopped
     code = exit_code(results, mode)
     return EXIT_CLEAN if exit_zero and code == EXIT_FINDINGS else code
 
@@ -83,6 +102,95 @@ def _write_bytes(data: bytes) -> None:
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
+
+
+def _collect(results_in, interrupts: _Interrupts) -> tuple[list, str | None]:
+    """The results worth reporting, and the traceback of a failure of the run itself, if any.
+
+    A second Ctrl-C or a failure outside any one file ends the loop, never the report: the files
+    already rewritten are still listed.
+    """
+    results = []
+    try:
+        for result in results_in:
+            if result.findings or result.error or result.changed:
+                results.append(result)
+    except KeyboardInterrupt:
+        interrupts.count += 1
+    except Exception:  # noqa: BLE001 - reported below, after the files done
+        import traceback
+
+        return results, traceback.format_exc()
+    return results, None
+
+
+def _stopped(failure: str | None, interrupts: _Interrupts) -> int | None:
+    """The exit code of a run that did not end on its own (and why, on stderr); None if it did."""
+    not_listed = "the files not listed were not processed."
+    if failure is not None:
+        sys.stderr.write(f"{failure}ampfix: internal error, the run stopped; {not_listed}\n")
+        return EXIT_ERROR
+    if interrupts.seen():
+        how = "after the files in progress" if interrupts.count == 1 else "at once (a file in progress may be written)"
+        sys.stderr.write(f"ampfix: interrupted, stopped {how}; {not_listed}\n")
+        return EXIT_INTERRUPTED
+    return None
+
+
+class _Interrupts:
+    """While a run lasts, the first Ctrl-C only asks it to stop; the second raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous = None
+
+    def seen(self) -> bool:
+        return self.count > 0
+
+    def _on_interrupt(self, signum, frame) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupts:
+        import signal
+
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        except ValueError:  # not the main thread: Ctrl-C stays a KeyboardInterrupt
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class _EscapedOutput:
+    """While a run lasts, stdout and stderr write what their encoding cannot take backslash-escaped.
+
+    A file's text (a diff, a path, a message quoting code) may hold any character, and the stream
+    may be ASCII (PYTHONIOENCODING=ascii, a C locale): a report must never end in UnicodeEncodeError.
+    """
+
+    def __enter__(self) -> None:
+        import codecs
+
+        self._changed = []
+        for stream in (sys.stdout, sys.stderr):
+            errors, encoding = getattr(stream, "errors", None), getattr(stream, "encoding", None) or "ascii"
+            # UTF-8 takes every character; surrogateescape then gives back the bytes of a file name
+            # that was not valid UTF-8, as they were.
+            lenient = errors == "surrogateescape" and codecs.lookup(encoding).name == "utf-8"
+            if errors in ("strict", "surrogateescape") and not lenient and hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
+                self._changed.append((stream, errors))
+
+    def __exit__(self, *exc_info) -> None:
+        for stream, errors in self._changed:
+            stream.reconfigure(errors=errors)
 
 
 def exit_code(results, mode: str) -> int:
@@ -204,7 +312,7 @@ def fast_path(args: Sequence[str]) -> int | None:
     try:
         return run_files(paths, FAST_COMMANDS[args[0]], **dict.fromkeys(flags, True))
     except KeyboardInterrupt:
-        return 130  # as click does
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # as click does: exit 1, quietly (the reader went away)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

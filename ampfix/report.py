@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
-from ampfix.files import READ_ERROR_CODE
+from ampfix.files import READ_ERROR_CODE, WRITE_ERROR_CODE
 
 if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: `check` does not import it
     from ampfix.engine import Finding
@@ -13,13 +13,14 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: 
     from ampfix.rules import Rule, Target
 
 
-# Errors (internal, syntax, read) carry no rewrite to suggest.
-_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE})
+# Errors (internal, syntax, read, write) carry no rewrite to suggest.
+_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE, WRITE_ERROR_CODE})
 # What the error codes mean, for formats that describe every code they use (SARIF).
 ERROR_TITLES = {
     INTERNAL_ERROR_CODE: "internal error: the file was left unchanged",
     SYNTAX_ERROR_CODE: "the file does not parse",
-    READ_ERROR_CODE: "the file cannot be read, or is not valid in its declared encoding",
+    READ_ERROR_CODE: "the file or folder cannot be read, the file is not valid in its encoding or not a regular file",
+    WRITE_ERROR_CODE: "the rewrite could not be written: the file was left as it was",
 }
 
 

@@ -453,10 +453,12 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
 
 
 def measure_package(name: str, tree: Path, options) -> PackageResult:
-    from ampfix.files import discover
+    from ampfix.files import FileResult, discover
 
     result = PackageResult(name)
     for path in discover([tree]):
+        if isinstance(path, FileResult):  # a folder that cannot be read
+            raise SystemExit(f"{path.path}: {path.error}")
         measure_file(path, str(path.relative_to(tree)), result, options)
     return result
 

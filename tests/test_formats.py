@@ -71,7 +71,7 @@ def test_sarif_is_valid_against_the_published_schema_and_describes_every_rule(in
     (run,) = log["runs"]
     assert log["version"] == "2.1.0"
     rules = run["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == [rule.code for rule in ALL_RULES] + ["AMP900", "AMP901", "AMP902"]
+    assert [r["id"] for r in rules] == [rule.code for rule in ALL_RULES] + ["AMP900", "AMP901", "AMP902", "AMP903"]
     grad_scaler = rules[1]
     assert grad_scaler["name"] == "GradScaler"
     assert grad_scaler["properties"] == {"minimumTorch": "2.3", "fix": dict.fromkeys(

@@ -100,13 +100,16 @@ def test_the_collector_is_back_on_after_each_file(tree: Path):
 
 
 def test_one_process_reads_each_file_once(tree: Path, monkeypatch):
-    reads: list[str] = []
-    real_read_bytes = Path.read_bytes
+    import os
 
-    def counting_read_bytes(self: Path) -> bytes:
-        reads.append(str(self))
-        return real_read_bytes(self)
+    opened: list[str] = []
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "read_bytes", counting_read_bytes)
+    def counting_open(path, flags, *args, **kwargs):
+        if str(path).startswith(str(tree)):
+            opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
     results = list(files.process_paths([tree], Options(), "check", jobs=1))
-    assert results and len(reads) == len(set(reads)) == sum(1 for _ in tree.rglob("*.py"))
+    assert results and len(opened) == len(set(opened)) == sum(1 for _ in tree.rglob("*.py"))
