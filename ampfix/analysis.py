@@ -18,7 +18,7 @@ import ast
 import bisect
 from dataclasses import dataclass, field, replace
 
-from ampfix.bindings import Binding, ChainRef, Guards, Walker
+from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts
 from ampfix.guards import GuardJudge
 from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
@@ -125,6 +125,12 @@ class Decision:
     fixable: bool = False
     unsafe: bool = False
     suggestion: str | None = None
+    # Arguments respelled with the call when it moves to the CPU: (the dotted name, its new spelling).
+    dtype_edits: tuple[tuple[ast.expr, str], ...] = ()
+
+
+# A dtype chosen for CUDA that the CPU runs far slower, and what it becomes there.
+CPU_DTYPES = {"torch.float16": "torch.bfloat16", "torch.half": "torch.bfloat16"}
 
 
 class Analysis:
@@ -179,7 +185,65 @@ class Analysis:
         return self.judge.reason(guards)
 
     def device_text(self, target: Target) -> str:
-        return self.options.cuda_device if target.device == "cuda" else f'"{target.device}"'
+        """The device argument of a new call: the old name's own, or the device target for CUDA."""
+        if target.device != "cuda" or not self.options.retargets:
+            return f'"{target.device}"'
+        if self.options.device_expr is not None:
+            return self.options.device_expr
+        return f'"{self.options.device}"'
+
+    def cpu_dtypes(self, use: Use, rule: Rule, target: Target) -> tuple[tuple[tuple[ast.expr, str], ...], list[str]]:
+        """For a CUDA call moved to the CPU: the float16 arguments that become bfloat16, and what the
+        message says of each (also of one that has to stay)."""
+        shape, call = rule.shape, use.ref.parent
+        if not (self.options.to_cpu and target.device == "cuda" and shape is not None and shape.cuda_dtype_params
+                and isinstance(call, ast.Call)):
+            return (), []
+        given = [(kw.arg, kw.value) for kw in call.keywords if kw.arg in shape.cuda_dtype_params]
+        given += [(name, arg) for name, arg in zip(shape.old_params, call.args) if name in shape.cuda_dtype_params]
+        edits: list[tuple[ast.expr, str]] = []
+        said: list[str] = []
+        for name, value in given:
+            old = self.resolve_value(value, use.ref.scope)
+            if old not in CPU_DTYPES:
+                continue
+            new = CPU_DTYPES[old]
+            if self.options.keep_dtype:
+                said.append(f"{name}={old} kept (--keep-dtype)")
+                continue
+            spelled = self.spell_value(value, use.ref.scope, new)
+            if spelled is None:
+                said.append(f"{name}={old} kept: no name bound to `{self.family.package}` here to spell `{new}` with")
+                continue
+            edits.append((value, spelled))
+            said.append(f"{name}={old} -> {new} (float16 autocast is slow on the CPU; --keep-dtype keeps it)")
+        return tuple(edits), said
+
+    def resolve_value(self, node: ast.expr, scope) -> str | None:
+        """The qualified name a dotted name in an argument spells through an import, or None."""
+        parts = dotted_parts(node)
+        if parts is None:
+            return None
+        _, bindings = scope.lookup(parts[0])
+        qnames = {b.qname for b in bindings}
+        if not bindings or len(qnames) != 1 or any(b.kind != "import" for b in bindings):
+            return None
+        return ".".join((bindings[0].qname or "", *parts[1:]))
+
+    def spell_value(self, node: ast.expr, scope, new: str) -> str | None:
+        """`new` spelled through the binding `node` used (`th.half` -> `th.bfloat16`), or None."""
+        parts = dotted_parts(node)
+        start, end = self.index.span(node)
+        if parts is None or "#" in self.index.text[start:end]:
+            return None
+        _, bindings = scope.lookup(parts[0])
+        prefix = bindings[0].qname or ""
+        if new.startswith(prefix + "."):
+            return parts[0] + new[len(prefix):]
+        _, package_bindings = scope.lookup(self.family.package)
+        if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
+            return new
+        return None
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -336,7 +400,7 @@ class Analysis:
             return leave(f"`{full}`: an attribute of a deprecated object; migrate by hand")
         device = self.device_text(target)
         if ref.role == "call":
-            return self.decide_call(use, rule, device, new_name, new_dotted, suggestion)
+            return self.decide_call(use, rule, target, device, new_name, new_dotted, suggestion)
         if ref.role == "type":
             return rewrite(f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
         if ref.role == "decorator":
@@ -355,7 +419,7 @@ class Analysis:
                           suggestion=f"functools.partial({new_name}, {args})")
         return leave(message)
 
-    def decide_call(self, use: Use, rule: Rule, device: str, new_name: str, new_dotted: str | None,
+    def decide_call(self, use: Use, rule: Rule, target: Target, device: str, new_name: str, new_dotted: str | None,
                     suggestion: str) -> Decision:
         full, shape, call = use.full, rule.shape, use.ref.parent
         assert shape is not None and isinstance(call, ast.Call)
@@ -381,8 +445,11 @@ class Analysis:
         what = f"device {device}"
         if names:
             what += ", positional arguments named " + ", ".join(names)
+        dtype_edits, said = self.cpu_dtypes(use, rule, target)
+        what += "".join(f"; {text}" for text in said)
         return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}",
-                        ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion)
+                        ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion,
+                        dtype_edits=dtype_edits)
 
     # bindings through deprecated imports: all uses rewritten, or none -------------------------
     def _settle_groups(self, decided: list[tuple[Use, Decision]]) -> list[tuple[Use, Decision]]:
@@ -393,7 +460,7 @@ class Analysis:
         for use, decision in decided:
             blocker = self.blocked_groups.get(use.group) if use.group else None
             if blocker is not None and decision.edit is not None:
-                decision = replace(decision, edit=None, fixable=False, unsafe=False, message=(
+                decision = replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=(
                     f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
                     "in a way that cannot be rewritten"))
             settled.append((use, decision))
@@ -406,6 +473,9 @@ class Analysis:
             node = use.ref.node
             self.add_edit(node, type(node).__name__, ".".join(use.ref.parts), edit)
             self.needs_functools |= edit.partial_args is not None
+            for value, spelled in decision.dtype_edits:
+                self.add_edit(value, type(value).__name__, ".".join(dotted_parts(value) or ()),
+                              ChainEdit(new_dotted=spelled))
         self.add_finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
                          unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
 

@@ -24,6 +24,9 @@ class CallShape:
     # `functools.partial(new, <device>)` behaves like the old callable for every call,
     # so a non-called reference can be rewritten to it (an unsafe fix: the object is not the same).
     partial_keeps_meaning: bool = False
+    # Parameters holding a dtype chosen for CUDA: moving the call to the CPU makes float16 there
+    # bfloat16 (CPU float16 autocast runs, but far slower, and some CPU ops refuse it).
+    cuda_dtype_params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
