@@ -26,6 +26,10 @@ TORCH_AMP = Family(
     version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
     distribution="torch",
     new_api=("torch.amp", "torch.autocast"),
+    # CPU float16 autocast runs, but far slower than bfloat16, and some CPU ops refuse it.
+    cpu_dtypes={"torch.float16": "torch.bfloat16", "torch.half": "torch.bfloat16"},
+    cuda_available="torch.cuda.is_available",
+    device_class="torch.device",
 )
 
 FAMILIES: tuple[Family, ...] = (TORCH_AMP,)

@@ -83,6 +83,12 @@ class Family:
     distribution: str | None = None
     # Names of the new API: a `try` that imports one of these falls back to the old API in its handlers.
     new_api: tuple[str, ...] = ()
+    # Moving CUDA code elsewhere (`--device`): dtypes chosen for CUDA and what they become on the CPU...
+    cpu_dtypes: dict[str, str] = field(default_factory=dict)
+    # ...the call that tells whether CUDA is there, for a device chosen when the code runs...
+    cuda_available: str | None = None
+    # ...and the class whose `.type` gives a device type from a str or a device object.
+    device_class: str | None = None
 
     @cached_property
     def _symbols(self) -> dict[str, tuple[Rule, Target | None]]:
