@@ -65,6 +65,11 @@ class ImportEdit:
 
 
 @dataclass(frozen=True)
+class ValueEdit:
+    text: str  # an expression that replaces a literal (a device argument)
+
+
+@dataclass(frozen=True)
 class Edit:
     """One change, at the [start, end) character span of the ast node it was decided on."""
 
@@ -73,7 +78,7 @@ class Edit:
     line: int  # 1-based, for messages
     node: str  # the LibCST node type that must be found there: Name, Attribute, SimpleString, Import, ImportFrom
     text: str  # what that node spells: the dotted name (NFKC), the string's value; "" for imports
-    change: ChainEdit | ImportEdit | str  # a string edit is the new literal
+    change: ChainEdit | ImportEdit | ValueEdit | str  # a string edit is the new literal
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,7 @@ class Analysis:
         col = self.index.col(line, getattr(node, "col_offset", 0))
         self.findings.append(PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion))
 
-    def add_edit(self, node: ast.AST, kind: str, text: str, change: ChainEdit | ImportEdit | str) -> None:
+    def add_edit(self, node: ast.AST, kind: str, text: str, change: ChainEdit | ImportEdit | ValueEdit | str) -> None:
         start, end = self.index.span(node)
         self.edits.append(Edit(start, end, node.lineno, kind, text, change))  # type: ignore[attr-defined]
 
@@ -221,16 +226,24 @@ class Analysis:
         module = self.module_device
         if isinstance(module, str):
             return module
-        if use.ref.role == "call" and rule.shape is not None and not rule.shape.bare_decorator_ok:
+        decorator = use.ref.role == "decorator" or id(use.ref.parent) in self.decorator_calls
+        if use.ref.role == "call" and not decorator:
             in_scope = self.scope_device(use, module)
             if in_scope is not None:
                 return in_scope[0], f" ({in_scope[1]})", False
         if module.statement is None and use.ref.scope.lookup(module.name)[0] is not self.walker.module_scope:
             return f"`{module.name}` is bound in this scope: the module's device name cannot be used here"
         how = "found in the module" if module.statement is None else f"added after the imports: `{module.statement}`"
-        if rule.shape is not None and rule.shape.bare_decorator_ok:
-            how += "; a decorator runs at import time, so only a module-level name"
+        if decorator:
+            how += "; a decorator runs where it is defined, so a module-level name"
         return device, f" ({how})", True
+
+    @functools.cached_property
+    def decorator_calls(self) -> frozenset[int]:
+        """id() of every call used as a decorator."""
+        return frozenset(id(d) for node in ast.walk(self.tree)
+                         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                         for d in node.decorator_list if isinstance(d, ast.Call))
 
     @functools.cached_property
     def module_device(self) -> ModuleDevice | str:
@@ -355,6 +368,7 @@ class Analysis:
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
+        from ampfix.device_literals import plan_device_literals
         from ampfix.import_plan import plan_imports
         from ampfix.strings import plan_strings
 
@@ -366,6 +380,8 @@ class Analysis:
         for use, decision in decided:
             self.record(use, decision)
         plan_strings(self)
+        if self.options.retargets:
+            plan_device_literals(self)
         return self.plan()
 
     def resolve(self, ref: ChainRef) -> Use | None:
@@ -590,11 +606,13 @@ class Analysis:
             self.add_edit(node, type(node).__name__, ".".join(use.ref.parts), edit)
             self.needs_functools |= edit.partial_args is not None
             self.needs_module_device |= decision.module_device
-            for value, spelled in decision.dtype_edits:
-                self.add_edit(value, type(value).__name__, ".".join(dotted_parts(value) or ()),
-                              ChainEdit(new_dotted=spelled))
+            self.add_dtype_edits(decision.dtype_edits)
         self.add_finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
                          unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
+
+    def add_dtype_edits(self, dtype_edits: tuple[tuple[ast.expr, str], ...]) -> None:
+        for value, spelled in dtype_edits:
+            self.add_edit(value, type(value).__name__, ".".join(dotted_parts(value) or ()), ChainEdit(new_dotted=spelled))
 
     def functools_imported(self) -> bool:
         bindings = self.walker.module_scope.bindings.get("functools", [])

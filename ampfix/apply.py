@@ -24,7 +24,7 @@ from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan
+from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, ValueEdit
 
 
 class PlanMismatch(Exception):
@@ -371,6 +371,9 @@ class _Applier(cst.CSTTransformer):
         located = self.take(original_node)
         if located is None:
             return updated_node
+        if isinstance(located.change, ValueEdit):
+            value = self.expression(located.change.text, located.line)
+            return value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         assert isinstance(located.change, str)
         return updated_node.with_changes(value=located.change)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, grad_scaler, module_paths, no_twin
+from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler, module_paths, no_twin
 from ampfix.rules.base import CallShape, Example, Family, Rule, Target
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -11,6 +11,7 @@ ALL_RULES: tuple[Rule, ...] = (
     custom_fwd.RULE,
     custom_bwd.RULE,
     cast.RULE,
+    device_literal.RULE,
     module_paths.RULE,
     no_twin.RULE,
 )

@@ -46,6 +46,7 @@ class Example:
     unsafe_fixes: bool = False
     # Left unchanged and reported under this code; None with `after` None: nothing to report.
     reported: str | None = None
+    device: str = "cuda"  # the device target (`--device`) the example is rewritten with
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Rule:
     # old qualified name -> its torch.amp twin; None where there is no twin.
     symbols: dict[str, Target | None]
     shape: CallShape | None = None  # None: a pure rename, valid in every context
+    # Its names are already migrated: it only moves their literal "cuda" under a device target.
+    device_target_only: bool = False
     examples: tuple[Example, ...] = field(default=(), repr=False)
 
     @property
