@@ -91,7 +91,7 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
 
 
 def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileResult:
-    """The file's bytes if it could hold a deprecated use, None if not, or a read error."""
+    """The file's bytes if it could hold a use the run looks at, None if not, or a read error."""
     try:
         data = _read_regular_file(path)
     except _NotRegular as kind:
