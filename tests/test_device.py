@@ -144,3 +144,23 @@ def test_auto_leaves_a_module_where_torch_is_something_else():
     result = fix_source(source, Options(device="auto"))
     assert not result.changed
     assert any("`torch` is bound to something else" in f.message for f in result.findings)
+
+
+MODES = {"cpu": Options(device="cpu"), "auto": Options(device="auto"), "expr": Options(device_expr="cfg.device_type")}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_fixture_in_every_mode_parses_and_a_second_run_changes_nothing(mode: str):
+    """All 140-odd fixture inputs (every area's, whatever options their area has) under each device target."""
+    import ast
+
+    from fixture_cases import CASES, read_source
+
+    options = MODES[mode]
+    for case in CASES:
+        source, _ = read_source(case.in_path)
+        once = fix_source(source, options)
+        assert once.error is None, f"{case.id}: {once.error}"
+        ast.parse(once.new_source)
+        twice = fix_source(once.new_source, options)
+        assert twice.new_source == once.new_source, f"{case.id}: a second --device {mode} run changes the output"
