@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 from dataclasses import dataclass, field, replace
 
-from ampfix.bindings import Binding, ChainRef, Guards, Walker
+from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts
 from ampfix.guards import GuardJudge
 from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
@@ -64,6 +65,11 @@ class ImportEdit:
 
 
 @dataclass(frozen=True)
+class ValueEdit:
+    text: str  # an expression that replaces a literal (a device argument)
+
+
+@dataclass(frozen=True)
 class Edit:
     """One change, at the [start, end) character span of the ast node it was decided on."""
 
@@ -72,7 +78,7 @@ class Edit:
     line: int  # 1-based, for messages
     node: str  # the LibCST node type that must be found there: Name, Attribute, SimpleString, Import, ImportFrom
     text: str  # what that node spells: the dotted name (NFKC), the string's value; "" for imports
-    change: ChainEdit | ImportEdit | str  # a string edit is the new literal
+    change: ChainEdit | ImportEdit | ValueEdit | str  # a string edit is the new literal
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,10 @@ class Plan:
     edits: list[Edit]
     # The top-level statements as [start, end) ranges of whole lines (`ampfix.locations.statement_groups`).
     statements: list[tuple[int, int]]
-    # Set when `import functools` must be added: the head of the file up to this offset is re-printed.
-    functools_head_end: int | None = None
+    # Set when statements are added after the opening imports (`import functools`, the module's device
+    # name): the head of the file up to this offset is re-printed with them.
+    head_end: int | None = None
+    head_statements: tuple[str, ...] = ()
 
     @property
     def has_edits(self) -> bool:
@@ -125,6 +133,25 @@ class Decision:
     fixable: bool = False
     unsafe: bool = False
     suggestion: str | None = None
+    # Arguments respelled with the call when it moves to the CPU: (the dotted name, its new spelling).
+    dtype_edits: tuple[tuple[ast.expr, str], ...] = ()
+    module_device: bool = False  # its device is the module's device name (--device auto)
+
+
+@dataclass(frozen=True)
+class ModuleDevice:
+    """--device auto: the module-level name that holds the device chosen when the module runs."""
+
+    name: str
+    statement: str | None  # the assignment to add after the imports; None: the module has it already
+    add_torch_import: bool  # `import torch` goes before it (no name bound to torch at the top)
+    torch_name: str  # the name bound to the package, to spell `torch.device(...)` with
+
+
+# The names a device in scope goes by (--device auto), and whether it may be a device object rather
+# than a device type string (then its `.type` is taken through the device class).
+SCOPE_DEVICE_NAMES = (("device_type", False), ("device", True))
+AUTO_DEVICE_NAME = "AMP_DEVICE"
 
 
 class Analysis:
@@ -140,6 +167,7 @@ class Analysis:
         self.findings: list[PlannedFinding] = []
         self.edits: list[Edit] = []
         self.needs_functools = False
+        self.needs_module_device = False
         self.heads = self._package_bound_names()
         self.blocked_groups: dict[tuple[int, str], Use] = {}
 
@@ -161,7 +189,7 @@ class Analysis:
         col = self.index.col(line, getattr(node, "col_offset", 0))
         self.findings.append(PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion))
 
-    def add_edit(self, node: ast.AST, kind: str, text: str, change: ChainEdit | ImportEdit | str) -> None:
+    def add_edit(self, node: ast.AST, kind: str, text: str, change: ChainEdit | ImportEdit | ValueEdit | str) -> None:
         start, end = self.index.span(node)
         self.edits.append(Edit(start, end, node.lineno, kind, text, change))  # type: ignore[attr-defined]
 
@@ -179,10 +207,168 @@ class Analysis:
         return self.judge.reason(guards)
 
     def device_text(self, target: Target) -> str:
-        return self.options.cuda_device if target.device == "cuda" else f'"{target.device}"'
+        """The device argument of a new call: the old name's own, or the device target for CUDA."""
+        if target.device != "cuda" or not self.options.retargets:
+            return f'"{target.device}"'
+        if self.options.device_expr is not None:
+            return self.options.device_expr
+        if self.options.device == "auto":
+            module = self.module_device
+            return module.name if isinstance(module, ModuleDevice) else AUTO_DEVICE_NAME
+        return f'"{self.options.device}"'
+
+    def site_device(self, use: Use, rule: Rule, target: Target) -> tuple[str, str, bool] | str:
+        """The device argument at this use: (its text, what the message says of it, whether it is the
+        module's device name); or why there is none."""
+        device = self.device_text(target)
+        if not (self.options.device == "auto" and self.options.device_expr is None and target.device == "cuda"):
+            return device, "", False
+        module = self.module_device
+        if isinstance(module, str):
+            return module
+        decorator = use.ref.role == "decorator" or id(use.ref.parent) in self.decorator_calls
+        if use.ref.role == "call" and not decorator:
+            in_scope = self.scope_device(use, module)
+            if in_scope is not None:
+                return in_scope[0], f" ({in_scope[1]})", False
+        if module.statement is None and use.ref.scope.lookup(module.name)[0] is not self.walker.module_scope:
+            return f"`{module.name}` is bound in this scope: the module's device name cannot be used here"
+        how = "found in the module" if module.statement is None else f"added after the imports: `{module.statement}`"
+        if decorator:
+            how += "; a decorator runs where it is defined, so a module-level name"
+        return device, f" ({how})", True
+
+    @functools.cached_property
+    def decorator_calls(self) -> frozenset[int]:
+        """id() of every call used as a decorator."""
+        return frozenset(id(d) for node in ast.walk(self.tree)
+                         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                         for d in node.decorator_list if isinstance(d, ast.Call))
+
+    @functools.cached_property
+    def module_device(self) -> ModuleDevice | str:
+        """The module's device name for --device auto: the one a previous run added (any assignment of
+        exactly the expression it adds), else a new name that clashes with nothing; or why none."""
+        scope = self.walker.module_scope
+        torch_names = [name for name, bindings in scope.bindings.items()
+                       if all(b.kind == "import" and b.qname == self.family.package for b in bindings)]
+        opening = _opening_statements(self.tree)
+        bound_at_top = {alias.asname or alias.name for stmt in opening if isinstance(stmt, ast.Import)
+                        for alias in stmt.names if alias.name == self.family.package}
+        torch_name = next((n for n in sorted(torch_names, key=lambda n: n != self.family.package)
+                           if n in bound_at_top), None)
+        add_import = torch_name is None
+        if add_import:
+            if any(b.qname != self.family.package for b in scope.bindings.get(self.family.package, [])):
+                return (f"`{self.family.package}` is bound to something else in this module: no device name "
+                        "can be added for --device auto")
+            torch_name = self.family.package
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                    and self.is_device_choice(stmt.value) and len(scope.bindings[stmt.targets[0].id]) == 1:
+                return ModuleDevice(stmt.targets[0].id, None, False, torch_name)
+        taken = _identifiers(self.tree)
+        name = AUTO_DEVICE_NAME
+        n = 1
+        while name in taken:
+            n += 1
+            name = f"{AUTO_DEVICE_NAME}_{n}"
+        available = torch_name + self.family.cuda_available[len(self.family.package):]  # type: ignore[index]
+        statement = f'{name} = "cuda" if {available}() else "cpu"'
+        return ModuleDevice(name, statement, add_import, torch_name)
+
+    def is_device_choice(self, node: ast.expr) -> bool:
+        """`"cuda" if torch.cuda.is_available() else "cpu"`, through whatever name torch is bound to."""
+        return (isinstance(node, ast.IfExp) and isinstance(node.test, ast.Call) and not node.test.args
+                and not node.test.keywords
+                and self.resolve_value(node.test.func, self.walker.module_scope) == self.family.cuda_available
+                and isinstance(node.body, ast.Constant) and node.body.value == "cuda"
+                and isinstance(node.orelse, ast.Constant) and node.orelse.value == "cpu")
+
+    def scope_device(self, use: Use, module: ModuleDevice) -> tuple[str, str] | None:
+        """A device already in scope at a call: a parameter or local `device_type` / `device` of the
+        function around it, or `self.device` set by its class; (its expression, what to say of it)."""
+        line = use.ref.node.lineno  # type: ignore[attr-defined]
+        torch_visible = use.ref.scope.lookup(module.torch_name)[0] is self.walker.module_scope
+        device_type = f"{module.torch_name}.device({{}}).type"
+        for name, may_be_object in SCOPE_DEVICE_NAMES:
+            found, bindings = use.ref.scope.lookup(name)
+            function = found.node if found is not None and found.kind == "function" else None
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(bindings) != 1:
+                continue
+            if may_be_object and not torch_visible:
+                continue
+            text = device_type.format(name) if may_be_object else name
+            why = "a str or a device object" if may_be_object else "a device type"
+            if name in _parameters(function):
+                return text, f"the parameter `{name}` in scope, taken as {why}"
+            if any(isinstance(stmt, ast.Assign) and stmt.lineno < line
+                   and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets) for stmt in function.body):
+                return text, f"the local `{name}` set before it, taken as {why}"
+        found, bindings = use.ref.scope.lookup("self")
+        function = found.node if found is not None and found.kind == "function" else None
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and len(bindings) == 1 and torch_visible \
+                and _parameters(function)[:1] == ["self"] and found.parent is not None \
+                and found.parent.kind == "class" and _sets_self_attribute(found.parent.node, "device"):
+            return device_type.format("self.device"), "`self.device`, set by the class, taken as a str or a device object"
+        return None
+
+    def cpu_dtypes(self, use: Use, rule: Rule, target: Target) -> tuple[tuple[tuple[ast.expr, str], ...], list[str]]:
+        """For a CUDA call moved to the CPU: the float16 arguments that become bfloat16, and what the
+        message says of each (also of one that has to stay)."""
+        shape, call = rule.shape, use.ref.parent
+        if not (self.options.to_cpu and target.device == "cuda" and shape is not None and shape.cuda_dtype_params
+                and isinstance(call, ast.Call)):
+            return (), []
+        given = [(kw.arg, kw.value) for kw in call.keywords if kw.arg in shape.cuda_dtype_params]
+        given += [(name, arg) for name, arg in zip(shape.old_params, call.args) if name in shape.cuda_dtype_params]
+        edits: list[tuple[ast.expr, str]] = []
+        said: list[str] = []
+        for name, value in given:
+            old = self.resolve_value(value, use.ref.scope)
+            new = self.family.cpu_dtypes.get(old or "")
+            if new is None:
+                continue
+            if self.options.keep_dtype:
+                said.append(f"{name}={old} kept (--keep-dtype)")
+                continue
+            spelled = self.spell_value(value, use.ref.scope, new)
+            if spelled is None:
+                said.append(f"{name}={old} kept: no name bound to `{self.family.package}` here to spell `{new}` with")
+                continue
+            edits.append((value, spelled))
+            said.append(f"{name}={old} -> {new} (float16 autocast is slow on the CPU; --keep-dtype keeps it)")
+        return tuple(edits), said
+
+    def resolve_value(self, node: ast.expr, scope) -> str | None:
+        """The qualified name a dotted name in an argument spells through an import, or None."""
+        parts = dotted_parts(node)
+        if parts is None:
+            return None
+        _, bindings = scope.lookup(parts[0])
+        qnames = {b.qname for b in bindings}
+        if not bindings or len(qnames) != 1 or any(b.kind != "import" for b in bindings):
+            return None
+        return ".".join((bindings[0].qname or "", *parts[1:]))
+
+    def spell_value(self, node: ast.expr, scope, new: str) -> str | None:
+        """`new` spelled through the binding `node` used (`th.half` -> `th.bfloat16`), or None."""
+        parts = dotted_parts(node)
+        start, end = self.index.span(node)
+        if parts is None or "#" in self.index.text[start:end]:
+            return None
+        _, bindings = scope.lookup(parts[0])
+        prefix = bindings[0].qname or ""
+        if new.startswith(prefix + "."):
+            return parts[0] + new[len(prefix):]
+        _, package_bindings = scope.lookup(self.family.package)
+        if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
+            return new
+        return None
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
+        from ampfix.device_literals import plan_device_literals
         from ampfix.import_plan import plan_imports
         from ampfix.strings import plan_strings
 
@@ -194,6 +380,8 @@ class Analysis:
         for use, decision in decided:
             self.record(use, decision)
         plan_strings(self)
+        if self.options.retargets:
+            plan_device_literals(self)
         return self.plan()
 
     def resolve(self, ref: ChainRef) -> Use | None:
@@ -334,16 +522,23 @@ class Analysis:
             return rewrite(f"`{full}` -> `{new_name}`", ChainEdit(new_dotted=new_dotted))
         if rest:
             return leave(f"`{full}`: an attribute of a deprecated object; migrate by hand")
-        device = self.device_text(target)
-        if ref.role == "call":
-            return self.decide_call(use, rule, device, new_name, new_dotted, suggestion)
         if ref.role == "type":
             return rewrite(f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
+        site = self.site_device(use, rule, target)
+        if isinstance(site, str):
+            return leave(f"`{full}` left: {site}")
+        device, note, module_device = site
+        if ref.role == "call":
+            decision = self.decide_call(use, rule, target, device, new_name, new_dotted, suggestion)
+            if decision.edit is None:
+                return decision
+            return replace(decision, message=decision.message + note, module_device=module_device)
         if ref.role == "decorator":
             if shape.bare_decorator_ok:
                 args = f"{shape.device_keyword}={device}"
-                return rewrite(f"`@{full}` -> `@{new_name}({args})`",
-                               ChainEdit(new_dotted=new_dotted, decorator_call=args))
+                return replace(rewrite(f"`@{full}` -> `@{new_name}({args})`{note}",
+                                       ChainEdit(new_dotted=new_dotted, decorator_call=args)),
+                               module_device=module_device)
             return leave(f"bare `@{full}` passes the function as `enabled`; add the arguments by hand")
         if ref.role == "base":
             return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
@@ -351,11 +546,12 @@ class Analysis:
         message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
         if shape.partial_keeps_meaning:
             args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
-            return unsafe(message, ChainEdit(new_dotted=new_dotted, partial_args=args),
-                          suggestion=f"functools.partial({new_name}, {args})")
+            return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
+                                  suggestion=f"functools.partial({new_name}, {args})"),
+                           module_device=module_device)
         return leave(message)
 
-    def decide_call(self, use: Use, rule: Rule, device: str, new_name: str, new_dotted: str | None,
+    def decide_call(self, use: Use, rule: Rule, target: Target, device: str, new_name: str, new_dotted: str | None,
                     suggestion: str) -> Decision:
         full, shape, call = use.full, rule.shape, use.ref.parent
         assert shape is not None and isinstance(call, ast.Call)
@@ -381,8 +577,11 @@ class Analysis:
         what = f"device {device}"
         if names:
             what += ", positional arguments named " + ", ".join(names)
+        dtype_edits, said = self.cpu_dtypes(use, rule, target)
+        what += "".join(f"; {text}" for text in said)
         return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}",
-                        ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion)
+                        ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion,
+                        dtype_edits=dtype_edits)
 
     # bindings through deprecated imports: all uses rewritten, or none -------------------------
     def _settle_groups(self, decided: list[tuple[Use, Decision]]) -> list[tuple[Use, Decision]]:
@@ -393,7 +592,7 @@ class Analysis:
         for use, decision in decided:
             blocker = self.blocked_groups.get(use.group) if use.group else None
             if blocker is not None and decision.edit is not None:
-                decision = replace(decision, edit=None, fixable=False, unsafe=False, message=(
+                decision = replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=(
                     f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
                     "in a way that cannot be rewritten"))
             settled.append((use, decision))
@@ -406,8 +605,14 @@ class Analysis:
             node = use.ref.node
             self.add_edit(node, type(node).__name__, ".".join(use.ref.parts), edit)
             self.needs_functools |= edit.partial_args is not None
+            self.needs_module_device |= decision.module_device
+            self.add_dtype_edits(decision.dtype_edits)
         self.add_finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
                          unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
+
+    def add_dtype_edits(self, dtype_edits: tuple[tuple[ast.expr, str], ...]) -> None:
+        for value, spelled in dtype_edits:
+            self.add_edit(value, type(value).__name__, ".".join(dotted_parts(value) or ()), ChainEdit(new_dotted=spelled))
 
     def functools_imported(self) -> bool:
         bindings = self.walker.module_scope.bindings.get("functools", [])
@@ -417,13 +622,67 @@ class Analysis:
     def plan(self) -> Plan:
         self.findings.sort(key=lambda f: (f.line, f.col, f.code))
         statements = statement_groups(self.tree, self.index) if self.edits else []
-        head_end = None
+        head: list[str] = []
         if self.needs_functools and not self.functools_imported():
-            head_end = _functools_head_end(self.tree, self.index, statements)
-        return Plan(self.findings, self.edits, statements, head_end)
+            head.append("import functools")
+        module = self.module_device if self.needs_module_device else None
+        if isinstance(module, ModuleDevice) and module.statement is not None:
+            head += ["import torch"] * module.add_torch_import + [module.statement]
+        head_end = _head_end(self.tree, self.index, statements) if head else None
+        return Plan(self.findings, self.edits, statements, head_end, tuple(head))
 
 
-def _functools_head_end(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]]) -> int:
+def _opening_statements(tree: ast.Module) -> list[ast.stmt]:
+    """The docstring and imports that open the module."""
+    opening = []
+    for i, stmt in enumerate(tree.body):
+        docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
+            and isinstance(stmt.value.value, str)
+        if not (docstring or isinstance(stmt, (ast.Import, ast.ImportFrom))):
+            break
+        opening.append(stmt)
+    return opening
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = function.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
+    return [arg.arg for arg in every]
+
+
+def _sets_self_attribute(cls: ast.AST | None, attribute: str) -> bool:
+    """Does a method of the class assign `self.<attribute>`?"""
+    if not isinstance(cls, ast.ClassDef):
+        return False
+    for node in ast.walk(cls):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        if any(isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name)
+               and t.value.id == "self" for t in targets):
+            return True
+    return False
+
+
+def _identifiers(tree: ast.Module) -> set[str]:
+    """Every name the module binds or reads, in any scope: a new module-level name must be none of them."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _head_end(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]]) -> int:
     """The end of the first line group that is not one of the file's opening imports (or of the
     last group): `import functools` goes after those imports, so this head is re-printed."""
     opening = [True] * len(groups)

@@ -24,7 +24,7 @@ from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan
+from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, ValueEdit
 
 
 class PlanMismatch(Exception):
@@ -39,7 +39,7 @@ def apply_plan(source: str, plan: Plan) -> str:
     pieces: list[str] = []
     done = 0
     for start, end, edits in _fragments(plan):
-        head = start == 0 and plan.functools_head_end is not None
+        head = plan.head_statements if start == 0 and plan.head_end is not None else ()
         pieces.append(source[done:start])
         pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
         done = end
@@ -57,8 +57,8 @@ def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
             raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
         wanted.setdefault(i, []).append(edit)
     ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
-    if plan.functools_head_end is not None:
-        ranges.insert(0, (0, plan.functools_head_end, []))
+    if plan.head_end is not None:
+        ranges.insert(0, (0, plan.head_end, []))
     merged: list[tuple[int, int, list[Edit]]] = []
     for start, end, edits in ranges:
         if merged and start < merged[-1][1]:
@@ -78,7 +78,7 @@ _NODE_TYPES = {
 }
 
 
-def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools: bool) -> str:
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[str, ...]) -> str:
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
@@ -90,11 +90,11 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], add_functools:
         module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
-    statements_change = add_functools or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    statements_change = bool(head) or any(isinstance(edit.change, ImportEdit) for edit in edits)
     if statements_change:  # an import split or removed, a line added: the fragment is re-printed
         new_module = module.visit(applier)
-        if add_functools:
-            new_module = _insert_functools_import(new_module)
+        if head:
+            new_module = _insert_after_imports(new_module, head)
         # Every statement removed: an empty module would still print a line break.
         new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
@@ -371,6 +371,9 @@ class _Applier(cst.CSTTransformer):
         located = self.take(original_node)
         if located is None:
             return updated_node
+        if isinstance(located.change, ValueEdit):
+            value = self.expression(located.change.text, located.line)
+            return value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         assert isinstance(located.change, str)
         return updated_node.with_changes(value=located.change)
 
@@ -524,8 +527,9 @@ def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[c
     return [new]
 
 
-def _insert_functools_import(module: cst.Module) -> cst.Module:
-    """`import functools` on the line after the imports that open the module (after its docstring).
+def _insert_after_imports(module: cst.Module, statements: tuple[str, ...]) -> cst.Module:
+    """`statements` (`import functools`, a device name) on the lines after the imports that open the
+    module (after its docstring).
 
     Written by hand rather than with LibCST's AddImportsVisitor, which also adds a blank line.
     """
@@ -539,12 +543,12 @@ def _insert_functools_import(module: cst.Module) -> cst.Module:
             index = i + 1
         else:
             break
-    new_line = cst.parse_statement("import functools\n")
+    new_lines = [cst.parse_statement(statement + "\n") for statement in statements]
     if index < len(body) and index == 0:
         # Comments just above the first statement stay above the code they describe.
-        new_line = new_line.with_changes(leading_lines=body[0].leading_lines)
+        new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
         body[0] = body[0].with_changes(leading_lines=())
-    body.insert(index, new_line)
+    body[index:index] = new_lines
     return module.with_changes(body=body)
 
 

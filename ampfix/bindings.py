@@ -17,6 +17,7 @@ class Scope:
     parent: Scope | None
     bindings: dict[str, list[Binding]] = field(default_factory=dict)
     global_names: set[str] = field(default_factory=set)
+    node: ast.AST | None = None  # the def or class a function or class scope belongs to
 
     def bind(self, binding: Binding) -> None:
         target = self
@@ -129,7 +130,7 @@ class Walker:
     def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
         for decorator in node.decorator_list:
             self.expr(decorator, scope, "decorator", node)
-        inner = Scope("function", scope)
+        inner = Scope("function", scope, node=node)
         self.arguments(node.args, scope, inner)
         if node.returns is not None:
             self.annotation(node.returns, scope)
@@ -146,7 +147,7 @@ class Walker:
         for keyword in node.keywords:
             self.expr(keyword.value, scope, "value", keyword)
         scope.bind(Binding(node.name, "other", node.lineno))
-        self.statements(node.body, Scope("class", scope))
+        self.statements(node.body, Scope("class", scope, node=node))
 
     def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
         self.imports.append(ImportRef(node, scope, self.guards))

@@ -82,6 +82,14 @@ SelectOpt = Annotated[Optional[str], typer.Option(
     "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
 IgnoreOpt = Annotated[Optional[str], typer.Option(
     "--ignore", metavar="CODES", help="Leave these rules out: codes or prefixes, comma-separated.")]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", metavar="cuda|cpu|auto",
+    help="Where CUDA code goes: cuda (default, as written), cpu, or auto (a device chosen when it runs).")]
+DeviceExprOpt = Annotated[Optional[str], typer.Option(
+    "--device-expr", metavar="EXPR", help="Your own device expression at every CUDA site (\"cfg.device_type\").")]
+KeepDtypeOpt = Annotated[Optional[bool], typer.Option(
+    "--keep-dtype/--no-keep-dtype", show_default=False,
+    help="With --device cpu, keep an explicit float16 (default: it becomes bfloat16).")]
 FormatOpt = Annotated[OutputFormat, typer.Option(
     "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
 ExitZeroOpt = Annotated[bool, typer.Option(
@@ -110,9 +118,16 @@ def _codes(value: str) -> list[str]:
 
 
 def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
-               ignore: str | None) -> dict[str, object]:
+               ignore: str | None, device: str | None = None, device_expr: str | None = None,
+               keep_dtype: bool | None = None) -> dict[str, object]:
     """The settings given as flags: they win over [tool.ampfix]."""
     given: dict[str, object] = {}
+    if device is not None:
+        given["device"] = _setting("device", device)
+    if device_expr is not None:
+        given["device_expr"] = _setting("device-expr", device_expr)
+    if keep_dtype is not None:
+        given["keep_dtype"] = keep_dtype
     if unsafe_fixes is not None:
         given["unsafe_fixes"] = unsafe_fixes
     if target_torch is not None:
@@ -128,9 +143,10 @@ def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str 
 def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
           target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
-          stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
+          stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
+          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
     raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
@@ -140,10 +156,11 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
             target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
-            stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False) -> None:
+            stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
+            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore)
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
     raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 

@@ -31,6 +31,9 @@ class Settings:
     ignore: tuple[str, ...] = ()
     target_torch: tuple[int, int] | None = None
     unsafe_fixes: bool = False
+    device: str = "cuda"  # where CUDA code is moved to: cuda, cpu or auto
+    device_expr: str | None = None  # the user's own device expression, put at every CUDA site
+    keep_dtype: bool = False
     source: Path | None = None  # the pyproject.toml read; None when there is none
 
     @property
@@ -66,6 +69,32 @@ def _codes(value: object) -> tuple[str, ...]:
     return codes
 
 
+def parse_device(value: object) -> str:
+    from ampfix.options import DEVICE_MODES
+
+    if isinstance(value, str) and value in DEVICE_MODES:
+        return value
+    raise ValueError(f"expected one of {', '.join(DEVICE_MODES)}, got {value!r}")
+
+
+def parse_device_expr(value: object) -> str:
+    """A device expression as it will be inserted: one Python expression on one line."""
+    import ast
+
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a Python expression, got {value!r}")
+    text = value.strip()
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"expected an expression on one line, got {value!r}")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as error:
+        raise ValueError(f"{value!r} is not a Python expression: {error.msg}") from None
+    if isinstance(tree.body, (ast.Tuple, ast.NamedExpr, ast.Lambda, ast.Yield, ast.Await)) and not text.startswith("("):
+        raise ValueError(f"{value!r} is not one argument: parenthesize it")
+    return text
+
+
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -80,6 +109,9 @@ KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "ignore": ("ignore", _codes),
     "target-torch": ("target_torch", parse_version),
     "unsafe-fixes": ("unsafe_fixes", _bool),
+    "device": ("device", parse_device),
+    "device-expr": ("device_expr", parse_device_expr),
+    "keep-dtype": ("keep_dtype", _bool),
 }
 
 

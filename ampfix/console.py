@@ -48,6 +48,7 @@ def _run(paths: Sequence[Path], mode: str, overrides: Mapping[str, object], outp
     except ConfigError as error:  # nothing has been read or written yet
         return _usage_error(str(error))
     options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
+                      device=settings.device, device_expr=settings.device_expr, keep_dtype=settings.keep_dtype,
                       rules=enabled_rules(settings.select, settings.ignore))
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()

@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from ampfix.options import Options
-from ampfix.prefilter import could_hold_deprecated_use
+from ampfix.prefilter import could_hold_use
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def fix_source(source: str, options: Options = Options()) -> SourceResult:
 
 
 def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
-    if not could_hold_deprecated_use(source):
+    if not could_hold_use(source, options.retargets):
         return SourceResult(source, source)
     try:
         tree = ast.parse(source)

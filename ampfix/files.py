@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.exclusion import GITIGNORE, Exclusions, FolderFilter
 from ampfix.options import Options
-from ampfix.prefilter import could_hold_deprecated_use
+from ampfix.prefilter import could_hold_use
 
 READ_ERROR_CODE = "AMP902"  # a file or folder that cannot be read (or is not a regular file)
 WRITE_ERROR_CODE = "AMP903"  # a rewrite that could not be written: the file is left as it was
@@ -90,8 +90,8 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
             yield from _walk(subdir, skipped, below)
 
 
-def read_candidate(path: Path) -> bytes | None | FileResult:
-    """The file's bytes if it could hold a deprecated use, None if not, or a read error."""
+def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileResult:
+    """The file's bytes if it could hold a use the run looks at, None if not, or a read error."""
     try:
         data = _read_regular_file(path)
     except _NotRegular as kind:
@@ -99,7 +99,7 @@ def read_candidate(path: Path) -> bytes | None | FileResult:
     except OSError as error:
         return _error(path, f"cannot read: {error.strerror or error}")
     # The engine's test, on the bytes: a file that cannot hold a use is never decoded.
-    return data if could_hold_deprecated_use(data) else None
+    return data if could_hold_use(data, retargets) else None
 
 
 class _NotRegular(Exception):
@@ -139,7 +139,7 @@ MODES = ("check", "diff", "rewrite")
 def process_file(path: Path, options: Options, mode: str = "check", data: bytes | None = None) -> FileResult:
     """Check, diff (a dry run) or rewrite one file. Never raises for a bad file."""
     if data is None:
-        read = read_candidate(path)
+        read = read_candidate(path, options.retargets)
         if read is None:
             return FileResult(str(path))
         if isinstance(read, FileResult):
@@ -294,7 +294,7 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     found = discover(paths, exclusions, force_exclude)
     if on_discovered is not None:  # the CLI counts files for its progress line and summary
         found = _observed(found, on_discovered)
-    items = _candidates(found)
+    items = _candidates(found, options.retargets)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
@@ -447,13 +447,13 @@ def _observed(paths: Iterable[Path | FileResult], observer: Callable[[Path], Non
         yield path
 
 
-def _candidates(paths: Iterable[Path | FileResult]) -> Iterator[_Candidate | FileResult]:
+def _candidates(paths: Iterable[Path | FileResult], retargets: bool) -> Iterator[_Candidate | FileResult]:
     for path in paths:
         if isinstance(path, FileResult):  # a folder that cannot be read
             yield path
             continue
         try:
-            read = read_candidate(path)
+            read = read_candidate(path, retargets)
         except Exception as error:  # noqa: BLE001 - as in _process_item: that file's finding, not the run's end
             read = _internal_error(path, error)
         if isinstance(read, FileResult):

@@ -88,3 +88,29 @@ def _has_amp_name(text: str) -> bool:
         if not (before.isalnum() or before == "_"):  # exactly `\w` for str patterns
             return True
     return False
+
+
+# Under a device target (`--device cpu|auto`, `--device-expr`), code already on torch.amp is
+# looked at too (AMP006). Each of its names is spelled through `amp` (`torch.amp.X`, `from torch
+# import amp`), except `torch.autocast`, spelled `autocast`: a file holding those letters anywhere is
+# parsed as well (a superset of the name, searched again in the decoded, normalised text).
+def could_hold_use(source: str | bytes, retargets: bool) -> bool:
+    """False only if the source cannot hold a use that the run (device target or not) looks at."""
+    if could_hold_deprecated_use(source):
+        return True
+    if not retargets:
+        return False
+    if isinstance(source, bytes):
+        if b"autocast" in source:
+            return True
+        if source.isascii() and not _COOKIE.search(source, 0, _end_of_second_line(source)):
+            return False
+        try:
+            import io
+            import tokenize
+
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+            source = source.decode(encoding)
+        except (SyntaxError, UnicodeDecodeError, LookupError):
+            return False
+    return "autocast" in source or (not source.isascii() and "autocast" in unicodedata.normalize("NFKC", source))

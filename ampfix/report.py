@@ -126,6 +126,8 @@ def _fix(rule: Rule, target: Target | None) -> str:
     """What `rewrite` does with the name: calls and type positions, then a reference without a call."""
     if target is None:
         return "report only"
+    if rule.device_target_only:
+        return "safe; with --device cpu|auto or --device-expr only"
     if target.module:
         return "safe; as a value report only"
     if rule.shape is None:
@@ -151,6 +153,8 @@ def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
                 if rule.shape and rule.shape.device_keyword:
                     device = f"{rule.shape.device_keyword}={device}"
                 new = f"{target.new}({device})" if rule.shape and device else target.new
+                if rule.device_target_only:
+                    new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
                          "min_torch": _version(rule.min_torch), "fix": _fix(rule, target)})
     return rows

@@ -24,6 +24,13 @@ What is recorded is the *bound arguments* of the new-API entry points, which the
   (a factory call, then the decoration), and the decoration is what matters.
 - ``torch.amp.autocast_mode._cast``: the old ``torch.cuda.amp.autocast_mode._cast`` calls it through the
   module attribute. ``_cast`` recurses through the same global, so only the outermost call is recorded.
+  The calls custom_fwd / custom_bwd themselves make (``_cast`` and ``autocast`` objects, in
+  ``torch.amp.autocast_mode``) are their behaviour, not calls the script makes, and depend on whether
+  autocast is really on: they are not recorded (``_INTERNAL``).
+
+Probes, kept apart from the records (they describe what the objects do, which the device decides):
+on entering an autocast, the dtype a linear layer returns inside it; after a GradScaler is built, its
+``is_enabled()``. They show that an AMP path moved to the CPU really runs in lower precision.
 
 Normalisation: ``dtype=None`` for autocast means ``torch.get_autocast_dtype(device_type)`` (float16 for
 cuda, bfloat16 for cpu unless the program changed it) and ``cache_enabled=None`` means
@@ -56,7 +63,10 @@ import torch.amp
 import torch.amp.autocast_mode
 import torch.amp.grad_scaler
 
+# The module whose own calls (custom_fwd / custom_bwd casting inputs, building autocasts) are not recorded.
+_INTERNAL = "torch.amp.autocast_mode"
 RECORDS: list[dict] = []
+PROBES: list[dict] = []
 _DEPRECATED = ("torch.cuda.amp", "torch.cpu.amp")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -86,6 +96,9 @@ def _patch_autocast() -> None:
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
+        if sys._getframe(1).f_globals.get("__name__") == _INTERNAL:
+            self._ampfix_internal = True
+            return original(self, *args, **kwargs)
         arguments = _bound(original, (self, *args), kwargs)
         arguments.pop("self")
         device = arguments["device_type"]
@@ -97,6 +110,19 @@ def _patch_autocast() -> None:
         return original(self, *args, **kwargs)
 
     cls.__init__ = __init__
+    enter = cls.__enter__
+
+    @functools.wraps(enter)
+    def __enter__(self):
+        result = enter(self)
+        if getattr(self, "_ampfix_internal", False):
+            return result
+        output = torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2))
+        PROBES.append({"api": "autocast", "device_type": self.device, "enabled": self._enabled,
+                       "dtype": str(self.fast_dtype), "linear_dtype": str(output.dtype)})
+        return result
+
+    cls.__enter__ = __enter__
 
 
 def _patch_grad_scaler() -> None:
@@ -108,7 +134,9 @@ def _patch_grad_scaler() -> None:
         arguments = _bound(original, (self, *args), kwargs)
         arguments.pop("self")
         RECORDS.append({"api": "GradScaler", **{k: _jsonable(v) for k, v in arguments.items()}})
-        return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        PROBES.append({"api": "GradScaler", "device": self._device, "is_enabled": self.is_enabled()})
+        return result
 
     cls.__init__ = __init__
 
@@ -134,7 +162,7 @@ def _patch_cast() -> None:
     @functools.wraps(original)
     def _cast(*args, **kwargs):
         nonlocal depth
-        if depth == 0:
+        if depth == 0 and sys._getframe(1).f_globals.get("__name__") != _INTERNAL:
             arguments = _bound(original, args, kwargs)
             value = arguments.pop("value")
             RECORDS.append(
@@ -175,6 +203,7 @@ def _reset_torch_state() -> None:
 
 def run_one(path: str) -> dict:
     RECORDS.clear()
+    PROBES.clear()
     _reset_torch_state()
     sink = io.StringIO()
     error = None
@@ -202,6 +231,7 @@ def run_one(path: str) -> dict:
     )
     return {
         "records": list(RECORDS),
+        "probes": list(PROBES),
         "deprecation_warnings": deprecations,
         "error": error,
         "output": sink.getvalue()[-2000:],

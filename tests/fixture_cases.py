@@ -5,6 +5,8 @@ A case is ``fixtures/<area>/<name>.in.py`` with its expected output ``<name>.out
 A case without ``.out.py`` must come out unchanged, byte for byte.
 ``fixtures/run/`` and ``fixtures/demo/`` belong to other tests and are not cases here.
 
+The options a case is fixed with are its area's (``AREA_OPTIONS``; an area not listed there: the defaults).
+
 A case whose first line is exactly ``# fixture: not-runnable (<reason>)`` is not executed by the torch oracle
 (tests/test_equivalence.py).
 """
@@ -20,8 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 EXCLUDED_AREAS = frozenset({"run", "demo"})
-# The only area whose cases are fixed with Options(unsafe_fixes=True).
-UNSAFE_AREA = "unsafe_fixes"
+# The areas fixed with other than the default options: area -> keyword arguments of ampfix's Options.
+# The expression areas define the names their expression uses, so that the torch oracle can run them.
+AREA_OPTIONS: dict[str, dict[str, object]] = {
+    "unsafe_fixes": {"unsafe_fixes": True},
+    "device_cpu": {"device": "cpu"},
+    "device_auto": {"device": "auto"},
+    "device_expr": {"device_expr": "cfg.device_type"},
+}
+# The areas whose CUDA code moves to the CPU when run on this machine (the oracle's expectation differs).
+CPU_TARGET_AREAS = {"device_cpu": "cpu", "device_auto": "auto"}
 
 _NOT_RUNNABLE = re.compile(r"# fixture: not-runnable \((?P<reason>.+)\)")
 _FINDING = re.compile(r"(?P<line>[1-9][0-9]*) (?P<code>AMP[0-9]{3}) (?P<status>fixed|left)")
@@ -63,8 +73,9 @@ class Case:
         return self.in_path.with_name(self.name + ".findings")
 
     @property
-    def unsafe(self) -> bool:
-        return self.area == UNSAFE_AREA
+    def options(self) -> dict[str, object]:
+        """The keyword arguments of ampfix's Options this case is fixed with."""
+        return AREA_OPTIONS.get(self.area, {})
 
     def expected_findings(self) -> list[tuple[int, str, bool]] | None:
         """The ``.findings`` file as sorted ``(line, code, fixed)``; None when the case has none."""

@@ -205,9 +205,12 @@ def test_bad_target_torch_is_a_usage_error(tmp_path: Path):
 def test_rules_table_lists_every_code():
     result = invoke("rules")
     assert result.exit_code == 0
-    for code in ("AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP010", "AMP011"):
+    for code in ("AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", "AMP010", "AMP011"):
         assert code in result.stdout
     rows = json.loads(invoke("rules", "--output-format", "json").stdout)
+    assert {"code": "AMP006", "title": 'torch.amp with a literal "cuda" (device targets only)',
+            "old": "torch.autocast", "new": "torch.autocast(<the device target>)", "min_torch": "1.10",
+            "fix": "safe; with --device cpu|auto or --device-expr only"} in rows
     assert {"code": "AMP002", "title": "GradScaler", "old": "torch.cuda.amp.GradScaler",
             "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe; references unsafe"} in rows
 

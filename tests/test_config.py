@@ -98,7 +98,7 @@ def test_the_most_specific_selector_wins():
     assert enabled_rules(["AMP"], ["AMP00"]) == {"AMP010", "AMP011"}
     assert enabled_rules(["AMP001"], ["AMP00"]) == {"AMP001"}
     assert enabled_rules(["AMP001"], ["AMP001"]) == frozenset()
-    assert enabled_rules(None, ["AMP01"]) == {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005"}
+    assert enabled_rules(None, ["AMP01"]) == {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006"}
 
 
 @pytest.mark.parametrize("table, message", [

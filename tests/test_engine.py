@@ -75,7 +75,7 @@ def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
     from ampfix.options import Options
 
     source = "import torch\na = torch.cuda.amp.autocast()\nb = torch.cpu.amp.autocast()\n"
-    result = fix_source(source, Options(cuda_device="device.type"))
+    result = fix_source(source, Options(device_expr="device.type"))
     assert result.new_source == (
         'import torch\na = torch.amp.autocast(device.type)\nb = torch.amp.autocast("cpu")\n'
     )

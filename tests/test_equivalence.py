@@ -5,6 +5,12 @@ tests/amp_recorder.py records the bound arguments of every ``torch.amp`` autocas
 custom_fwd / custom_bwd / ``_cast`` call that a script makes (the deprecated APIs call these, so both sides
 are seen), plus the FutureWarnings about ``torch.cuda.amp`` / ``torch.cpu.amp``.
 
+In the areas that move CUDA code to the CPU (``fixture_cases.CPU_TARGET_AREAS``: ``--device cpu`` and
+``--device auto``, run on this CPU-only machine) the ``.out.py`` must build every object on "cpu", with
+every other argument the original's, except the documented changes (``_on_the_cpu``); and the probes
+must show the AMP path really on: a linear layer inside an enabled autocast returns its lower dtype
+(bfloat16), and a GradScaler built enabled is enabled.
+
 This checks the fixtures themselves (that the hand-written expected output means what the input meant on
 torch 2.13): it does not call the engine.
 
@@ -27,7 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from fixture_cases import CASE_IDS, CASES, ROOT, Case
+from fixture_cases import CASE_IDS, CASES, CPU_TARGET_AREAS, ROOT, Case
+
+from ampfix.rules import ALL_RULES
 
 import torch  # noqa: F401,E402 - a test dependency: its absence must fail the run, not skip it
 
@@ -99,6 +107,49 @@ def _params():
             yield pytest.param(case, id=case_id)
 
 
+# The rules that move code already on torch.amp (a device target's): their inputs are not deprecated.
+ALREADY_MIGRATED_CODES = {rule.code for rule in ALL_RULES if rule.device_target_only}
+_DEVICE_ARGUMENT = {"GradScaler": "device"}  # the others name it device_type
+
+
+def _on_the_cpu(record: dict, mode: str) -> dict:
+    """What an object the .in.py built for CUDA must be once moved to the CPU by --device `mode`.
+
+    The dtype autocast uses on CUDA, float16 (the old class's default, or given), becomes bfloat16:
+    under --device cpu an explicit float16 is rewritten so, and a default stands for the CPU's own,
+    bfloat16. (--device auto keeps an explicit float16, so its fixtures give autocast none.)
+    custom_fwd's cast_inputs=float16 becomes bfloat16 under --device cpu only.
+    """
+    moved = dict(record)
+    key = _DEVICE_ARGUMENT.get(record["api"], "device_type")
+    if moved.get(key) != "cuda":
+        return moved
+    moved[key] = "cpu"
+    if record["api"] == "autocast" and moved["dtype"] == "torch.float16":
+        moved["dtype"] = "torch.bfloat16"
+    if record["api"] == "custom_fwd" and mode == "cpu" and moved["cast_inputs"] == "torch.float16":
+        moved["cast_inputs"] = "torch.bfloat16"
+    return moved
+
+
+def _assert_runs_on_the_cpu(case: Case, before: dict, after: dict) -> None:
+    mode = CPU_TARGET_AREAS[case.area]
+    expected = [_on_the_cpu(record, mode) for record in before["records"]]
+    assert after["records"] == expected, (
+        f"{case.id}: the AMP objects are not the original's moved to the CPU\n"
+        f"expected: {json.dumps(expected, indent=1)}\nout: {json.dumps(after['records'], indent=1)}"
+    )
+    for record in after["records"]:
+        assert record[_DEVICE_ARGUMENT.get(record["api"], "device_type")] == "cpu", f"{case.id}: {record}"
+    for probe in after["probes"]:
+        if probe["api"] == "autocast":
+            lower = probe["dtype"] if probe["enabled"] else "torch.float32"
+            assert probe["linear_dtype"] == lower, f"{case.id}: autocast is not on: {probe}"
+    scalers = [r for r in after["records"] if r["api"] == "GradScaler"]
+    enabled = [p["is_enabled"] for p in after["probes"] if p["api"] == "GradScaler"]
+    assert enabled == [r["enabled"] for r in scalers], f"{case.id}: a GradScaler is not as enabled as asked"
+
+
 @pytest.mark.parametrize("case", list(_params()))
 def test_in_and_out_behave_the_same(case: Case, oracle: dict[str, dict]) -> None:
     before = oracle[str(case.in_path)]
@@ -107,17 +158,22 @@ def test_in_and_out_behave_the_same(case: Case, oracle: dict[str, dict]) -> None
         assert "crash" not in run, f"{case.id} ({side}): {run['crash']}"
         assert run["error"] is None, f"{case.id}: .{side}.py raised:\n{run['error']}\noutput:\n{run['output']}"
 
-    assert before["records"] == after["records"], (
-        f"{case.id}: the AMP objects differ\n"
-        f"in:  {json.dumps(before['records'], indent=1)}\nout: {json.dumps(after['records'], indent=1)}"
-    )
+    if case.area in CPU_TARGET_AREAS:
+        _assert_runs_on_the_cpu(case, before, after)
+    else:
+        assert before["records"] == after["records"], (
+            f"{case.id}: the AMP objects differ\n"
+            f"in:  {json.dumps(before['records'], indent=1)}\nout: {json.dumps(after['records'], indent=1)}"
+        )
     assert before["records"], f"{case.id}: the fixture creates no AMP object, so the oracle checks nothing"
 
     findings = case.expected_findings() or []
     if not any(not fixed for _, _, fixed in findings):
         # nothing is left deprecated: the migrated file must not warn about the old API
         assert after["deprecation_warnings"] == [], f"{case.id}: .out.py still warns: {after['deprecation_warnings']}"
-    if case.area != "unsafe_fixes":
+    already_migrated = bool(findings) and all(code in ALREADY_MIGRATED_CODES for _, code, _ in findings)
+    if case.area != "unsafe_fixes" and not already_migrated:
         # a rewritten input must really run something deprecated, or the comparison proves little
-        # (unsafe_fixes rewrite strings such as mock.patch targets, which need not run deprecated code)
+        # (unsafe_fixes rewrite strings such as mock.patch targets, which need not run deprecated code;
+        # a device target also moves code already on torch.amp, which is not deprecated)
         assert before["deprecation_warnings"], f"{case.id}: .in.py ran no deprecated API"

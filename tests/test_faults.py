@@ -675,10 +675,10 @@ def test_a_failure_reading_one_file_is_that_files_finding(tmp_path: Path, monkey
         (tmp_path / f"{name}.py").write_text(DEPRECATED)
     real_read_candidate = files.read_candidate
 
-    def read_candidate(path):
+    def read_candidate(path, *args):
         if path.name == "b.py":
             raise MemoryError("too big")
-        return real_read_candidate(path)
+        return real_read_candidate(path, *args)
 
     monkeypatch.setattr(files, "read_candidate", read_candidate)
     before = snapshot(tmp_path)

@@ -1,8 +1,9 @@
 """The hand-written fixture pairs are the spec: ``fix_source(<case>.in.py) == <case>.out.py``, byte for byte
 (``== <case>.in.py`` for a case without ``.out.py``).
 
-Cases live in ``fixtures/<area>/`` (see tests/fixture_cases.py); ``fixtures/unsafe_fixes/`` runs with
-``Options(unsafe_fixes=True)``, every other area with the default options.
+Cases live in ``fixtures/<area>/`` (see tests/fixture_cases.py); each runs with its area's options
+(``fixture_cases.AREA_OPTIONS``: ``fixtures/unsafe_fixes/`` with ``unsafe_fixes=True``, ``fixtures/device_cpu/``
+with ``device="cpu"``, ...), every other area with the default options.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ampfix.engine import Options, fix_source
 
 
 def _options(case: Case) -> Options:
-    return Options(unsafe_fixes=True) if case.unsafe else Options()
+    return Options(**case.options)
 
 
 def _diff(expected: bytes, actual: bytes) -> str:

@@ -62,7 +62,7 @@ def test_few_candidates_stay_in_one_process(tmp_path: Path, monkeypatch):
 
 
 def test_the_pool_reads_ahead_only_a_bounded_window(tree: Path):
-    candidates = list(files._candidates([tree]))
+    candidates = list(files._candidates([tree], False))
     pulled = 0
 
     def counting():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, grad_scaler, module_paths, no_twin
+from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler, module_paths, no_twin
 from ampfix.rules.base import CallShape, Example, Family, Rule, Target
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -11,6 +11,7 @@ ALL_RULES: tuple[Rule, ...] = (
     custom_fwd.RULE,
     custom_bwd.RULE,
     cast.RULE,
+    device_literal.RULE,
     module_paths.RULE,
     no_twin.RULE,
 )
@@ -26,6 +27,10 @@ TORCH_AMP = Family(
     version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
     distribution="torch",
     new_api=("torch.amp", "torch.autocast"),
+    # CPU float16 autocast runs, but far slower than bfloat16, and some CPU ops refuse it.
+    cpu_dtypes={"torch.float16": "torch.bfloat16", "torch.half": "torch.bfloat16"},
+    cuda_available="torch.cuda.is_available",
+    device_class="torch.device",
 )
 
 FAMILIES: tuple[Family, ...] = (TORCH_AMP,)

@@ -21,6 +21,7 @@ RULE = Rule(
         old_params=("enabled", "dtype", "cache_enabled"),
         device_position=0,
         positionals_to_keywords=True,
+        cuda_dtype_params=("dtype",),
     ),
     examples=(
         Example(

@@ -24,6 +24,9 @@ class CallShape:
     # `functools.partial(new, <device>)` behaves like the old callable for every call,
     # so a non-called reference can be rewritten to it (an unsafe fix: the object is not the same).
     partial_keeps_meaning: bool = False
+    # Parameters holding a dtype chosen for CUDA: moving the call to the CPU makes float16 there
+    # bfloat16 (CPU float16 autocast runs, but far slower, and some CPU ops refuse it).
+    cuda_dtype_params: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Example:
     unsafe_fixes: bool = False
     # Left unchanged and reported under this code; None with `after` None: nothing to report.
     reported: str | None = None
+    device: str = "cuda"  # the device target (`--device`) the example is rewritten with
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Rule:
     # old qualified name -> its torch.amp twin; None where there is no twin.
     symbols: dict[str, Target | None]
     shape: CallShape | None = None  # None: a pure rename, valid in every context
+    # Its names are already migrated: it only moves their literal "cuda" under a device target.
+    device_target_only: bool = False
     examples: tuple[Example, ...] = field(default=(), repr=False)
 
     @property
@@ -80,6 +86,12 @@ class Family:
     distribution: str | None = None
     # Names of the new API: a `try` that imports one of these falls back to the old API in its handlers.
     new_api: tuple[str, ...] = ()
+    # Moving CUDA code elsewhere (`--device`): dtypes chosen for CUDA and what they become on the CPU...
+    cpu_dtypes: dict[str, str] = field(default_factory=dict)
+    # ...the call that tells whether CUDA is there, for a device chosen when the code runs...
+    cuda_available: str | None = None
+    # ...and the class whose `.type` gives a device type from a str or a device object.
+    device_class: str | None = None
 
     @cached_property
     def _symbols(self) -> dict[str, tuple[Rule, Target | None]]:

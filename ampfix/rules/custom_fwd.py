@@ -18,6 +18,7 @@ RULE = Rule(
         device_keyword="device_type",
         bare_decorator_ok=True,
         partial_keeps_meaning=True,
+        cuda_dtype_params=("cast_inputs",),
     ),
     examples=(
         Example(
