@@ -68,6 +68,11 @@ def fix_source(source: str, options: Options = Options()) -> SourceResult:
 def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     if not could_hold_deprecated_use(source):
         return SourceResult(source, source)
+    from ampfix.suppressions import scan
+
+    suppressions = scan(source)
+    if suppressions.skip_file:
+        return SourceResult(source, source)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError) as error:  # RecursionError: nested past what ast builds
@@ -77,7 +82,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
     from ampfix.analysis import analyze
 
-    plan = analyze(tree, source, options)
+    plan = analyze(tree, source, options, suppressions)
     findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)
