@@ -19,6 +19,10 @@ class Finding:
     unsafe: bool = False
     fixed: bool = False  # the fix is applied in SourceResult.new_source
     suggestion: str | None = None
+    # In a notebook: the 1-based cell (`line` and `col` are within it), and the line of the
+    # notebook file that holds the cell's line (where CI annotations point).
+    cell: int | None = None
+    file_line: int | None = None
 
 
 @dataclass(frozen=True)
