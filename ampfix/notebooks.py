@@ -244,8 +244,8 @@ def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
         return first_error
     try:
         ast.parse(masked)
-    except (SyntaxError, ValueError):
-        return first_error
+    except (SyntaxError, ValueError) as error:  # the error left once IPython's lines are masked
+        return error if isinstance(error, SyntaxError) else SyntaxError(str(error))
     return masked, masked_lines
 
 
