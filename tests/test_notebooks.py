@@ -174,3 +174,21 @@ def test_stdin_named_as_a_notebook(tmp_path: Path):
     result = CliRunner().invoke(app, ["rewrite", "-", "--stdin-filename", "nb.ipynb"], input=_notebook(*OLD_CELLS))
     assert result.stdout.startswith(_notebook("import torch\nfrom torch.amp import GradScaler",
                                               '# scale\nscaler = GradScaler("cuda", enabled=False)'))
+
+
+def test_the_diff_of_a_notebook_applies_with_git_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """With --unsafe-fixes `import functools` joins the first cell, and the import it adds is a new
+    element of that cell's source."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    cells = ("import torch\nimport os", "Scaler = torch.cuda.amp.GradScaler\ns = Scaler()", "%%time\nx = 1")
+    Path("n.ipynb").write_text(_notebook(*cells), encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], check=True)
+    diff = invoke("rewrite", "--unsafe-fixes", "--diff", "n.ipynb")
+    assert diff.exit_code == 1
+    Path("d.patch").write_text(diff.stdout)
+    subprocess.run(["git", "apply", "d.patch"], check=True)
+    assert Path("n.ipynb").read_text() == _notebook(
+        "import torch\nimport os\nimport functools",
+        'Scaler = functools.partial(torch.amp.GradScaler, "cuda")\ns = Scaler()', "%%time\nx = 1")
