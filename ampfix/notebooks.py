@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
 import re
@@ -80,7 +81,8 @@ def process_notebook(text: str, options: Options, rewrite: bool) -> NotebookResu
     for finding in result.findings:
         index = bisect.bisect_right(starts, finding.line) - 1
         cell = parsed[max(index, 0)][0]
-        findings.append(_located(replace(finding, line=finding.line - starts[max(index, 0)] + 1), cell, lines))
+        line = max(1, finding.line - starts[max(index, 0)] + 1)
+        findings.append(_located(replace(finding, line=line), cell, lines))
     if result.error is not None:
         errors.append(result.error)
     findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
@@ -116,10 +118,11 @@ def read_cells(text: str) -> list[Cell]:
             return []
         cells = []
         for number, (start, _) in enumerate(_elements(text, fields["cells"][0])[0], 1):
-            members = {key: (a, b) for key, a, b in _members(text, start)[0]}
-            if "source" not in members or json.loads(text[slice(*members.get("cell_type", (0, 0)))] or '""') != "code":
+            spans = {key: (a, b) for key, a, b in _members(text, start)[0]}
+            kind = spans.get("cell_type")
+            if "source" not in spans or kind is None or json.loads(text[kind[0]:kind[1]]) != "code":
                 continue
-            span = members["source"]
+            span = spans["source"]
             value = json.loads(text[span[0]:span[1]])
             if isinstance(value, list) and all(isinstance(line, str) for line in value):
                 elements = tuple(_elements(text, span[0])[0])
@@ -216,14 +219,14 @@ def _located(finding: Finding, cell: Cell, lines: _LineIndex) -> Finding:
 
 _HELP = re.compile(r"\s*(?:[?].*|[\w.]+\?{1,2}\s*)")  # `?obj`, `obj?`, `obj??`
 _MAGIC = re.compile(r"\s*[%!].*")  # `%time x`, `%%timeit`, `!pip install x`
+# Cell magics whose body is Python run in the kernel: only their first line is masked.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 _ASSIGNED_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!].*")  # `x = !ls`, `a, b = %sx ls`
 
 
 def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
     """(the cell as valid Python, the indices of its masked lines), or the cell's syntax error.
     A cell that parses as it stands is not masked (IPython's syntax never is valid Python)."""
-    import ast
-
     try:
         ast.parse(source)
         return source, []
@@ -231,7 +234,8 @@ def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
         first_error = error if isinstance(error, SyntaxError) else SyntaxError(str(error))
     lines = source_lines(source)
     masked_lines: list[int] = []
-    cell_magic = bool(lines) and lines[0].startswith("%%")
+    name = lines[0][2:].split(maxsplit=1)[0] if lines and lines[0][2:].strip() and lines[0].startswith("%%") else None
+    cell_magic = name is not None and name not in PYTHON_CELL_MAGICS  # `%%bash`: no line of it is Python
     for i, line in enumerate(lines):
         body = line.rstrip("\r\n")
         if cell_magic or _HELP.fullmatch(body) or _MAGIC.fullmatch(body) or _ASSIGNED_MAGIC.fullmatch(body):

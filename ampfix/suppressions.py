@@ -23,7 +23,6 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]*(?:[\s,]+[A-Z]+[0-9]*)
 _IGNORE = re.compile(r"#\s*ampfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 _SKIP_FILE = re.compile(r"#\s*ampfix:\s*skip-file\s*$", re.IGNORECASE)
 
-ALL = None  # a directive without codes covers every code
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,7 @@ def test_the_diff_of_a_notebook_applies_with_git_apply(tmp_path: Path, monkeypat
     assert Path("n.ipynb").read_text() == _notebook(
         "import torch\nimport os\nimport functools",
         'Scaler = functools.partial(torch.amp.GradScaler, "cuda")\ns = Scaler()', "%%time\nx = 1")
+
+
+def test_a_cell_magic_with_a_python_body_masks_its_first_line_only():
+    assert masked_cell("%%time\nwith f():\n    %time g()\n") == ("______\nwith f():\n    _________\n", [0, 2])
