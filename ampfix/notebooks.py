@@ -354,7 +354,7 @@ def process_notebook_file(path, data: bytes, options: Options, mode: str):
 
 def notebook_file(path, data: bytes, options: Options, mode: str):
     """(the FileResult, the notebook's new bytes: `data` when nothing changed). Writes in "rewrite" mode."""
-    from ampfix.files import FileResult, _error, _write_in_place
+    from ampfix.files import FileResult, _error, _not_written, _write_in_place
 
     try:
         text = data.decode("utf-8")
@@ -366,8 +366,7 @@ def notebook_file(path, data: bytes, options: Options, mode: str):
     new_data = result.new_text.encode("utf-8")
     diff = result.diff(str(path)) if mode == "diff" else ""
     if mode == "rewrite":
-        try:
-            _write_in_place(path, new_data)
-        except OSError as error:
-            return FileResult(str(path), result.findings, diff, error=f"cannot write: {error}"), data
+        problem = _write_in_place(path, new_data)
+        if problem is not None:
+            return _not_written(path, result.findings, problem), data
     return FileResult(str(path), result.findings, diff, changed=True, error=result.error), new_data

@@ -196,3 +196,14 @@ def test_the_diff_of_a_notebook_applies_with_git_apply(tmp_path: Path, monkeypat
 
 def test_a_cell_magic_with_a_python_body_masks_its_first_line_only():
     assert masked_cell("%%time\nwith f():\n    %time g()\n") == ("______\nwith f():\n    _________\n", [0, 2])
+
+
+def test_a_notebook_that_cannot_be_written_is_left_and_reported_as_not_fixed(tmp_path: Path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(_notebook(*OLD_CELLS), encoding="utf-8")
+    os.link(path, tmp_path / "other.ipynb")  # a hard link: the rewrite would cut the names apart
+    before = path.read_bytes()
+    rows = json.loads(invoke("rewrite", "--output-format", "json", str(path)).stdout)
+    assert path.read_bytes() == before
+    assert [(row.get("cell"), row["code"], row["fixed"]) for row in rows] == [
+        (1, "AMP010", False), (2, "AMP002", False), (None, "AMP903", False)]
