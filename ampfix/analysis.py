@@ -24,6 +24,7 @@ from ampfix.guards import GuardJudge
 from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
 from ampfix.rules import TORCH_AMP, Family, Rule, Target, module_paths, no_twin
+from ampfix.suppressions import NONE, Suppressions
 
 NO_TWIN_CODE = no_twin.RULE.code
 MODULE_PATH_CODE = module_paths.RULE.code
@@ -155,8 +156,10 @@ AUTO_DEVICE_NAME = "AMP_DEVICE"
 
 
 class Analysis:
-    def __init__(self, tree: ast.Module, source: str, options: Options, family: Family = TORCH_AMP) -> None:
+    def __init__(self, tree: ast.Module, source: str, options: Options, family: Family = TORCH_AMP,
+                 suppressions: Suppressions = NONE) -> None:
         self.tree = tree
+        self.suppressions = suppressions
         self.options = options
         self.family = family
         self.index = SourceIndex(source)
@@ -170,6 +173,8 @@ class Analysis:
         self.needs_module_device = False
         self.heads = self._package_bound_names()
         self.blocked_groups: dict[tuple[int, str], Use] = {}
+        # Groups held by a suppression comment (on a use, or on their import): why, for messages.
+        self.suppressed_groups: dict[tuple[int, str], str] = {}
 
     def _package_bound_names(self) -> frozenset[str]:
         names: set[str] = set()
@@ -375,6 +380,10 @@ class Analysis:
         uses = [use for ref in self.walker.chains if ref.parts[0] in self.heads
                 if (use := self.resolve(ref)) is not None]
         decided = [(use, self.decide(use)) for use in uses]
+        if self.suppressions is not NONE:
+            from ampfix.suppression_plan import suppress_uses
+
+            decided = suppress_uses(self, decided)
         decided = self._settle_groups(decided)
         plan_imports(self)
         for use, decision in decided:
@@ -591,10 +600,14 @@ class Analysis:
         settled = []
         for use, decision in decided:
             blocker = self.blocked_groups.get(use.group) if use.group else None
+            suppressed = self.suppressed_groups.get(use.group) if use.group else None
             if blocker is not None and decision.edit is not None:
                 decision = replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=(
                     f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
                     "in a way that cannot be rewritten"))
+            elif suppressed is not None and decision.edit is not None:
+                decision = replace(decision, edit=None, fixable=False, unsafe=False,
+                                   message=f"left: `{use.ref.parts[0]}` is {suppressed}")
             settled.append((use, decision))
         return settled
 
@@ -620,6 +633,8 @@ class Analysis:
 
     # the result ----------------------------------------------------------------------------
     def plan(self) -> Plan:
+        if self.suppressions is not NONE:
+            self.findings = [f for f in self.findings if not self.suppressions.covers(f.line, f.code)]
         self.findings.sort(key=lambda f: (f.line, f.col, f.code))
         statements = statement_groups(self.tree, self.index) if self.edits else []
         head: list[str] = []
@@ -700,8 +715,8 @@ def _head_end(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]
     return groups[first_other][1]
 
 
-def analyze(tree: ast.Module, source: str, options: Options) -> Plan:
-    return Analysis(tree, source, options).run()
+def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppressions = NONE) -> Plan:
+    return Analysis(tree, source, options, suppressions=suppressions).run()
 
 
 __all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "analyze",

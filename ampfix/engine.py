@@ -19,6 +19,10 @@ class Finding:
     unsafe: bool = False
     fixed: bool = False  # the fix is applied in SourceResult.new_source
     suggestion: str | None = None
+    # In a notebook: the 1-based cell (`line` and `col` are within it), and the line of the
+    # notebook file that holds the cell's line (where CI annotations point).
+    cell: int | None = None
+    file_line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ def fix_source(source: str, options: Options = Options()) -> SourceResult:
 def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     if not could_hold_use(source, options.retargets):
         return SourceResult(source, source)
+    from ampfix.suppressions import scan
+
+    suppressions = scan(source)
+    if suppressions.skip_file:
+        return SourceResult(source, source)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError) as error:  # RecursionError: nested past what ast builds
@@ -77,7 +86,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
     from ampfix.analysis import analyze
 
-    plan = analyze(tree, source, options)
+    plan = analyze(tree, source, options, suppressions)
     findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ampfix.analysis import MODULE_PATH_CODE, NO_TWIN_CODE, ImportEdit
 from ampfix.bindings import ImportRef, Scope
+from ampfix.suppression_plan import import_suppressed
 
 if TYPE_CHECKING:
     from ampfix.analysis import Analysis
@@ -39,6 +40,9 @@ def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str |
     blocker = analysis.blocked_groups.get((id(imp.scope), name))
     if blocker is not None:
         return f"`{name}` is used on line {blocker.ref.node.lineno} in a way that cannot be rewritten"
+    suppressed = analysis.suppressed_groups.get((id(imp.scope), name))
+    if suppressed is not None:
+        return f"`{name}` is {suppressed}"
     _, bindings = imp.scope.lookup(name)
     if any(b.kind != "none" and b.qname != qname for b in bindings):
         return f"`{name}` is bound to several things"
@@ -62,7 +66,7 @@ def _plan_import_from(analysis: Analysis, imp: ImportRef) -> None:
                                      "binds cannot be resolved; import them by name", fixable=False)
             kept.append(i)
             continue
-        if family.deprecated_root(qname) is None:
+        if family.deprecated_root(qname) is None or import_suppressed(analysis, alias, qname):
             kept.append(i)
             continue
         reason = _blocker(analysis, imp, alias.asname or alias.name, qname)
@@ -93,7 +97,7 @@ def _plan_import(analysis: Analysis, imp: ImportRef, plain_imports: dict[int, se
     removed: list[int] = []
     module_rule = family.symbol(next(iter(family.roots)))
     for i, alias in enumerate(node.names):
-        if family.deprecated_root(alias.name) is None:
+        if family.deprecated_root(alias.name) is None or import_suppressed(analysis, alias, alias.name):
             continue
         if alias.asname:
             reason = _blocker(analysis, imp, alias.asname, alias.name)

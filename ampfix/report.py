@@ -40,10 +40,16 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
         else:
             done = "would fix" if mode == "diff" else "fixed"
             mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
-        where = paint(f"{result.path}:{finding.line}:{finding.col}:", "bold", colour)
+        where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
         lines.append(f"{where} {code}{mark} {_message(finding)}")
     return lines
+
+
+def _place(finding: Finding) -> str:
+    """`line:col`, or `cell N:line:col` in a notebook."""
+    cell = "" if finding.cell is None else f"cell {finding.cell}:"
+    return f"{cell}{finding.line}:{finding.col}"
 
 
 def _message(finding: Finding) -> str:
@@ -57,19 +63,21 @@ def _message(finding: Finding) -> str:
 def summary(results: Sequence[FileResult], mode: str) -> str:
     findings = [f for r in results for f in r.findings]
     errors = sum(1 for r in results if r.error)
+    # A file that could not be processed has an error finding; a notebook one per cell.
+    error_findings = sum(1 for f in findings if f.code in ERROR_TITLES)
     fixed = sum(1 for f in findings if f.fixed)
     left = len(findings) - fixed
     parts = []
     if mode == "check":
         safe = sum(1 for f in findings if f.fixable and not f.unsafe)
         unsafe = sum(1 for f in findings if f.fixable and f.unsafe)
-        parts.append(f"{_count(len(findings) - errors, 'finding')}"
+        parts.append(f"{_count(len(findings) - error_findings, 'finding')}"
                      f" ({safe} fixable with `ampfix rewrite`, {unsafe} more with --unsafe-fixes)")
     else:
         changed = sum(1 for r in results if r.changed)
         verb = "would rewrite" if mode == "diff" else "rewrote"
         parts.append(f"{verb} {_count(changed, 'file')} ({_count(fixed, 'fix', 'fixes')})")
-        parts.append(f"{_count(left - errors, 'finding')} left")
+        parts.append(f"{_count(left - error_findings, 'finding')} left")
     if errors:
         parts.append(f"{_count(errors, 'file')} could not be processed")
     return "; ".join(parts) + "."
@@ -101,6 +109,7 @@ def findings_json(results: Iterable[FileResult]) -> str:
     rows = [
         {
             "path": r.path,
+            **({} if f.cell is None else {"cell": f.cell}),  # a notebook's: line and col are within it
             "line": f.line,
             "col": f.col,
             "code": f.code,
@@ -197,8 +206,13 @@ def github_annotations(results: Iterable[FileResult]) -> str:
         for finding in result.findings:
             level = "notice" if finding.fixed else "error"
             message = f"fixed: {finding.message}" if finding.fixed else _message(finding)
-            lines.append(f"::{level} file={_escape_property(result.path)},line={finding.line},"
-                         f"col={finding.col},title={_escape_property(finding.code)}::{_escape_data(message)}")
+            if finding.cell is None:
+                where = f"line={finding.line},col={finding.col}"
+            else:  # the notebook file's line that holds the cell's line; the cell's place in the message
+                where = f"line={finding.file_line}"
+                message = f"{_place(finding)}: {message}"
+            lines.append(f"::{level} file={_escape_property(result.path)},{where},"
+                         f"title={_escape_property(finding.code)}::{_escape_data(message)}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -218,17 +232,25 @@ def sarif(results: Iterable[FileResult]) -> str:
     sarif_results = []
     for result in results:
         for finding in result.findings:
+            text = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
+            properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
+                                             "fixed": finding.fixed}
+            if finding.cell is not None:  # the notebook file's line; the cell's place in the message and properties
+                region = {"startLine": finding.file_line or 1}
+                text = f"{_place(finding)}: {text}"
+                properties.update(cell=finding.cell, cellLine=finding.line, cellColumn=finding.col)
             sarif_results.append({
                 "ruleId": finding.code,
                 "ruleIndex": index[finding.code],
                 "level": "note" if finding.fixed else "error",
                 "kind": "pass" if finding.fixed else "fail",
-                "message": {"text": f"fixed: {finding.message}" if finding.fixed else _message(finding)},
+                "message": {"text": text},
                 "locations": [{"physicalLocation": {
                     "artifactLocation": {"uri": _uri(result.path)},
-                    "region": {"startLine": finding.line, "startColumn": finding.col},
+                    "region": region,
                 }}],
-                "properties": {"fixable": finding.fixable, "unsafe": finding.unsafe, "fixed": finding.fixed},
+                "properties": properties,
             })
     log = {
         "$schema": SARIF_SCHEMA,

@@ -31,6 +31,8 @@ def _string_path(analysis: Analysis, ref: StringRef) -> None:
         code = symbol[1].code if symbol and analysis.family.exists(path) else NO_TWIN_CODE
         analysis.add_finding(ref.node, code, f"string names `{path}`, which has no {analysis.family.twin_namespace} twin", fixable=False)
         return
+    if analysis.suppressions.covers(ref.node.lineno, symbol[1].code):
+        return
     new_path = symbol[2].new
     literal = literal_with(analysis.lines, ref.node, [(0, len(path), new_path)])
     fixable = literal is not None
@@ -72,8 +74,8 @@ def _string_annotation(analysis: Analysis, ref: StringRef) -> None:
         decided.append((use, decision))
         if decision.edit is not None and decision.edit.new_dotted is not None:
             replacements.append((offset + node.col_offset, offset + node.end_col_offset, decision.edit.new_dotted))
-    if not decided:
-        return
+    if not decided or any(analysis.suppressions.covers(ref.node.lineno, d.code) for _, d in decided):
+        return  # one literal: suppressed as a whole
     literal = literal_with(analysis.lines, ref.node, replacements)
     reason = next((decision.message for _, decision in decided if decision.edit is None), None)
     if literal is None:

@@ -1,0 +1,109 @@
+"""Inline suppressions: what a comment covers, and what it costs. The rewrites themselves are the
+fixture pairs under fixtures/suppress/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ampfix.cli import app
+from ampfix.suppressions import NONE, scan
+
+
+def test_codes_prefixes_and_bare_directives():
+    found = scan(
+        "a = 1  # noqa: AMP001, AMP01\n"
+        "b = 2  # NOQA:amp002\n"
+        "c = 3  # noqa\n"
+        "d = 4  # ampfix: ignore[AMP003,AMP004]\n"
+        "e = 5  # ampfix: ignore\n"
+        "f = 6  # a plain comment\n"
+    )
+    assert found.lines == {1: ("AMP001", "AMP01"), 2: ("AMP002",), 3: (), 4: ("AMP003", "AMP004"), 5: ()}
+    assert found.covers(1, "AMP001") and found.covers(1, "AMP010") and not found.covers(1, "AMP002")
+    assert found.covers(3, "AMP011") and found.covers(5, "AMP900")
+    assert not found.covers(6, "AMP001") and not found.skip_file
+
+
+def test_a_directive_inside_a_string_is_no_comment():
+    assert scan('x = "# noqa"\ny = """\n# ampfix: skip-file\n"""\n') is NONE
+
+
+def test_a_comment_covers_every_line_of_its_statement_and_no_other():
+    source = "x = f(\n    1,  # noqa: AMP002\n    2,\n)\ny = 1 + \\\n    2  # noqa\nz = 3\n"
+    found = scan(source)
+    assert found.lines == {1: ("AMP002",), 2: ("AMP002",), 3: ("AMP002",), 4: ("AMP002",), 5: (), 6: ()}
+
+
+def test_skip_file_only_on_a_line_of_its_own():
+    assert scan("import torch\n  # ampfix: skip-file\n").skip_file
+    assert not scan("import torch  # ampfix: skip-file\n").skip_file
+
+
+def test_text_without_a_directive_is_not_tokenized(monkeypatch):
+    import tokenize
+
+    def fail(*args, **kwargs):
+        raise AssertionError("tokenized")
+
+    monkeypatch.setattr(tokenize, "generate_tokens", fail)
+    assert scan("import torch\nwith torch.cuda.amp.autocast():  # why\n    pass\n") is NONE
+
+
+def test_text_that_does_not_tokenize_has_no_directives():
+    assert scan("x = (  # noqa\n") is NONE
+
+
+OLD = "import torch\nscaler = torch.cuda.amp.GradScaler(enabled=False)\n"
+
+
+def test_rewrite_of_a_folder_leaves_suppressed_lines_and_skipped_files_byte_for_byte(tmp_path: Path):
+    skipped = tmp_path / "skipped.py"
+    skipped.write_bytes(b"# ampfix: skip-file\r\n" + OLD.replace("\n", "\r\n").encode())
+    noqa = tmp_path / "noqa.py"
+    noqa.write_text(OLD.replace("False)", "False)  # noqa: AMP002") + OLD.splitlines()[1].replace("scaler", "other") + "\n")
+    before = skipped.read_bytes()
+
+    checked = CliRunner().invoke(app, ["check", str(tmp_path)])
+    assert checked.exit_code == 1
+    assert checked.stdout.splitlines()[:-1] == [
+        f"{noqa}:3:9: AMP002 [*] `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device \"cuda\""
+    ]
+
+    rewritten = CliRunner().invoke(app, ["rewrite", str(tmp_path)])
+    assert rewritten.exit_code == 1  # a file changed: the pre-commit contract
+    assert skipped.read_bytes() == before
+    assert noqa.read_text() == (
+        "import torch\n"
+        "scaler = torch.cuda.amp.GradScaler(enabled=False)  # noqa: AMP002\n"
+        'other = torch.amp.GradScaler("cuda", enabled=False)\n'
+    )
+    again = CliRunner().invoke(app, ["rewrite", str(tmp_path)])
+    assert (again.exit_code, again.stdout) == (0, "rewrote 0 files (0 fixes); 0 findings left.\n")
+
+
+PROBE = """
+import sys
+sys.argv = ["ampfix", "check", {path!r}]
+from ampfix.__main__ import main
+try:
+    main()
+except SystemExit:
+    pass
+print("LOADED", "ampfix.suppressions" in sys.modules)
+"""
+
+
+def test_the_hook_path_on_a_file_without_amp_never_loads_the_suppression_scanner(tmp_path: Path):
+    clean = tmp_path / "clean.py"
+    clean.write_text("import os  # noqa: F401\n")
+    done = subprocess.run([sys.executable, "-c", PROBE.format(path=str(clean))], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.splitlines()[-1] == "LOADED False"
+    clean.write_text("import torch  # noqa: F401\nx = torch.cuda.amp\n")  # a candidate: scanned
+    done = subprocess.run([sys.executable, "-c", PROBE.format(path=str(clean))], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.splitlines()[-1] == "LOADED True"
