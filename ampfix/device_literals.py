@@ -34,6 +34,8 @@ def plan_device_literals(analysis: Analysis) -> None:
         if literal is None:
             continue
         rule, target = table[full]
+        if analysis.suppressions.covers(literal.lineno, rule.code):
+            continue
         _, bindings = ref.scope.lookup(ref.parts[0])
         use = Use(ref, full, bindings[0], None, False)
         call = f'`{full}(...)` with device "{_TARGETED}"'
