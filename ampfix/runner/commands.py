@@ -48,13 +48,12 @@ ScriptArgument = Annotated[Path, typer.Argument(help="The script to run (as __ma
 MaxStepsOption = Annotated[
     Optional[int], typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
 ]
-_AMP_DTYPE_FLAG = typer.Option("--amp-dtype", help='The dtype "cuda" autocast runs in on the CPU; keep: the requested one.')
-AmpDtypeOption = Annotated[AmpDtype, _AMP_DTYPE_FLAG]
-_AUTOCAST_POLICY_FLAG = typer.Option(
-    "--autocast-policy",
-    help='Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).',
+_AMP_DTYPE_HELP = 'The dtype "cuda" autocast runs in on the CPU; keep: the requested one.'
+AmpDtypeOption = Annotated[AmpDtype, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP)]
+_AUTOCAST_POLICY_HELP = (
+    'Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).'
 )
-AutocastPolicyOption = Annotated[AutocastPolicy, _AUTOCAST_POLICY_FLAG]
+AutocastPolicyOption = Annotated[AutocastPolicy, typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP)]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for torch, random, numpy and PYTHONHASHSEED.")]
 ThreadsOption = Annotated[int, typer.Option("--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
 JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON to this file.")]
@@ -169,8 +168,13 @@ def verify_command(
     ] = RewriteDevice.cuda,
     max_steps: MaxStepsOption = None,
     # None: not given; the default depends on --device (see _verify_run_options).
-    amp_dtype: Annotated[Optional[AmpDtype], _AMP_DTYPE_FLAG] = None,
-    autocast_policy: Annotated[Optional[AutocastPolicy], _AUTOCAST_POLICY_FLAG] = None,
+    amp_dtype: Annotated[
+        Optional[AmpDtype], typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="bfloat16")
+    ] = None,
+    autocast_policy: Annotated[
+        Optional[AutocastPolicy],
+        typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP, show_default="cuda; cpu with --device cpu"),
+    ] = None,
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
     timeout: TimeoutOption = VERIFY_TIMEOUT_S,
