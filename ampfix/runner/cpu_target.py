@@ -46,8 +46,10 @@ def as_cpu_rewrite_promises(report: RunReport) -> RunReport:
 
 def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
     known = _RETARGETED_EVENTS.get(event["kind"])
+    if known is None:
+        return event
     fields = _fields(event["what"])
-    if known is None or fields is None:
+    if fields is None:
         return event  # compared as recorded: a text the mapping cannot read is never waved through
     device_field, rule = known
     if _unquoted(fields.get(device_field)) != "cuda":
