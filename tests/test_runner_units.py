@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ampfix.runner import api, compare, launch
+from ampfix.runner import api, compare, cpu_target, launch
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.model import RunReport
 from ampfix.runner.observe import Recorder, RegionKey, Site
@@ -204,3 +204,91 @@ def test_run_options_reject_nonsense(options: dict) -> None:
 def test_precheck_names_a_missing_file(tmp_path: Path) -> None:
     assert launch.precheck(tmp_path / "absent.py") == f"no such file: {tmp_path / 'absent.py'}"
     assert launch.precheck(FIXTURES / "cnn_amp.py") is None
+
+
+# -- verify --device cpu: the original's requests as `ampfix rewrite --device cpu` makes them ----------------
+
+CPU_TRACE = [
+    _event(0, "grad_scaler", "device='cpu' init_scale=65536.0"),
+    _event(0, "autocast", "device=cpu dtype=bfloat16 enabled=True cache_enabled=True"),
+    _event(0, "loss", (0.6931471824645996).hex()),
+    _event(1, "optimizer_step", "1"),
+]
+
+
+def test_cpu_target_moves_each_cuda_request_and_its_float16_only() -> None:
+    trace = [
+        _event(0, "custom_fwd", "device_type=cuda cast_inputs=float16"),
+        _event(0, "custom_fwd", "device_type=cuda cast_inputs=float32"),
+        _event(0, "custom_bwd", "device_type=cuda"),
+        _event(0, "grad_scaler", "device='cuda' init_scale=1024.0 growth_factor=3.0 enabled=False"),
+        _event(0, "autocast_enter", "device=cuda dtype=bfloat16 enabled=False cache_enabled=False"),
+        _event(0, "autocast", "device=cpu dtype=float16 enabled=True cache_enabled=True"),  # asked for the CPU: kept
+        _event(0, "loss", (0.5).hex()),
+    ]
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace))).processes[0]["trace"]
+    assert [event["what"] for event in moved] == [
+        "device_type=cpu cast_inputs=bfloat16",
+        "device_type=cpu cast_inputs=float32",
+        "device_type=cpu",
+        "device='cpu' init_scale=1024.0 growth_factor=3.0 enabled=False",
+        "device=cpu dtype=bfloat16 enabled=False cache_enabled=False",
+        "device=cpu dtype=float16 enabled=True cache_enabled=True",
+        (0.5).hex(),
+    ]
+    assert trace[0]["what"] == "device_type=cuda cast_inputs=float16"  # the original report is not changed
+
+
+def test_cpu_target_leaves_a_text_it_cannot_read_as_recorded() -> None:
+    odd = _event(0, "grad_scaler", "device='cuda' init_scale=<object at 0x1>")  # a value with a space
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=[odd]))).processes[0]["trace"]
+    assert moved == [odd]
+
+
+def test_cpu_target_takes_its_dtypes_from_the_device_rules() -> None:
+    assert cpu_target.CPU_DTYPES == {"float16": "bfloat16", "half": "bfloat16"}
+    assert cpu_target.CPU_AMP_DTYPE == "bfloat16"
+
+
+def test_verify_for_the_cpu_compares_against_the_moved_requests() -> None:
+    original, moved = _report(_process(trace=TRACE)), _report(_process(trace=CPU_TRACE))
+    report = api.compare_runs(original, moved, device="cpu")
+    assert report.equivalent is True and report.first_difference is None
+    assert report.notes and "--device cpu" in report.notes[0]
+    assert report.original is original  # the report keeps what the original really asked for
+    # The default target is exactly the old comparison: the same pair differs in the device.
+    default = api.compare_runs(original, moved)
+    assert default.equivalent is False
+    assert default.first_difference.startswith("step 0: original grad_scaler(device='cuda' init_scale=65536.0)")
+
+
+def test_verify_for_the_cpu_still_finds_a_changed_argument() -> None:
+    flipped = [*CPU_TRACE[:1], _event(0, "autocast", "device=cpu dtype=bfloat16 enabled=False cache_enabled=True"),
+               *CPU_TRACE[2:]]
+    report = api.compare_runs(_report(_process(trace=TRACE)), _report(_process(trace=flipped)), device="cpu")
+    assert report.equivalent is False
+    assert report.first_difference == (
+        "step 0: original autocast(device=cpu dtype=bfloat16 enabled=True cache_enabled=True) at train.py:10; "
+        "rewrite autocast(device=cpu dtype=bfloat16 enabled=False cache_enabled=True) at train.py:10"
+    )
+
+
+def test_options_for_the_cpu_run_the_cpu_policy_in_bfloat16() -> None:
+    given = api.RunOptions(max_steps=3, seed=5)
+    assert api.options_for_device(given, "cuda") is given
+    assert api.options_for_device(given, "cpu") == api.RunOptions(
+        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="bfloat16"
+    )
+    with pytest.raises(ValueError, match="device must be one of cuda, cpu"):
+        api.verify_scripts(FIXTURES / "cnn_amp.py", device="auto")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--autocast-policy", "cuda"), ("--amp-dtype", "keep"), ("--amp-dtype", "float16")]
+)
+def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, value: str) -> None:
+    command = [sys.executable, "-m", "ampfix", "verify", str(FIXTURES / "cnn_amp.py"), "--device", "cpu", flag, value]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2
+    assert f"{flag} {value} does not apply" in completed.stderr
+    assert "original:" not in completed.stderr  # nothing was run

@@ -10,11 +10,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ampfix.runner.compare import first_difference
 from ampfix.runner.config import AMP_DTYPES, AUTOCAST_POLICIES
+from ampfix.runner.cpu_target import CPU_AMP_DTYPE, as_cpu_rewrite_promises
 from ampfix.runner.launch import LaunchedRun, precheck
 from ampfix.runner.model import RunReport, VerifyReport
 from ampfix.runner.workdir import mirror
@@ -75,6 +76,20 @@ def run_script(
     return _launch(Path(script), script_args, options, capture_output=capture_output, timeout=timeout).finish()
 
 
+# The device a rewrite targets (`ampfix rewrite --device`): "cuda" keeps each request's device,
+# "cpu" moves CUDA's requests to the CPU.
+VERIFY_DEVICES = ("cuda", "cpu")
+
+
+def options_for_device(options: RunOptions, device: str) -> RunOptions:
+    """The run options both sides of ``verify`` get. For a rewrite to the CPU, the original's "cuda"
+    regions must run as the rewrite's "cpu" ones will: the CPU's op policy, in the dtype the rewrite
+    asks for instead of float16."""
+    if device == "cpu":
+        return replace(options, autocast_policy="cpu", amp_dtype=CPU_AMP_DTYPE)
+    return options
+
+
 def verify_scripts(
     original: str | os.PathLike[str],
     rewritten: str | os.PathLike[str] | None = None,
@@ -82,8 +97,13 @@ def verify_scripts(
     options: RunOptions = RunOptions(),
     *,
     timeout: float | None = None,
+    device: str = "cuda",
 ) -> VerifyReport:
     """Run the original and its rewrite side by side (same seed, same threads) and compare them.
+
+    ``device``: the device the rewrite targets (see ``ampfix rewrite --device``). With "cpu", both
+    sides run under :func:`options_for_device`, and the original's "cuda" requests are compared as
+    ``ampfix rewrite --device cpu`` promises them (:mod:`cpu_target`).
 
     Without ``rewritten``, ampfix's own rewrite of ``original`` is run from a temporary copy; the
     original's folder stays importable so its neighbouring modules are found. The two sides share
@@ -91,13 +111,16 @@ def verify_scripts(
     :mod:`workdir`), so neither sees, nor races on, what the other writes, and the caller's folder
     is not written to.
     """
+    if device not in VERIFY_DEVICES:
+        raise ValueError(f"device must be one of {', '.join(VERIFY_DEVICES)}, not {device!r}")
     original = Path(original)
+    options = options_for_device(options, device)
     notes: list[str] = []
     workspace = Path(tempfile.mkdtemp(prefix="ampfix-verify-"))
     runs: list[LaunchedRun] = []
     try:
         if rewritten is None:
-            rewritten, problem = _write_engine_rewrite(original, workspace, notes)
+            rewritten, problem = _write_engine_rewrite(original, workspace, notes, device)
             if problem is not None:
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         for script in (original, Path(rewritten)):
@@ -122,7 +145,7 @@ def verify_scripts(
         for run in runs:  # Ctrl-C, SIGTERM, an error: neither side outlives verify
             run.abort()
         shutil.rmtree(workspace, ignore_errors=True)
-    report = compare_runs(original_report, rewritten_report)
+    report = compare_runs(original_report, rewritten_report, device=device)
     report.notes.extend(notes)
     return report
 
@@ -140,8 +163,9 @@ def _side_working_directories(workspace: Path, notes: list[str]) -> tuple[Path, 
     return folders[0], folders[1]
 
 
-def compare_runs(original: RunReport, rewritten: RunReport) -> VerifyReport:
-    """Equivalent, not, or (``equivalent=None``) not comparable because one side could not run."""
+def compare_runs(original: RunReport, rewritten: RunReport, *, device: str = "cuda") -> VerifyReport:
+    """Equivalent, not, or (``equivalent=None``) not comparable because one side could not run.
+    ``device``: the device the rewrite targets, as for :func:`verify_scripts`."""
     if not original.ran or not rewritten.ran:
         failed, report = ("original", original) if not original.ran else ("rewrite", rewritten)
         return VerifyReport(original, rewritten, None, error=f"the {failed} could not be run: {report.error}")
@@ -150,6 +174,11 @@ def compare_runs(original: RunReport, rewritten: RunReport) -> VerifyReport:
         error = f"the original exited with status {original.exit_code} under the runner; nothing to compare against"
         cause = _last_line(original.stderr)
         return VerifyReport(original, rewritten, None, error=f"{error} ({cause})" if cause else error)
+    if device == "cpu":
+        note = 'the original\'s "cuda" requests were compared as `ampfix rewrite --device cpu` makes them ("cpu", ' \
+            f'float16 -> {CPU_AMP_DTYPE}); both sides ran the CPU\'s op policy'
+        difference = first_difference(as_cpu_rewrite_promises(original), rewritten)
+        return VerifyReport(original, rewritten, difference is None, difference, notes=[note])
     difference = first_difference(original, rewritten)
     return VerifyReport(original, rewritten, difference is None, difference)
 
@@ -160,8 +189,10 @@ def _last_line(text: str | None) -> str | None:
     return lines[-1].strip() if lines else None
 
 
-def _write_engine_rewrite(original: Path, workspace: Path, notes: list[str]) -> tuple[Path | None, str | None]:
-    """ampfix's rewrite of ``original``, written under the same file name in ``workspace``."""
+def _write_engine_rewrite(
+    original: Path, workspace: Path, notes: list[str], device: str
+) -> tuple[Path | None, str | None]:
+    """ampfix's rewrite of ``original`` for ``device``, written under the same file name in ``workspace``."""
     from ampfix.engine import Options, fix_source  # libcst: only now, and only for this
 
     try:
@@ -169,7 +200,7 @@ def _write_engine_rewrite(original: Path, workspace: Path, notes: list[str]) -> 
     except OSError as error:
         return None, f"cannot read {original}: {error}"
     try:
-        result = fix_source(source, Options())
+        result = fix_source(source, Options(device=device))
     except Exception as error:  # the engine must not take verify down with it; say what happened
         return None, f"ampfix's rewrite failed on {original}: {type(error).__name__}: {error}"
     if result.error is not None:
@@ -179,5 +210,6 @@ def _write_engine_rewrite(original: Path, workspace: Path, notes: list[str]) -> 
     target = workspace / "rewrite" / original.name
     target.parent.mkdir()
     target.write_text(result.new_source, encoding="utf-8")
-    notes.append("rewrite: ampfix's own, run from a temporary copy")
+    target_flag = "" if device == "cuda" else f" --device {device}"
+    notes.append(f"rewrite: ampfix's own{target_flag}, run from a temporary copy")
     return target, None

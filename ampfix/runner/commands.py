@@ -33,6 +33,13 @@ class AutocastPolicy(str, enum.Enum):
     cpu = "cpu"
 
 
+class RewriteDevice(str, enum.Enum):
+    """The device the rewrite under verify targets, as `ampfix rewrite --device` names it."""
+
+    cuda = "cuda"
+    cpu = "cpu"
+
+
 # verify captures both sides' output, so a script that hangs would hang it in silence: it gets a
 # limit by default. run streams the script's output and may be a real training run: none.
 VERIFY_TIMEOUT_S = 600.0
@@ -41,17 +48,12 @@ ScriptArgument = Annotated[Path, typer.Argument(help="The script to run (as __ma
 MaxStepsOption = Annotated[
     Optional[int], typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
 ]
-AmpDtypeOption = Annotated[
-    AmpDtype,
-    typer.Option("--amp-dtype", help='The dtype "cuda" autocast runs in on the CPU; keep: the requested one.'),
-]
-AutocastPolicyOption = Annotated[
-    AutocastPolicy,
-    typer.Option(
-        "--autocast-policy",
-        help='Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).',
-    ),
-]
+_AMP_DTYPE_HELP = 'The dtype "cuda" autocast runs in on the CPU; keep: the requested one.'
+AmpDtypeOption = Annotated[AmpDtype, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP)]
+_AUTOCAST_POLICY_HELP = (
+    'Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).'
+)
+AutocastPolicyOption = Annotated[AutocastPolicy, typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP)]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for torch, random, numpy and PYTHONHASHSEED.")]
 ThreadsOption = Annotated[int, typer.Option("--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
 JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON to this file.")]
@@ -156,9 +158,23 @@ def verify_command(
         Optional[Path],
         typer.Option("--rewritten", help="A hand migration to check instead of ampfix's own rewrite."),
     ] = None,
+    device: Annotated[
+        RewriteDevice,
+        typer.Option(
+            "--device",
+            help='The device the rewrite targets, as for `ampfix rewrite --device`: with cpu, the original\'s "cuda" '
+            "requests are expected on the CPU (float16 -> bfloat16) and both sides run the CPU's op policy.",
+        ),
+    ] = RewriteDevice.cuda,
     max_steps: MaxStepsOption = None,
-    amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
-    autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
+    # None: not given; the default depends on --device (see _verify_run_options).
+    amp_dtype: Annotated[
+        Optional[AmpDtype], typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="bfloat16")
+    ] = None,
+    autocast_policy: Annotated[
+        Optional[AutocastPolicy],
+        typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP, show_default="cuda; cpu with --device cpu"),
+    ] = None,
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
     timeout: TimeoutOption = VERIFY_TIMEOUT_S,
@@ -171,9 +187,39 @@ def verify_command(
     Each side runs in its own copy of the working directory, so scripts that write files do not meet.
     """
     _check_json_path("verify", json_path)
-    options = _options(max_steps, amp_dtype, autocast_policy, seed, threads)
+    options = _verify_run_options(device, max_steps, amp_dtype, autocast_policy, seed, threads)
     with _ending_signals_raise():
-        report = api.verify_scripts(script, rewritten, ctx.args, options, timeout=_seconds(timeout))
+        report = api.verify_scripts(script, rewritten, ctx.args, options, timeout=_seconds(timeout), device=device.value)
     render.render_verify(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
     raise typer.Exit(report.exit_code)
+
+
+def _verify_run_options(
+    device: RewriteDevice,
+    max_steps: int | None,
+    amp_dtype: AmpDtype | None,
+    autocast_policy: AutocastPolicy | None,
+    seed: int,
+    threads: int,
+) -> api.RunOptions:
+    """run's defaults; for a rewrite to the CPU, the options that device decides, and an error (exit 2)
+    for a flag that asks otherwise: the losses could then never agree."""
+    given = _options(
+        max_steps, amp_dtype or AmpDtype.bfloat16, autocast_policy or AutocastPolicy.cuda, seed, threads
+    )
+    decided = api.options_for_device(given, device.value)
+    for flag, chosen, field_name in (
+        ("--amp-dtype", amp_dtype, "amp_dtype"),
+        ("--autocast-policy", autocast_policy, "autocast_policy"),
+    ):
+        needed = getattr(decided, field_name)
+        if chosen is not None and chosen.value != needed:
+            Console(stderr=True).print(
+                f"ampfix verify: --device {device.value} runs both sides with {flag} {needed}; "
+                f"{flag} {chosen.value} does not apply",
+                style="red",
+                highlight=False,
+            )
+            raise typer.Exit(2)
+    return decided

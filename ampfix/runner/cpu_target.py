@@ -1,0 +1,83 @@
+"""What ``ampfix rewrite --device cpu`` promises, in the terms the runner records: ``verify
+--device cpu`` holds the rewrite to the original's requests as that rewrite moves them. Pure.
+
+Each request the original made for "cuda" is expected on "cpu" instead; a dtype chosen for CUDA
+becomes the CPU's (the device rules' own mapping, ``Family.cpu_dtypes``: float16 -> bfloat16), in
+the parameters the rules say hold one (autocast's ``dtype``, custom_fwd's ``cast_inputs``); every
+other argument (enabled, cache_enabled, the scaler's settings) is expected unchanged. Requests for
+"cpu" stay as they are, as the rewrite leaves them. Imports the rules, which are plain data: no
+torch, no libcst.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ampfix.rules import TORCH_AMP, Rule, autocast, custom_bwd, custom_fwd, grad_scaler
+from ampfix.runner.model import RunReport
+
+# A trace event the rewrite retargets -> the field of its text that holds the device, and the rule
+# whose call made it (its CallShape names the parameters holding a dtype chosen for CUDA).
+_RETARGETED_EVENTS: dict[str, tuple[str, Rule]] = {
+    "autocast": ("device", autocast.RULE),
+    "autocast_enter": ("device", autocast.RULE),
+    "grad_scaler": ("device", grad_scaler.RULE),
+    "custom_fwd": ("device_type", custom_fwd.RULE),
+    "custom_bwd": ("device_type", custom_bwd.RULE),
+}
+
+
+def _short_dtype(qualified: str) -> str:
+    """'torch.float16' -> 'float16': the runner records dtypes without their module."""
+    return qualified.rpartition(".")[2]
+
+
+CPU_DTYPES = {_short_dtype(old): _short_dtype(new) for old, new in TORCH_AMP.cpu_dtypes.items()}
+# The dtype a "cuda" region of the original runs in: the one the rewrite asks for instead of float16.
+CPU_AMP_DTYPE = CPU_DTYPES["float16"]
+
+
+def as_cpu_rewrite_promises(report: RunReport) -> RunReport:
+    """``report`` with every trace event of a "cuda" request turned into what the rewrite must record."""
+    processes = [{**process, "trace": [_retargeted(event) for event in process["trace"]]} for process in report.processes]
+    return replace(report, processes=processes)
+
+
+def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
+    known = _RETARGETED_EVENTS.get(event["kind"])
+    if known is None:
+        return event
+    fields = _fields(event["what"])
+    if fields is None:
+        return event  # compared as recorded: a text the mapping cannot read is never waved through
+    device_field, rule = known
+    if _unquoted(fields.get(device_field)) != "cuda":
+        return event
+    dtype_fields = rule.shape.cuda_dtype_params if rule.shape is not None else ()
+    moved = {}
+    for name, value in fields.items():
+        if name == device_field:
+            value = value.replace("cuda", "cpu")  # keeps the quotes of a recorded repr
+        elif name in dtype_fields:
+            value = CPU_DTYPES.get(value, value)
+        moved[name] = value
+    return {**event, "what": " ".join(f"{name}={value}" for name, value in moved.items())}
+
+
+def _fields(what: str) -> dict[str, str] | None:
+    """'device=cuda dtype=float16 enabled=True' -> its fields in order; None unless every word is name=value."""
+    fields: dict[str, str] = {}
+    for word in what.split(" "):
+        name, equals, value = word.partition("=")
+        if not equals or not name.isidentifier() or name in fields:
+            return None
+        fields[name] = value
+    return fields
+
+
+def _unquoted(value: str | None) -> str | None:
+    """A GradScaler's device is recorded as its repr ('cuda'), autocast's as is (cuda)."""
+    if value is not None and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value

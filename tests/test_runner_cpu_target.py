@@ -1,0 +1,84 @@
+"""`ampfix verify --device cpu`: the runner agrees with `ampfix rewrite --device cpu` (issue 8).
+
+Each verify starts two torch processes (seconds each on 2 loaded cores): three jobs, run together
+up front, two at a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runner_jobs import FIXTURES, Job, JobPool
+
+from ampfix.engine import Options, fix_source
+
+CNN_STEPS = ["--", "--steps", "3"]
+
+
+def _cpu_rewrite(script: Path, folder: Path) -> Path:
+    result = fix_source(script.read_text(encoding="utf-8"), Options(device="cpu"))
+    assert result.error is None and result.changed
+    target = folder / f"{script.stem}.cpu.py"
+    target.write_text(result.new_source, encoding="utf-8")
+    return target
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("verify-cpu")
+    cnn_rewrite = _cpu_rewrite(FIXTURES / "cnn_amp.py", folder)
+    commands = {
+        # The engine's rewrite, made here and handed over as a migration.
+        "cnn": ["verify", "cnn_amp.py", "--rewritten", str(cnn_rewrite), "--device", "cpu", *CNN_STEPS],
+        # verify makes the rewrite itself.
+        "custom_function": ["verify", "custom_function.py", "--device", "cpu"],
+        # A hand migration that moved one autocast to the CPU and left the GradScaler on "cuda".
+        "wrong_cpu": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--device", "cpu", *CNN_STEPS],
+    }
+    pool = JobPool(folder, commands)
+    for name in commands:
+        pool.submit(name)
+    yield pool
+    pool.close()
+
+
+def _requested_devices(report: dict) -> set[str]:
+    return {region["device_requested"] for region in report["autocast_regions"]} | {
+        scaler["device"] for scaler in report["grad_scalers"]
+    }
+
+
+def test_the_engines_cpu_rewrite_of_the_cnn_is_equivalent(jobs: JobPool) -> None:
+    job: Job = jobs.result("cnn")
+    assert job.returncode == 0, job.stderr
+    report = job.report
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert _requested_devices(report["original"]) == {"cuda"}
+    assert _requested_devices(report["rewritten"]) == {"cpu"}  # really a rewrite to the CPU
+    assert len(report["original"]["losses"]) == 3
+    assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
+    assert any("--device cpu" in note for note in report["notes"])
+    assert "equivalent" in job.stderr
+
+
+def test_verify_makes_the_cpu_rewrite_itself(jobs: JobPool) -> None:
+    job = jobs.result("custom_function")
+    assert job.returncode == 0, job.stderr
+    report = job.report
+    assert report["equivalent"] is True
+    assert "rewrite: ampfix's own --device cpu, run from a temporary copy" in report["notes"]
+    assert _requested_devices(report["rewritten"]) == {"cpu"}
+    assert len(report["rewritten"]["losses"]) == 5
+    assert report["original"]["losses"] == report["rewritten"]["losses"]
+
+
+def test_a_cpu_migration_that_left_the_scaler_on_cuda_is_not_equivalent(jobs: JobPool) -> None:
+    job = jobs.result("wrong_cpu")
+    assert job.returncode == 1, job.stderr
+    assert job.report["equivalent"] is False
+    assert job.report["first_difference"].startswith(
+        "step 0: original grad_scaler(device='cpu' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 "
+        "growth_interval=2000 enabled=True) at cnn_amp.py:41; rewrite grad_scaler(device='cuda' "
+    )
+    assert "NOT equivalent" in job.stderr
