@@ -50,11 +50,12 @@ def _launch(
     timeout: float | None,
     extra_paths: Sequence[str] = (),
     cwd: Path | None = None,
+    record_model_calls: bool = False,
 ) -> LaunchedRun:
     return LaunchedRun(
         Path(script),
         list(script_args),
-        asdict(options),
+        {**asdict(options), "record_model_calls": record_model_calls},
         capture_output=capture_output,
         timeout=timeout,
         extra_paths=extra_paths,
@@ -105,7 +106,17 @@ def verify_scripts(
             if problem is not None:  # do not start the other side for nothing
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         original_cwd, rewrite_cwd = _side_working_directories(workspace, notes)
-        runs.append(_launch(original, script_args, options, capture_output=True, timeout=timeout, cwd=original_cwd))
+        runs.append(
+            _launch(
+                original,
+                script_args,
+                options,
+                capture_output=True,
+                timeout=timeout,
+                cwd=original_cwd,
+                record_model_calls=True,
+            )
+        )
         runs.append(
             _launch(
                 Path(rewritten),
@@ -115,6 +126,7 @@ def verify_scripts(
                 timeout=timeout,
                 extra_paths=[str(original.resolve().parent)],
                 cwd=rewrite_cwd,
+                record_model_calls=True,
             )
         )
         original_report, rewritten_report = (run.finish() for run in runs)

@@ -27,6 +27,9 @@ class RunnerConfig:
     amp_dtype: str = "bfloat16"
     autocast_policy: str = "cuda"
     max_steps: int | None = None
+    # verify: record each top-level model call with the autocast it ran under (a global module
+    # hook slows every module call a little, so plain runs go without).
+    record_model_calls: bool = False
     # Folders put on sys.path after the script's own (verify runs a rewritten copy from a
     # temporary folder and still needs the original's neighbours to import).
     extra_paths: tuple[str, ...] = ()
