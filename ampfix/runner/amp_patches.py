@@ -356,14 +356,16 @@ def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
     @functools.wraps(original_state_dict)
     def state_dict(self):
         state = original_state_dict(self)
-        if find_site().origin == "script":
-            recorder.scaler_state("state_dict", state.get("scale"), find_site())
+        site = find_site()
+        if site.origin == "script":
+            recorder.scaler_state("state_dict", state.get("scale"), site)
         return state
 
     @functools.wraps(original_load)
     def load_state_dict(self, state_dict):
-        if find_site().origin == "script" and isinstance(state_dict, dict):
-            recorder.scaler_state("load_state_dict", state_dict.get("scale"), find_site())
+        site = find_site()
+        if site.origin == "script" and isinstance(state_dict, dict):
+            recorder.scaler_state("load_state_dict", state_dict.get("scale"), site)
         return original_load(self, state_dict)
 
     scaler.state_dict, scaler.load_state_dict = state_dict, load_state_dict

@@ -67,9 +67,10 @@ def _facts_grid(report: RunReport) -> Table:
     grid.add_row("GradScaler calls", _scaler_text(report))
     for scaler in report.grad_scalers:
         arguments = " ".join(
-            f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process")
+            f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process", "emulating")
         )
-        grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}: {arguments}")
+        emulating = f" ({scaler['emulating']}, emulated)" if scaler.get("emulating") else ""
+        grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}{emulating}: {arguments}")
     grid.add_row("optimizer steps", str(report.optimizer_steps))
     grid.add_row("losses", _losses_text(report.losses))
     # Which path the script took: each device question it asked, and the emulated device's answer.
