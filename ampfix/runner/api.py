@@ -50,12 +50,12 @@ def _launch(
     timeout: float | None,
     extra_paths: Sequence[str] = (),
     cwd: Path | None = None,
-    record_model_calls: bool = False,
+    verify_observations: bool = False,
 ) -> LaunchedRun:
     return LaunchedRun(
         Path(script),
         list(script_args),
-        {**asdict(options), "record_model_calls": record_model_calls},
+        {**asdict(options), "verify_observations": verify_observations},
         capture_output=capture_output,
         timeout=timeout,
         extra_paths=extra_paths,
@@ -114,7 +114,7 @@ def verify_scripts(
                 capture_output=True,
                 timeout=timeout,
                 cwd=original_cwd,
-                record_model_calls=True,
+                verify_observations=True,
             )
         )
         runs.append(
@@ -126,7 +126,7 @@ def verify_scripts(
                 timeout=timeout,
                 extra_paths=[str(original.resolve().parent)],
                 cwd=rewrite_cwd,
-                record_model_calls=True,
+                verify_observations=True,
             )
         )
         original_report, rewritten_report = (run.finish() for run in runs)

@@ -61,10 +61,12 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         ),
         ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit, scaling)),
         ("backward", lambda: training_hooks.install_backward_hook(recorder, limit, scaling)),
-        ("gradient clipping", lambda: training_hooks.install_clipping_hooks(recorder, scaling)),
         *(
-            [("model calls", training_hooks.ModelCalls(recorder, active.describe_precision).install)]
-            if config.record_model_calls
+            [
+                ("gradient clipping", lambda: training_hooks.install_clipping_hooks(recorder, scaling)),
+                ("model calls", training_hooks.ModelCalls(recorder, active.describe_precision).install),
+            ]
+            if config.verify_observations
             else []
         ),
         *process_patches.installers(recorder),
