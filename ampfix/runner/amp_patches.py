@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -68,6 +69,41 @@ class AmpPlan:
         return "cpu", self.forced_dtype or requested
 
 
+class ActiveRegions:
+    """The autocast regions open in each thread, innermost last: what a model call ran under."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def stack(self) -> list[RegionKey]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def describe_precision(self) -> str:
+        """'under autocast(cuda float16)' or 'outside autocast', as the script asked for it."""
+        stack = self.stack()
+        if not stack or not stack[-1].enabled_run:
+            return "outside autocast"
+        region = stack[-1]
+        return f"under autocast({region.device_requested} {region.dtype_requested})"
+
+
+@contextlib.contextmanager
+def autocast_suspended(plan: AmpPlan) -> Iterator[None]:
+    """No autocast in this thread for a while, CUDA's policy included, with nothing recorded."""
+    enabled = _original_is_autocast_enabled("cpu")
+    torch.set_autocast_enabled("cpu", False)
+    policy_before = plan.cuda_policy.switch(False) if plan.cuda_policy is not None else None
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled("cpu", enabled)
+        if plan.cuda_policy is not None:
+            plan.cuda_policy.restore(policy_before)
+
+
 def _as_recorded(value: Any) -> Any:
     return value if isinstance(value, bool) else repr(value)
 
@@ -93,7 +129,7 @@ def _quiet_cpu_dtype_check() -> Iterator[None]:
         yield
 
 
-def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> None:
+def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active: ActiveRegions) -> None:
     autocast = torch.amp.autocast_mode.autocast
     original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
@@ -133,6 +169,8 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> Non
         entered = original_enter(self)
         if plan.cuda_policy is not None and region is not None:
             self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
+        if region is not None:
+            active.stack().append(region)
         return entered
 
     @functools.wraps(original_exit)
@@ -142,6 +180,9 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary) -> Non
         finally:
             if plan.cuda_policy is not None:
                 plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
+            region, stack = getattr(self, "_ampfix_region", None), active.stack()
+            if region is not None and stack and stack[-1] is region:
+                stack.pop()
 
     autocast.__init__ = __init__
     autocast.__enter__ = __enter__
@@ -227,10 +268,11 @@ def _normalised_scaler_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return normalised
 
 
-def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss) -> None:
+def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
     scaler = torch.amp.grad_scaler.GradScaler
     _patch_scaler_init(scaler, recorder)
-    _patch_scaler_calls(scaler, recorder, at_step_boundary, record_scaled_loss)
+    _patch_scaler_calls(scaler, recorder, at_step_boundary, record_scaled_loss, scaling)
+    _patch_scaler_state(scaler, recorder)
 
 
 def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
@@ -254,27 +296,37 @@ def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
     scaler.__init__ = __init__
 
 
-def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, record_scaled_loss) -> None:
+def _current_scale(scaler: Any) -> float | None:
+    """The scale ``scale()`` multiplies by; None for a disabled scaler (it multiplies by nothing)."""
+    if not scaler.is_enabled() or getattr(scaler, "_scale", None) is None:
+        return None
+    return float(scaler._scale)
+
+
+def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
     original_scale, original_unscale = scaler.scale, scaler.unscale_
     original_step, original_update = scaler.step, scaler.update
 
     @functools.wraps(original_scale)
     def scale(self, outputs):
         at_step_boundary()
-        recorder.scaler_called("scale")
         scaled = original_scale(self, outputs)
-        record_scaled_loss(outputs, scaled)
+        factor = _current_scale(self)
+        recorder.scaler_called("scale", "disabled" if factor is None else repr(factor))
+        record_scaled_loss(outputs, scaled, factor)
         return scaled
 
     @functools.wraps(original_unscale)
     def unscale_(self, optimizer):
         if not getattr(self, "_ampfix_in_step", False):  # step() unscales by itself; not a script call
             recorder.scaler_called("unscale")
+        scaling.unscaled()
         return original_unscale(self, optimizer)
 
     @functools.wraps(original_step)
     def step(self, optimizer, *args, **kwargs):
         recorder.scaler_called("step")
+        self._ampfix_stepped = True
         steps_before = recorder.optimizer_steps
         self._ampfix_in_step = True
         try:
@@ -288,6 +340,32 @@ def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, reco
     @functools.wraps(original_update)
     def update(self, new_scale=None):
         recorder.scaler_called("update")
+        if self.is_enabled() and not getattr(self, "_ampfix_stepped", False):
+            # torch refuses it (no inf checks recorded): typically update() once per micro-step.
+            recorder.scaler_updated_without_step(find_site())
+        self._ampfix_stepped = False
         return original_update(self, new_scale)
 
     scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update
+
+
+def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
+    """A checkpoint's scaler state: saved, restored, and with which scale (verify compares it)."""
+    original_state_dict, original_load = scaler.state_dict, scaler.load_state_dict
+
+    @functools.wraps(original_state_dict)
+    def state_dict(self):
+        state = original_state_dict(self)
+        site = find_site()
+        if site.origin == "script":
+            recorder.scaler_state("state_dict", state.get("scale"), site)
+        return state
+
+    @functools.wraps(original_load)
+    def load_state_dict(self, state_dict):
+        site = find_site()
+        if site.origin == "script" and isinstance(state_dict, dict):
+            recorder.scaler_state("load_state_dict", state_dict.get("scale"), site)
+        return original_load(self, state_dict)
+
+    scaler.state_dict, scaler.load_state_dict = state_dict, load_state_dict

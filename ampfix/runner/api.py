@@ -51,11 +51,12 @@ def _launch(
     timeout: float | None,
     extra_paths: Sequence[str] = (),
     cwd: Path | None = None,
+    verify_observations: bool = False,
 ) -> LaunchedRun:
     return LaunchedRun(
         Path(script),
         list(script_args),
-        asdict(options),
+        {**asdict(options), "verify_observations": verify_observations},
         capture_output=capture_output,
         timeout=timeout,
         extra_paths=extra_paths,
@@ -128,7 +129,17 @@ def verify_scripts(
             if problem is not None:  # do not start the other side for nothing
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         original_cwd, rewrite_cwd = _side_working_directories(workspace, notes)
-        runs.append(_launch(original, script_args, options, capture_output=True, timeout=timeout, cwd=original_cwd))
+        runs.append(
+            _launch(
+                original,
+                script_args,
+                options,
+                capture_output=True,
+                timeout=timeout,
+                cwd=original_cwd,
+                verify_observations=True,
+            )
+        )
         runs.append(
             _launch(
                 Path(rewritten),
@@ -138,6 +149,7 @@ def verify_scripts(
                 timeout=timeout,
                 extra_paths=[str(original.resolve().parent)],
                 cwd=rewrite_cwd,
+                verify_observations=True,
             )
         )
         original_report, rewritten_report = (run.finish() for run in runs)

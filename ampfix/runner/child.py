@@ -4,7 +4,8 @@ Called from the bootstrap ``sitecustomize`` whenever the runner's configuration 
 environment: in the main child that runs the script, and in every process started below it
 (``torch.multiprocessing.spawn`` ranks, spawned DataLoader workers). It seeds the generators,
 captures deprecation warnings with their file:line, arranges for the torch patches to be installed
-the moment torch is imported, and writes what was observed when the process exits. A forked child
+the moment torch is imported, provides an emulated ``apex.amp`` if no apex has it, and writes
+what was observed when the process exits. A forked child
 inherits all of it, starts its own observation, and writes it on ``os._exit`` too (how
 multiprocessing ends forked children) and, in a Pool worker, on the SIGTERM of ``Pool.terminate``.
 """
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ampfix.runner.apex_provider import ApexProvider
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.observe import Recorder
 
@@ -51,6 +53,7 @@ def start() -> None:
             "multiprocessing.pool": _pool_workers_report_when_terminated,
         }
     )
+    ApexProvider.install(recorder)  # last on sys.meta_path: an installed apex.amp wins
     atexit.register(_write_observation, recorder, config)
     if hasattr(os, "register_at_fork"):  # not on Windows, where children are spawned, never forked
         os.register_at_fork(after_in_child=lambda: _start_forked_child(recorder, config))

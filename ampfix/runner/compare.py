@@ -8,6 +8,15 @@ exit status. Line numbers are shown, not compared (a rewrite may add an import l
 A Pool's workers are the exception: which worker runs which task is up to the scheduler, and a
 worker numbers its steps across the tasks it happened to run, so their events are compared
 together, as one multiset without step numbers.
+
+When one side ran apex.amp through the runner's emulation, the two sides cannot open the same
+autocast regions (apex's O1 is one region from ``initialize`` on) nor call the scaler at the same
+moments (apex unscales and updates inside ``scale_loss``). What is compared then is what those
+choices produce: the loss scalers' arguments (apex's defaults are a GradScaler's), and per
+optimizer step each top-level model call with the autocast it ran under, each loss given to
+backward (bit for bit) with the loss scale it was multiplied by, clipping and whether the gradients
+it clipped were still scaled, optimizer steps taken or skipped, the scaler state saved and loaded.
+Where the regions open and close, and when the scaler unscales and updates, are not compared.
 """
 
 from __future__ import annotations
@@ -18,15 +27,27 @@ from typing import Any
 from ampfix.runner.model import RunReport
 
 
+# Apex against native: events whose place differs by design (see the module docstring).
+APEX_UNCOMPARED = frozenset({"autocast", "autocast_enter", "scaler.unscale", "scaler.step", "scaler.update"})
+# Apex against native: compared as a set, wherever each side creates its scaler.
+SCALER_CREATION = "grad_scaler"
+
+
+def uses_apex_emulation(report: RunReport) -> bool:
+    return any(item["feature"].startswith("apex.amp") for item in report.emulated)
+
+
 def first_difference(original: RunReport, rewritten: RunReport) -> str | None:
     originals = {process["label"]: process for process in original.processes if not process["pool_worker"]}
     rewrites = {process["label"]: process for process in rewritten.processes if not process["pool_worker"]}
+    apex = uses_apex_emulation(original) or uses_apex_emulation(rewritten)
     for label in _labels_in_order(originals, rewrites):
         if label not in rewrites:
             return f"process {label}: ran in the original, not in the rewrite"
         if label not in originals:
             return f"process {label}: ran in the rewrite, not in the original"
-        difference = _trace_difference(originals[label]["trace"], rewrites[label]["trace"])
+        before, after = originals[label]["trace"], rewrites[label]["trace"]
+        difference = _apex_trace_difference(before, after) if apex else _trace_difference(before, after)
         if difference is not None:
             return difference if label == "main" else f"process {label}: {difference}"
     difference = _pool_workers_difference(_pool_worker_events(original), _pool_worker_events(rewritten))
@@ -78,11 +99,48 @@ def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, 
     return None
 
 
+def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
+    scalers = [[event for event in trace if event["kind"] == SCALER_CREATION] for trace in (original, rewritten)]
+    texts = [sorted(event["what"] for event in side) for side in scalers]
+    if texts[0] != texts[1]:
+        return _scaler_difference(*scalers)
+    return _trace_difference(*(_apex_comparable(trace) for trace in (original, rewritten)))
+
+
+def _apex_comparable(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event for event in trace if event["kind"] not in APEX_UNCOMPARED and event["kind"] != SCALER_CREATION]
+
+
+def _scaler_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str:
+    if not rewritten:
+        return f"loss scaling: the rewrite creates no GradScaler; the original's {_describe(original[0])}"
+    if not original:
+        return f"loss scaling: the original has none; the rewrite's {_describe(rewritten[0])}"
+    return f"loss scaling: original {_describe(original[0])}; rewrite {_describe(rewritten[0])}"
+
+
+# How the events that name a mistake read in a difference.
+_MESSAGES = {
+    "grad_scaler": "loss scaler({what})",
+    "model_call": "call of {what}",
+    "clip_grad": "{what}",
+    "optimizer_step_on_scaled_gradients": (
+        "optimizer.step() on gradients still scaled by {what} (the GradScaler never steps: no scaler.step(optimizer))"
+    ),
+    "scaler.update_without_step": "GradScaler.update() with no scaler.step() since the last update (update per micro-step?)",
+    "scaler.state_dict": "loss scaler state saved ({what})",
+    "scaler.load_state_dict": "loss scaler state loaded ({what})",
+    "scaler.skipped_step": "optimizer step skipped (inf/NaN gradients)",
+}
+
+
 def _describe(event: dict[str, Any]) -> str:
     kind, what = event["kind"], event["what"]
     if kind == "loss":
         value = float.fromhex(what)
         text = f"loss {value!r} ({what})"
+    elif kind in _MESSAGES:
+        text = _MESSAGES[kind].format(what=what)
     elif what:
         text = f"{kind}({what})"
     else:

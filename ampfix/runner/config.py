@@ -27,6 +27,11 @@ class RunnerConfig:
     amp_dtype: str = "bfloat16"
     autocast_policy: str = "cuda"
     max_steps: int | None = None
+    # verify: also record each top-level model call with the autocast it ran under and each gradient
+    # clipping (a global module hook slows every module call a little, and with the clipping
+    # wrappers installed a Ctrl-C that lands in the first training step was seen to be lost under
+    # load, cause not found: plain runs go without both).
+    verify_observations: bool = False
     # Folders put on sys.path after the script's own (verify runs a rewritten copy from a
     # temporary folder and still needs the original's neighbours to import).
     extra_paths: tuple[str, ...] = ()

@@ -10,11 +10,28 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from ampfix.runner import sites
 from ampfix.runner.config import RunnerConfig
 from ampfix.runner.observe import Recorder
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the harness set up in this process, for the apex.amp emulation, which a script may
+    import after torch (see :mod:`apex_amp`)."""
+
+    recorder: Recorder
+    plan: Any  # amp_patches.AmpPlan
+    scaling: Any  # training_hooks.GradientScaling
+    active_regions: Any  # amp_patches.ActiveRegions
+    limit: Any  # training_hooks.StepLimit
+
+
+current: Installed | None = None
 
 
 def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
@@ -23,20 +40,35 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
 
     from ampfix.runner import amp_patches, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
 
+    global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
     cuda_policy = cuda_autocast.CudaPolicy() if config.autocast_policy == "cuda" else None
     plan = amp_patches.AmpPlan(config.amp_dtype, cuda_policy)
+    scaling = training_hooks.GradientScaling()
+    active = amp_patches.ActiveRegions()
+    current = Installed(recorder, plan, scaling, active, limit)
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
-        ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary)),
+        ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary, active)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder)),
-        ("GradScaler", lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss)),
-        ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit)),
-        ("backward", lambda: training_hooks.install_backward_hook(recorder, limit)),
+        (
+            "GradScaler",
+            lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss, scaling),
+        ),
+        ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit, scaling)),
+        ("backward", lambda: training_hooks.install_backward_hook(recorder, limit, scaling)),
+        *(
+            [
+                ("gradient clipping", lambda: training_hooks.install_clipping_hooks(recorder, scaling)),
+                ("model calls", training_hooks.ModelCalls(recorder, active.describe_precision).install),
+            ]
+            if config.verify_observations
+            else []
+        ),
         *process_patches.installers(recorder),
         # Last: the mode would otherwise watch the installation itself.
         ("device mapping", lambda: device_mode.install(device_mode.CudaOnCpuMode(recorder))),

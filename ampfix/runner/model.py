@@ -69,6 +69,10 @@ class RunReport:
         return _merge_counted(self.processes, "unemulated", ("feature", "file", "line"))
 
     @property
+    def emulated(self) -> list[dict[str, Any]]:
+        return _merge_counted(self.processes, "emulated", ("feature", "file", "line"))
+
+    @property
     def device_queries(self) -> list[dict[str, Any]]:
         return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
 
@@ -90,6 +94,7 @@ class RunReport:
             "losses": self.losses,
             "deprecations": self.deprecations,
             "unemulated": self.unemulated,
+            "emulated": self.emulated,
             "device_queries": self.device_queries,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,

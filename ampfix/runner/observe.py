@@ -75,6 +75,7 @@ class Recorder:
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
         self.unemulated: dict[tuple[str, str, int], int] = {}
+        self.emulated: dict[tuple[str, str, int], int] = {}
         self.device_queries: dict[tuple[str, str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
@@ -111,14 +112,32 @@ class Recorder:
 
     # -- GradScaler, optimizer, losses -----------------------------------------------------
 
-    def scaler_created(self, arguments: dict[str, Any], site: Site) -> None:
+    def scaler_created(self, arguments: dict[str, Any], site: Site, emulating: str | None = None) -> None:
+        """``emulating``: the library whose loss scaler this stands for (apex.amp's), shown, not compared."""
         text = " ".join(f"{name}={value!r}" for name, value in arguments.items())
-        self.grad_scalers.append({**arguments, "file": site.file, "line": site.line})
+        extra = {"emulating": emulating} if emulating else {}
+        self.grad_scalers.append({**arguments, **extra, "file": site.file, "line": site.line})
         self._trace("grad_scaler", text, site)
 
-    def scaler_called(self, name: str) -> None:
+    def scaler_called(self, name: str, what: str = "") -> None:
         self.scaler_calls[name] += 1
-        self._trace(f"scaler.{name}", "")
+        self._trace(f"scaler.{name}", what)
+
+    def scaler_updated_without_step(self, site: Site) -> None:
+        self._trace("scaler.update_without_step", "", site)
+
+    def scaler_state(self, kind: str, scale: Any, site: Site) -> None:
+        """A loss scaler's state saved (``state_dict``) or restored (``load_state_dict``): its scale."""
+        self._trace(f"scaler.{kind}", f"scale={scale!r}", site)
+
+    def gradients_clipped(self, what: str, site: Site) -> None:
+        self._trace("clip_grad", what, site)
+
+    def stepped_on_scaled_gradients(self, scale: float, site: Site) -> None:
+        self._trace("optimizer_step_on_scaled_gradients", repr(scale), site)
+
+    def model_called(self, what: str, site: Site) -> None:
+        self._trace("model_call", what, site)
 
     def scaler_step_skipped(self) -> None:
         self.skipped_steps += 1
@@ -145,6 +164,11 @@ class Recorder:
         key = (feature, site.file, site.line)
         self.unemulated[key] = self.unemulated.get(key, 0) + 1
 
+    def emulated_use(self, feature: str, site: Site) -> None:
+        """A library the script uses that is not installed and that the runner stands in for."""
+        key = (feature, site.file, site.line)
+        self.emulated[key] = self.emulated.get(key, 0) + 1
+
     def device_query(self, query: str, answer: str, site: Site) -> None:
         """A question the script can branch on (``torch.cuda.is_available()``) and what it was told."""
         key = (query, answer, site.file, site.line)
@@ -153,7 +177,7 @@ class Recorder:
     def is_empty(self) -> bool:
         return not (
             self.regions or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
-            or self.losses or self.deprecations or self.unemulated or self.device_queries or self.trace
+            or self.losses or self.deprecations or self.unemulated or self.emulated or self.device_queries or self.trace
         )  # fmt: skip
 
     # -- output ----------------------------------------------------------------------------
@@ -177,6 +201,10 @@ class Recorder:
             "unemulated": [
                 {"feature": feature, "file": f, "line": n, "count": count}
                 for (feature, f, n), count in self.unemulated.items()
+            ],
+            "emulated": [
+                {"feature": feature, "file": f, "line": n, "count": count}
+                for (feature, f, n), count in self.emulated.items()
             ],
             "device_queries": [
                 {"query": query, "answer": answer, "file": f, "line": n, "count": count}

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ampfix.runner.compare import uses_apex_emulation
 from ampfix.runner.model import RunReport, VerifyReport
 
 LOSSES_SHOWN = 8
@@ -66,9 +67,10 @@ def _facts_grid(report: RunReport) -> Table:
     grid.add_row("GradScaler calls", _scaler_text(report))
     for scaler in report.grad_scalers:
         arguments = " ".join(
-            f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process")
+            f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process", "emulating")
         )
-        grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}: {arguments}")
+        emulating = f" ({scaler['emulating']}, emulated)" if scaler.get("emulating") else ""
+        grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}{emulating}: {arguments}")
     grid.add_row("optimizer steps", str(report.optimizer_steps))
     grid.add_row("losses", _losses_text(report.losses))
     # Which path the script took: each device question it asked, and the emulated device's answer.
@@ -89,6 +91,8 @@ def _findings(report: RunReport) -> list[Text]:
                 f"{_where(item['file'], item['line'])} {item['category']}: {item['message']} (×{item['count']})",
             )
         )
+    for item in report.emulated:
+        lines.append(Text.assemble(("emulated ", "cyan"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})"))
     for item in report.unemulated:
         lines.append(
             Text.assemble(("not emulated ", "red"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
@@ -139,11 +143,23 @@ def render_verify(report: VerifyReport, console: Console) -> None:
     if report.equivalent is None:
         console.print(Text.assemble(("could not verify: ", "bold red"), report.error or ""))
         _print_failure_output(report, console)
+    elif report.equivalent and _against_apex(report):
+        console.print(
+            Text(
+                "equivalent to the emulated apex.amp: same loss scaling, autocast over every model call, "
+                "losses (bit for bit), clipping and optimizer steps",
+                "bold green",
+            )
+        )
     elif report.equivalent:
         console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)", "bold green"))
     else:
         console.print(Text.assemble(("NOT equivalent", "bold red"), f" — first difference: {report.first_difference}"))
         _print_failure_output(report, console)
+
+
+def _against_apex(report: VerifyReport) -> bool:
+    return any(run is not None and uses_apex_emulation(run) for run in (report.original, report.rewritten))
 
 
 def _print_failure_output(report: VerifyReport, console: Console) -> None:

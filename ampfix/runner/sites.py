@@ -30,6 +30,8 @@ def configure(torch_dir: str) -> None:
         os.path.join(torch_dir, "overrides.py"),
         os.path.join(torch_dir, "_tensor.py"),  # Tensor.backward -> torch.autograd.backward
         os.path.join(torch_dir, "utils", "_contextlib.py"),
+        # Module.__call__: a call of the script's model is the script's, at the line that called it.
+        os.path.join(torch_dir, "nn", "modules", "module.py"),
     ]
     helpers = [os.path.dirname(__file__) + os.sep, contextlib.__file__, functools.__file__]
     typing_extensions = sys.modules.get("typing_extensions")

@@ -1,0 +1,313 @@
+"""Verify without apex (issue 12): `ampfix run` / `ampfix verify` provide apex.amp's O1 when no apex
+has it, and verify holds a native rewrite to the apex original. Each job runs once for the module
+(see runner_jobs); the unit tests below start no torch child."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
+
+from ampfix.runner.apex_provider import ApexProvider
+from ampfix.runner.compare import first_difference
+from ampfix.runner.model import RunReport
+from ampfix.runner.observe import Recorder
+
+JOBS: dict[str, list[str]] = {
+    "apex_run": ["run", "apex_yolo.py"],
+    "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
+    "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
+    "yolo_wrong_eval_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_eval.py"],
+    "yolo_wrong_update_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_update.py"],
+    "yolo_wrong_step_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_step.py"],
+    "glue_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.native.py"],
+    "glue_wrong_clip_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.wrong_clip.py"],
+}
+
+define_job_fixtures(JOBS, globals())
+
+EMULATED_O1 = "apex.amp O1 (float16 autocast from initialize on, dynamic loss scaling from 2**16)"
+APEX_SCALER = {
+    "device": "cuda", "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+    "enabled": True,
+}  # fmt: skip
+
+
+# -- ampfix run on an apex script --------------------------------------------------------------
+
+
+def test_the_optional_apex_import_gets_the_emulation_and_mixed_precision_is_on(apex_run: Job) -> None:
+    report = apex_run.report
+    assert apex_run.returncode == 0, apex_run.stderr
+    script = str(FIXTURES / "apex_yolo.py")
+    assert report["emulated"] == [{"feature": EMULATED_O1, "file": script, "line": 72, "count": 1}]
+    assert report["unemulated"] == []
+    # One region, opened by amp.initialize and never left: O1 is global.
+    region = autocast_region(report, 72)
+    assert (region["device_requested"], region["dtype_requested"], region["device_run"], region["dtype"]) == (
+        "cuda", "float16", "cpu", "bfloat16",
+    )  # fmt: skip
+    assert (region["enabled"], region["entered"]) == (True, 1)
+    assert len(report["autocast_regions"]) == 1
+    # The evaluation after the epoch ran in mixed precision too.
+    assert "eval loss" in apex_run.stdout and apex_run.stdout.rstrip().endswith("(torch.bfloat16)")
+
+
+def test_apex_loss_scaling_is_reported_as_its_grad_scaler_twin(apex_run: Job) -> None:
+    report = apex_run.report
+    (scaler,) = report["grad_scalers"]
+    assert scaler == {**APEX_SCALER, "emulating": "apex.amp loss scaler", "file": str(FIXTURES / "apex_yolo.py"), "line": 72, "process": "main"}
+    # scale_loss on each of the 6 batches (apex unscales and updates the scale inside each), a step every 2.
+    assert report["scaler"] == {"scale": 6, "unscale": 0, "step": 0, "update": 6, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 3
+    printed = [float(line.split()[3]) for line in apex_run.stdout.splitlines() if line.startswith("batch ")]
+    assert [round(loss, 5) for loss in report["losses"]] == printed  # the unscaled losses
+
+
+def test_the_summary_says_apex_was_emulated(apex_run: Job) -> None:
+    summary = " ".join(apex_run.stderr.split())  # rich wraps lines
+    assert f"emulated apex_yolo.py:72 {EMULATED_O1} (×1)" in summary
+
+
+def test_o2_is_not_emulated_and_fails_as_a_missing_feature(apex_o2_run: Job) -> None:
+    report = apex_o2_run.report
+    assert apex_o2_run.returncode == 1 and report["exit_code"] == 1
+    assert report["unemulated"] == [
+        {
+            "feature": "apex.amp opt_level O2 (only O1 and O0 are emulated)",
+            "file": str(FIXTURES / "apex_glue.py"), "line": 95, "count": 1,
+        }
+    ]  # fmt: skip
+    assert report["emulated"] == [] and report["optimizer_steps"] == 0
+    # The traceback ends with the refusal; the summary follows it.
+    error = "NotImplementedError: ampfix run: apex.amp opt_level='O2' is not emulated: it casts the model to float16"
+    assert any(line.startswith(error) for line in apex_o2_run.stderr.splitlines()), apex_o2_run.stderr
+    assert "not emulated apex_glue.py:95 apex.amp opt_level O2" in " ".join(apex_o2_run.stderr.split())
+
+
+# -- verify: apex original against native rewrites ----------------------------------------------
+
+
+@pytest.mark.parametrize("job_name", ["yolo_verify", "glue_verify"])
+def test_a_correct_native_rewrite_is_equivalent_to_the_apex_original(job_name: str, jobs) -> None:
+    job = jobs.result(job_name)
+    report = job.report
+    assert job.returncode == 0, job.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["emulated"][0]["feature"] == EMULATED_O1
+    assert report["rewritten"]["emulated"] == []
+    assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
+    assert "equivalent to the emulated apex.amp" in job.stderr
+
+
+def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:
+    rewrite = yolo_verify.report["rewritten"]
+    assert rewrite["exit_code"] == 0
+    training, evaluation = autocast_region(rewrite, 76), autocast_region(rewrite, 92)
+    assert (training["dtype_requested"], training["dtype"], training["enabled"], training["entered"]) == (
+        "float16", "bfloat16", True, 6,
+    )  # fmt: skip
+    assert evaluation["entered"] == 1
+    assert rewrite["grad_scalers"][0]["line"] == 66
+    assert rewrite["scaler"] == {"scale": 6, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+    assert rewrite["optimizer_steps"] == 3 and len(rewrite["losses"]) == 6
+
+
+def test_the_run_glue_rewrite_unscales_before_clipping_and_checkpoints_its_scaler(glue_verify: Job) -> None:
+    rewrite = glue_verify.report["rewritten"]
+    assert rewrite["exit_code"] == 0
+    assert autocast_region(rewrite, 47)["entered"] == 8
+    # 8 micro-batches, a step every 2, over the two phases around the checkpoint.
+    assert rewrite["scaler"] == {"scale": 8, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+    assert rewrite["optimizer_steps"] == 4
+    original = glue_verify.report["original"]
+    assert original["scaler"] == {"scale": 8, "unscale": 0, "step": 0, "update": 8, "skipped_steps": 0}
+
+
+@pytest.mark.parametrize(
+    ("job_name", "difference"),
+    [
+        (
+            "yolo_wrong_eval_verify",
+            "step 3: original call of TinyDetector under autocast(cuda float16) at apex_yolo.py:101; "
+            "rewrite call of TinyDetector outside autocast at apex_yolo.wrong_eval.py:91",
+        ),
+        (
+            "yolo_wrong_update_verify",
+            # Batch 1 matches up to its backward; then the original goes on to batch 2's forward.
+            "step 1: original call of TinyDetector under autocast(cuda float16) at apex_yolo.py:82; rewrite "
+            "GradScaler.update() with no scaler.step() since the last update (update per micro-step?) at "
+            "apex_yolo.wrong_update.py:87",
+        ),
+        (
+            "yolo_wrong_step_verify",
+            "step 1: original optimizer_step(1); rewrite optimizer.step() on gradients still scaled by 65536.0 "
+            "(the GradScaler never steps: no scaler.step(optimizer)) at apex_yolo.wrong_step.py:84",
+        ),
+        (
+            "glue_wrong_clip_verify",
+            "step 0: original clip_grad_norm_ max_norm=1.0 at apex_glue.py:60; "
+            "rewrite clip_grad_norm_ max_norm=1.0 on gradients still scaled by 65536.0 at apex_glue.wrong_clip.py:55",
+        ),
+    ],
+)
+def test_a_classic_migration_mistake_is_reported_by_name(job_name: str, difference: str, jobs) -> None:
+    job = jobs.result(job_name)
+    assert job.returncode == 1, job.stderr
+    assert job.report["equivalent"] is False
+    assert job.report["first_difference"] == difference
+
+
+# -- the comparison, on traces made by hand -----------------------------------------------------
+
+
+def _event(step: int, kind: str, what: str = "") -> dict:
+    return {"step": step, "kind": kind, "what": what, "where": "/x/train.py:10"}
+
+
+def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
+    process = Recorder("main").to_dict("main")
+    process["trace"] = trace
+    process["emulated"] = emulated or []
+    return RunReport("/x/train.py", 0, [process])
+
+
+SCALER_TEXT = "device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 enabled=True"
+APEX_EMULATED = [{"feature": EMULATED_O1, "file": "/x/train.py", "line": 5, "count": 1}]
+APEX_TRACE = [
+    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "grad_scaler", SCALER_TEXT),
+    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "scaler.scale", "65536.0"),
+    _event(0, "loss", (0.5).hex()),
+    _event(0, "scaler.update"),
+    _event(0, "scaler.state_dict", "scale=65536.0"),
+    _event(1, "optimizer_step", "1"),
+]
+# The same training, native: a scaler made first, a region per step, the scaler stepping and updating.
+NATIVE_TRACE = [
+    _event(0, "grad_scaler", SCALER_TEXT),
+    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "scaler.scale", "65536.0"),
+    _event(0, "loss", (0.5).hex()),
+    _event(0, "scaler.state_dict", "scale=65536.0"),
+    _event(0, "scaler.step"),
+    _event(1, "optimizer_step", "1"),
+    _event(1, "scaler.update"),
+]
+
+
+def test_against_apex_regions_and_scaler_call_timing_are_not_compared() -> None:
+    assert first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(NATIVE_TRACE)) is None
+    # Without the emulation, the same two traces are compared event by event.
+    assert first_difference(_report(APEX_TRACE), _report(NATIVE_TRACE)) is not None
+
+
+def test_against_apex_a_missing_or_different_grad_scaler_is_named() -> None:
+    without = [event for event in NATIVE_TRACE if event["kind"] != "grad_scaler"]
+    assert first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(without)) == (
+        f"loss scaling: the rewrite creates no GradScaler; the original's loss scaler({SCALER_TEXT}) at train.py:10"
+    )
+    other = [
+        {**event, "what": SCALER_TEXT.replace("2000", "1000")} if event["kind"] == "grad_scaler" else event
+        for event in NATIVE_TRACE
+    ]
+    difference = first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(other))
+    assert difference is not None and difference.startswith("loss scaling: original loss scaler(") and "growth_interval=1000" in difference
+
+
+def test_against_apex_a_scaler_state_never_checkpointed_is_a_difference() -> None:
+    unsaved = [event for event in NATIVE_TRACE if event["kind"] != "scaler.state_dict"]
+    assert first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(unsaved)) == (
+        "step 0: original loss scaler state saved (scale=65536.0) at train.py:10; rewrite optimizer_step(1) at train.py:10"
+    )
+
+
+def test_against_apex_a_loss_one_bit_apart_is_a_difference() -> None:
+    apart = [{**event, "what": (0.5000000000000001).hex()} if event["kind"] == "loss" else event for event in NATIVE_TRACE]
+    difference = first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(apart))
+    assert difference is not None and difference.startswith("step 0: original loss 0.5 ")
+
+
+# -- apex's loss scaler ------------------------------------------------------------------------
+
+
+def test_dynamic_loss_scale_doubles_after_2000_clean_updates_and_halves_on_overflow() -> None:
+    from ampfix.runner.apex_amp import LossScaler
+
+    scaler = LossScaler("dynamic", None, 2.0**24)
+    assert scaler.loss_scale() == 65536.0
+    for _ in range(1999):
+        assert scaler.update_scale() is False
+    assert scaler.loss_scale() == 65536.0
+    scaler.update_scale()
+    assert (scaler.loss_scale(), scaler._unskipped) == (131072.0, 0)
+    scaler.has_overflow = True
+    assert scaler.update_scale() is True  # the next step is skipped
+    assert (scaler.loss_scale(), scaler._unskipped) == (65536.0, 0)
+
+
+def test_loss_scale_bounds_and_static_scaling() -> None:
+    from ampfix.runner.apex_amp import LossScaler
+
+    capped = LossScaler("dynamic", None, 2.0**10)
+    assert capped.loss_scale() == 1024.0  # min(max_loss_scale, 2**16)
+    floored = LossScaler("dynamic", 32768.0, 2.0**24)
+    floored.has_overflow = True
+    floored.update_scale()
+    floored.update_scale()
+    assert floored.loss_scale() == 32768.0
+    static = LossScaler(128.0, None, 2.0**24)
+    static.has_overflow = True
+    assert static.update_scale() is False and static.loss_scale() == 128.0  # apex: static scales never skip
+
+
+# -- which apex wins ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def provider(monkeypatch: pytest.MonkeyPatch):
+    recorder = Recorder("main")
+    finder = ApexProvider(recorder)
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    for name in [name for name in sys.modules if name == "apex" or name.startswith("apex.")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield recorder
+    for name in [name for name in sys.modules if name == "apex" or name.startswith("apex.")]:
+        del sys.modules[name]
+
+
+def test_an_installed_apex_amp_wins(provider: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "apex").mkdir()
+    (tmp_path / "apex" / "__init__.py").write_text("")
+    (tmp_path / "apex" / "amp.py").write_text("REAL = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    amp = importlib.import_module("apex.amp")
+    assert amp.REAL is True and amp.__file__ == str(tmp_path / "apex" / "amp.py")
+
+
+def test_an_apex_without_amp_gets_the_emulated_amp_and_nothing_else(
+    provider: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "apex").mkdir()
+    (tmp_path / "apex" / "__init__.py").write_text("")  # today's apex: amp, fp16_utils and parallel deleted
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from apex import amp  # noqa: PLC0415
+
+    assert sys.modules["apex"].__file__ == str(tmp_path / "apex" / "__init__.py")
+    assert callable(amp.initialize) and callable(amp.scale_loss)
+    with pytest.raises(AttributeError, match="float_function"):
+        amp.float_function  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("apex.parallel")
+    features = [feature for feature, _, _ in provider.unemulated]
+    assert features == [
+        "apex.amp.float_function (not emulated; only initialize, scale_loss, master_params, state_dict, load_state_dict are)",
+        "apex.parallel (not installed; ampfix emulates only apex.amp's O1)",
+    ]
