@@ -78,7 +78,7 @@ def test_a_cpu_migration_that_left_the_scaler_on_cuda_is_not_equivalent(jobs: Jo
     assert job.returncode == 1, job.stderr
     assert job.report["equivalent"] is False
     assert job.report["first_difference"].startswith(
-        "step 0: original grad_scaler(device='cpu' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 "
-        "growth_interval=2000 enabled=True) at cnn_amp.py:41; rewrite grad_scaler(device='cuda' "
+        "step 0: original loss scaler(device='cpu' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 "
+        "growth_interval=2000 enabled=True) at cnn_amp.py:41; rewrite loss scaler(device='cuda' "
     )
     assert "NOT equivalent" in job.stderr

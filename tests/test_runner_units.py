@@ -259,7 +259,7 @@ def test_verify_for_the_cpu_compares_against_the_moved_requests() -> None:
     # The default target is exactly the old comparison: the same pair differs in the device.
     default = api.compare_runs(original, moved)
     assert default.equivalent is False
-    assert default.first_difference.startswith("step 0: original grad_scaler(device='cuda' init_scale=65536.0)")
+    assert default.first_difference.startswith("step 0: original loss scaler(device='cuda' init_scale=65536.0)")
 
 
 def test_verify_for_the_cpu_still_finds_a_changed_argument() -> None:

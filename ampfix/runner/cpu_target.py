@@ -45,6 +45,8 @@ def as_cpu_rewrite_promises(report: RunReport) -> RunReport:
 
 
 def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
+    if event["kind"] == "model_call":
+        return _retargeted_model_call(event)
     known = _RETARGETED_EVENTS.get(event["kind"])
     if known is None:
         return event
@@ -63,6 +65,17 @@ def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
             value = CPU_DTYPES.get(value, value)
         moved[name] = value
     return {**event, "what": " ".join(f"{name}={value}" for name, value in moved.items())}
+
+
+def _retargeted_model_call(event: dict[str, Any]) -> dict[str, Any]:
+    """'SmallCNN under autocast(cuda float16)' (``ActiveRegions.describe_precision``) -> the region the
+    rewrite opens instead: 'SmallCNN under autocast(cpu bfloat16)'."""
+    module, marker, region = event["what"].partition(" under autocast(")
+    device, _, rest = region.partition(" ")
+    if not marker or device != "cuda" or not rest.endswith(")"):
+        return event
+    dtype = rest[:-1]
+    return {**event, "what": f"{module} under autocast(cpu {CPU_DTYPES.get(dtype, dtype)})"}
 
 
 def _fields(what: str) -> dict[str, str] | None:
