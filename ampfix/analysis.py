@@ -373,6 +373,7 @@ class Analysis:
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
+        from ampfix.apex_detect import plan_apex
         from ampfix.device_literals import plan_device_literals
         from ampfix.import_plan import plan_imports
         from ampfix.strings import plan_strings
@@ -391,6 +392,7 @@ class Analysis:
         plan_strings(self)
         if self.options.retargets:
             plan_device_literals(self)
+        plan_apex(self)  # NVIDIA apex's removed mixed precision: a family of its own
         return self.plan()
 
     def resolve(self, ref: ChainRef) -> Use | None:
