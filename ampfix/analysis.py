@@ -71,6 +71,15 @@ class ValueEdit:
 
 
 @dataclass(frozen=True)
+class Splice:
+    """Replace the edit's span with this text, as text (whole statements rebuilt by `ampfix.apex_rewrite`,
+    which checks itself that no comment or string is cut). A top-level statement holding a splice holds
+    no other kind of edit."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Edit:
     """One change, at the [start, end) character span of the ast node it was decided on."""
 
@@ -79,7 +88,7 @@ class Edit:
     line: int  # 1-based, for messages
     node: str  # the LibCST node type that must be found there: Name, Attribute, SimpleString, Import, ImportFrom
     text: str  # what that node spells: the dotted name (NFKC), the string's value; "" for imports
-    change: ChainEdit | ImportEdit | ValueEdit | str  # a string edit is the new literal
+    change: ChainEdit | ImportEdit | ValueEdit | Splice | str  # a string edit is the new literal
 
 
 @dataclass(frozen=True)
@@ -721,5 +730,5 @@ def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppr
     return Analysis(tree, source, options, suppressions=suppressions).run()
 
 
-__all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "analyze",
+__all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "Splice", "analyze",
            "source_lines"]

@@ -56,6 +56,7 @@ def plan_apex(analysis: Analysis) -> None:
     for imp in walker.imports:
         apex_imported |= any(_owned(q) for q in _import_qnames(imp.node))
     if apex_imported:
+        uses: list[tuple[ChainRef, Binding, str, Rule]] = []
         for ref in walker.chains:
             binding = _apex_binding(ref)
             if binding is not None:
@@ -63,12 +64,40 @@ def plan_apex(analysis: Analysis) -> None:
                 rule = _rule(full)
                 if rule is not None:
                     used.add(id(binding))
-                    _report_use(analysis, ref, rule, full)
+                    uses.append((ref, binding, full, rule))
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
+        rewritten = _plan_rewrite(analysis, uses)
+        for ref, _, full, rule in uses:
+            if isinstance(rewritten, dict):
+                analysis.add_finding(ref.node, rule.code, rewritten[id(ref)], fixable=True, will_fix=True)
+            else:
+                not_rewritten = rewritten if rule is rules.INITIALIZE else ""
+                _report_use(analysis, ref, rule, full, not_rewritten)
         _report_imports(analysis, used)
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
+
+
+def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+    """The mechanical rewrite (`ampfix.apex_rewrite`) where every apex.amp use goes through one plain
+    `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
+    amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
+                if full == "apex.amp" or full.startswith("apex.amp.")]
+    bindings = {id(binding): binding for _, binding, _ in amp_uses}
+    binding = next(iter(bindings.values()), None)
+    statement = None
+    if len(bindings) == 1 and binding.qname == "apex.amp" \
+            and analysis.walker.module_scope.bindings.get(binding.name) == [binding]:
+        statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
+                          and s.lineno == binding.line and s.module == "apex" and not s.level
+                          and [a.name for a in s.names] == ["amp"]), None)
+    if statement is None:
+        return ("apex.amp is not reached through one plain `from apex import amp` at module level (an optional or "
+                "local import, or a name also bound otherwise)")
+    from ampfix.apex_rewrite import AmpUse, plan_rewrite
+
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement)
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -92,14 +121,16 @@ def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice,
     analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
 
 
-def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str) -> None:
-    detail = ""
+def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
+    notes = []
     call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
     if rule is rules.INITIALIZE and call is not None:
-        detail = _initialize_detail(call)
+        notes.append(_initialize_detail(call))
     elif rule is rules.SCALE_LOSS and call is not None:
-        detail = _scale_loss_detail(call)
-    _report(analysis, ref.node, rule, _advice(full), detail)
+        notes.append(_scale_loss_detail(call))
+    if not_rewritten:
+        notes.append(f"not rewritten: {not_rewritten}")
+    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n))
 
 
 def _argument(call: ast.Call, name: str, params: tuple[str, ...]) -> ast.expr | None:

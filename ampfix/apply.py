@@ -24,7 +24,7 @@ from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, ValueEdit
+from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
 
 
 class PlanMismatch(Exception):
@@ -41,9 +41,28 @@ def apply_plan(source: str, plan: Plan) -> str:
     for start, end, edits in _fragments(plan):
         head = plan.head_statements if start == 0 and plan.head_end is not None else ()
         pieces.append(source[done:start])
-        pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        splices = [edit for edit in edits if isinstance(edit.change, Splice)]
+        if splices:
+            if head or len(splices) != len(edits):
+                raise PlanMismatch("a statement rebuilt as text holds other edits", splices[0].line)
+            pieces.append(_splice(source, start, end, splices))
+        else:
+            pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
         done = end
     pieces.append(source[done:])
+    return "".join(pieces)
+
+
+def _splice(source: str, start: int, end: int, splices: list[Edit]) -> str:
+    pieces: list[str] = []
+    done = start
+    for edit in sorted(splices, key=lambda e: (e.start, e.end)):
+        if edit.start < done:
+            raise PlanMismatch("text splices overlap", edit.line)
+        pieces.append(source[done:edit.start])
+        pieces.append(edit.change.text)  # type: ignore[union-attr]
+        done = edit.end
+    pieces.append(source[done:end])
     return "".join(pieces)
 
 
