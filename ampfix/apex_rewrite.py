@@ -1,6 +1,6 @@
 """The mechanical apex.amp -> native torch.amp rewrite, planned only where the code proves it right.
 
-The shape (a single training function, as in yolov5's or transformers' scripts):
+The shape (a single training function, as in yolov5's or transformers' scripts, or a script's top level):
 
     from apex import amp                                  (alone, at module level, not optional)
     def train(...):
@@ -107,10 +107,11 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     init = rw.parents.get(id(init_call))
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
-    function = rw.parents.get(id(init))
-    if not isinstance(function, _FUNCTIONS) or init not in function.body:
+    function = rw.parents.get(id(init))  # a function, or the module of a script
+    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init not in function.body:
         raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
                             "undefined elsewhere)")
+    where = f"`{function.name}`" if isinstance(function, _FUNCTIONS) else "the script's top level"
     model, optimizer, enabled = _initialize_arguments(init_call)
     target = init.targets[0]
     if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
@@ -118,7 +119,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
     model_name, opt_name = (e.id for e in target.elts)  # type: ignore[attr-defined]
     for use in uses:
-        if _function_of(rw, use.ref.node) is not function or use.ref.node.lineno < init.lineno:
+        if _function_of(rw, use.ref.node, tree) is not function or use.ref.node.lineno < init.lineno:
             raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
     scope = init_use.ref.scope
     if scope.lookup(SCALER)[1]:
@@ -144,7 +145,8 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
 
     # every optimizer.step() -> scaler.step(optimizer); scaler.update()
     steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
-    if not steps or any(s.lineno < init.lineno for s in steps) or _other_steps(function, opt_name, steps):
+    if not steps or any(s.lineno < init.lineno or _function_of(rw, s, tree) is not function for s in steps) \
+            or _other_steps(function, opt_name, steps):
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = index.span(step.value)
@@ -226,14 +228,15 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     rw.splices.append((index.line_start(import_node.lineno), index.line_end(import_node.end_lineno), replacement))
 
     _no_overlap(rw, regions)
-    _top_level_statements_free(rw, function, import_node)
+    _top_level_statements_free(rw)
     outside = sorted({node.lineno for node in ast.walk(function)
                       if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
-                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in regions)})
+                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in regions)
+                      and _function_of(rw, node, tree) is function})
     note = (f"; O1 put every call after initialize in mixed precision, autocast only these lines: the calls of "
-            f"`{model_name}` on {_lines(outside)} and any call outside `{function.name}` now "
+            f"`{model_name}` on {_lines(outside)} and any call outside {where} now "
             "run in float32" if outside else
-            f"; O1 put every call after initialize in mixed precision: calls outside `{function.name}` (evaluation "
+            f"; O1 put every call after initialize in mixed precision: calls outside {where} (evaluation "
             "elsewhere) now run in float32")
     rw.messages[id(init_use.ref)] = (
         f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
@@ -319,11 +322,12 @@ def _other_steps(function: ast.AST, opt_name: str, steps: list[ast.Expr]) -> boo
     return False
 
 
-def _function_of(rw: _Rewrite, node: ast.AST) -> ast.AST | None:
+def _function_of(rw: _Rewrite, node: ast.AST, module: ast.Module) -> ast.AST:
+    """The innermost function (or other scope) holding `node`, or the module."""
     parent = rw.parents.get(id(node))
     while parent is not None and not isinstance(parent, _SCOPES):
         parent = rw.parents.get(id(parent))
-    return parent
+    return module if parent is None else parent
 
 
 def _block_of(rw: _Rewrite, statement: ast.AST | None) -> tuple[list[ast.stmt], int]:
@@ -406,14 +410,13 @@ def _no_overlap(rw: _Rewrite, regions: list[tuple[int, int]]) -> None:
             raise NotMechanical("edits overlap (a step or a clip inside the forward pass)")
 
 
-def _top_level_statements_free(rw: _Rewrite, *nodes: ast.AST) -> None:
+def _top_level_statements_free(rw: _Rewrite) -> None:
     """The top-level statements rebuilt as text hold no edit of another rule (`ampfix.apply` splices them
     whole)."""
-    index = rw.analysis.index
-    for node in nodes:
-        top = node
-        while not isinstance(rw.parents.get(id(top)), ast.Module):
-            top = rw.parents[id(top)]
-        lo, hi = index.line_start(_first_line(top)), index.line_end(top.end_lineno)  # type: ignore[arg-type]
-        if any(lo <= edit.start < hi for edit in rw.analysis.edits):
+    from ampfix.locations import statement_groups
+
+    groups = statement_groups(rw.analysis.tree, rw.analysis.index)
+    for start, end in groups:
+        if any(start <= s < end or s == end == start for s, _, _ in rw.splices) \
+                and any(start <= edit.start < end for edit in rw.analysis.edits):
             raise NotMechanical("another rule edits the same top-level statement")
