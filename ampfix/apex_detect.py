@@ -92,6 +92,13 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
                           and s.lineno == binding.line and s.module == "apex" and not s.level
                           and [a.name for a in s.names] == ["amp"]), None)
+    unselected = sorted({rule.code for _, _, _, rule in uses if not analysis.options.reports(rule.code)})
+    if unselected:
+        return f"{', '.join(unselected)} not selected"
+    target = analysis.options.target_torch
+    if target is not None and target < rules.REWRITE_MIN_TORCH:
+        need = ".".join(map(str, rules.REWRITE_MIN_TORCH))
+        return f"torch.amp.GradScaler(\"cuda\") needs torch >= {need}; the target is torch {'.'.join(map(str, target))}"
     if statement is None:
         return ("apex.amp is not reached through one plain `from apex import amp` at module level (an optional or "
                 "local import, or a name also bound otherwise)")

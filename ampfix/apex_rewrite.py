@@ -164,7 +164,9 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         call = _call_of(use)
         with_node = rw.parents.get(id(rw.parents.get(id(call))))  # the call's withitem's With
         block, position = _block_of(rw, with_node)
-        if id(block) in blocks or position == 0:
+        # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
+        begin = block.index(init) + 1 if init in block else 0
+        if id(block) in blocks or position <= begin:
             raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
         blocks.add(id(block))
         loss = _scale_loss_arguments(call, with_node, opt_name)
@@ -174,8 +176,8 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         rw.splices.append((index.line_start(with_node.lineno), index.line_end(with_node.end_lineno),
                            f"{_indent(lines, with_node.lineno)}{SCALER}.scale({_text(rw, loss)}).backward"
                            f"{arguments}{newline}"))
-        first, last = _first_line(block[0]), block[position - 1].end_lineno
-        _reindentable(rw, block[:position], first, last)
+        first, last = _first_line(block[begin]), block[position - 1].end_lineno
+        _reindentable(rw, block[begin:position], first, last)
         indent = _indent(lines, first)
         body = "".join(line if not line.strip() else "    " + line for line in lines[first - 1:last])
         rw.splices.append((index.line_start(first), index.line_end(last),

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from ampfix.rules.base import Example, Rule
 
+# What `rewrite` does with the names of the O1 training pattern (`ampfix.apex_rewrite`).
+PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
+
 # The packages whose imports can reach the names below.
 PACKAGES = ("apex", "mmengine")
 
@@ -48,7 +51,16 @@ INITIALIZE = Rule(
     title="apex.amp.initialize",
     min_torch=None,
     symbols={"apex.amp.initialize": None, "apex.amp.frontend.initialize": None},
+    fix_note=PATTERN_FIX,
     examples=(
+        # The O1 training pattern, rewritten whole (`ampfix.apex_rewrite`).
+        Example("from apex import amp\n\n\ndef train(model, opt, x):\n    model, opt = amp.initialize(model, opt)\n"
+                "    loss = model(x)\n    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n"
+                "    opt.step()\n",
+                "import torch\n\n\ndef train(model, opt, x):\n    scaler = torch.amp.GradScaler(\"cuda\")\n"
+                "    with torch.autocast(\"cuda\", dtype=torch.float16):\n        loss = model(x)\n"
+                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
+        # At module level without a step: not the pattern, reported.
         Example("from apex import amp\nmodel, opt = amp.initialize(model, opt, opt_level='O1')\n", reported="AMP101"),
         Example("import apex\nmodel, opt = apex.amp.initialize(model, opt, opt_level='O2',\n"
                 "                                   keep_batchnorm_fp32=True, loss_scale=128.0)\n",
@@ -61,6 +73,7 @@ SCALE_LOSS = Rule(
     title="apex.amp.scale_loss",
     min_torch=None,
     symbols={"apex.amp.scale_loss": None, "apex.amp.handle.scale_loss": None},
+    fix_note=PATTERN_FIX,
     examples=(
         Example("from apex import amp\ndef train(loss, opt):\n"
                 "    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n", reported="AMP102"),
@@ -74,6 +87,7 @@ MASTER_PARAMS = Rule(
     title="apex.amp.master_params",
     min_torch=None,
     symbols={"apex.amp.master_params": None},
+    fix_note=PATTERN_FIX,
     examples=(
         Example("import torch\nfrom apex import amp\n"
                 "torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 1.0)\n", reported="AMP103"),
@@ -85,6 +99,7 @@ STATE = Rule(
     title="apex.amp state_dict",
     min_torch=None,
     symbols={"apex.amp.state_dict": None, "apex.amp.load_state_dict": None},
+    fix_note=PATTERN_FIX,
     examples=(
         Example("from apex import amp\ncheckpoint = {'amp': amp.state_dict()}\n", reported="AMP104"),
     ),
@@ -170,6 +185,9 @@ APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_
                                 INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
 
 REMOVED = "removed from apex in 2025"
+
+# The oldest torch the rewrite's output runs on: torch.amp.GradScaler(device) came in 2.3.
+REWRITE_MIN_TORCH = (2, 3)
 
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
 ADVICE: dict[str, Advice] = {
