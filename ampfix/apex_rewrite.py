@@ -127,6 +127,9 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     torch_bindings = scope.lookup("torch")[1]
     if not all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
         raise NotMechanical("`torch` is bound to something else")
+    if torch_bindings and scope.lookup("torch")[0] is scope and scope.kind != "module" \
+            and not all(b.line < init.lineno for b in torch_bindings):
+        raise NotMechanical("the function imports torch after initialize")
     for binding in scope.bindings.get(opt_name, []):
         if binding.line > init.lineno:
             raise NotMechanical("the optimizer is rebound after initialize")

@@ -60,11 +60,18 @@ def could_hold_deprecated_use(source: str | bytes) -> bool:
 
 
 def mentions_apex(text: str | bytes) -> bool:
-    """Can the text import NVIDIA apex or hold a framework setting that selects it (see the docstring)?
-    Two plain substring searches: they run at memchr speed, a character class would not."""
+    """Does the text spell `apex` or `Apex` (see the docstring)? One search for `pex`, rare in code, then
+    the letter before it: two plain searches cost twice as much on a tree without apex."""
     if isinstance(text, bytes):
-        return b"apex" in text or b"Apex" in text
-    return "apex" in text or "Apex" in text
+        needle, letters = b"pex", (ord("a"), ord("A"))
+    else:
+        needle, letters = "pex", ("a", "A")  # type: ignore[assignment]
+    i = text.find(needle)  # type: ignore[arg-type]
+    while i != -1:
+        if i and text[i - 1] in letters:
+            return True
+        i = text.find(needle, i + 3)  # type: ignore[arg-type]
+    return False
 
 
 def _bytes_could_hold(data: bytes) -> bool:
