@@ -1,0 +1,66 @@
+"""NVIDIA apex (AMP100-AMP109) end to end: `check` exits 1 on apex and never imports torch, `rewrite`
+turns the O1 training pattern into native AMP that runs under `ampfix run` with the scaler stepping."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ampfix.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "data" / "apex_o1_train.py"
+
+
+def test_check_exits_1_on_apex_and_0_once_rewritten(tmp_path: Path):
+    path = tmp_path / "train.py"
+    shutil.copy(SCRIPT, path)
+    checked = CliRunner().invoke(app, ["check", str(path)])
+    assert checked.exit_code == 1
+    assert [line.split(": ")[1].split()[0] for line in checked.stdout.splitlines() if ": AMP" in line] == [
+        "AMP101", "AMP102", "AMP103", "AMP104"]
+    rewritten = CliRunner().invoke(app, ["rewrite", str(path)])
+    assert rewritten.exit_code == 1, rewritten.stdout  # it rewrote something
+    text = path.read_text()
+    assert "from apex import amp" not in text and "amp.initialize" not in text and "amp.scale_loss" not in text
+    assert CliRunner().invoke(app, ["check", str(path)]).exit_code == 0
+
+
+def test_check_on_apex_imports_neither_apex_nor_torch():
+    code = (
+        "import sys\n"
+        "from ampfix.engine import check_source, fix_source\n"
+        f"source = open({str(SCRIPT)!r}).read()\n"
+        "assert check_source(source).findings\n"
+        "assert fix_source(source).changed\n"
+        "print(sorted(m for m in ('torch', 'apex') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path):
+    path = tmp_path / "train.py"
+    shutil.copy(SCRIPT, path)
+    assert CliRunner().invoke(app, ["rewrite", str(path)]).exit_code == 1
+    report_path = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "-m", "ampfix", "run", "--json", str(report_path), str(path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(report_path.read_text())
+    # 6 micro-steps, a step every 2: each loss scaled, the gradients unscaled once before each clipping.
+    assert report["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 3
+    (scaler,) = report["grad_scalers"]
+    assert (scaler["device"], scaler["enabled"]) == ("cuda", True)
+    # the forward pass of every micro-step ran under autocast
+    assert sum(region["entered"] for region in report["autocast_regions"]) == 6
+    printed = run.stdout.splitlines()
+    assert [line.split()[1] for line in printed if line.startswith("step ")] == ["0", "1", "2", "3", "4", "5"]
+    # the scaler's state_dict, where apex's was returned
+    assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
