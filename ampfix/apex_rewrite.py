@@ -62,6 +62,7 @@ class _Rewrite:
     analysis: Analysis
     parents: dict[int, ast.AST] = field(default_factory=dict)
     splices: list[tuple[int, int, str]] = field(default_factory=list)
+    region_splices: list[tuple[int, int, str]] = field(default_factory=list)  # the forward passes re-indented
     messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
 
 
@@ -175,19 +176,25 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         loss = _scale_loss_arguments(call, with_node, opt_name)
         backward = with_node.body[0].value  # type: ignore[union-attr]
         _whole_lines_only(rw, with_node, comments)
-        arguments = index.text[index.span(backward.func)[1]:index.span(backward)[1]]
-        rw.splices.append((index.line_start(with_node.lineno), index.line_end(with_node.end_lineno),
-                           f"{_indent(lines, with_node.lineno)}{SCALER}.scale({_text(rw, loss)}).backward"
-                           f"{arguments}{newline}"))
+        # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
+        # loss and the arguments stay where they are (another rule may edit inside them)
+        loss_start, loss_end = index.span(loss)
+        rw.splices.append((index.line_start(with_node.lineno), loss_start,
+                           f"{_indent(lines, with_node.lineno)}{SCALER}.scale("))
+        rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
         first, last = _first_line(block[begin]), block[position - 1].end_lineno
         _reindentable(rw, block[begin:position], first, last)
-        indent = _indent(lines, first)
-        body = "".join(line if not line.strip() else "    " + line for line in lines[first - 1:last])
-        rw.splices.append((index.line_start(first), index.line_end(last),
-                           f"{indent}with {autocast}:{newline}{body}"))
+        # the forward pass under autocast: a header line, and four spaces at the start of each line
+        at = index.line_start(first)
+        rw.region_splices.append((at, at, f"{_indent(lines, first)}with {autocast}:{newline}"))
+        for number in range(first, last + 1):
+            if lines[number - 1].strip():
+                at = index.line_start(number)
+                rw.region_splices.append((at, at, "    "))
         regions.append((first, last))
-        rw.messages[id(use.ref)] = (f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`; lines "
-                                    f"{first}-{last} before it run under `{autocast}`")
+        where_ = f"line {first}" if first == last else f"lines {first}-{last}"
+        rw.messages[id(use.ref)] = (f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`; {where_} "
+                                    f"before it run under `{autocast}`")
 
     # clipping over master_params directly before a step -> unscale_, then clipping over param_groups
     step_lines = {s.lineno for s in steps}
@@ -233,16 +240,17 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     rw.splices.append((index.line_start(import_node.lineno), index.line_end(import_node.end_lineno), replacement))
 
     _no_overlap(rw, regions)
-    _top_level_statements_free(rw)
+    _no_other_edit_inside(rw)
     outside = sorted({node.lineno for node in ast.walk(function)
                       if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
                       and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in regions)
                       and _function_of(rw, node, tree) is function})
-    note = (f"; O1 put every call after initialize in mixed precision, autocast only these lines: the calls of "
-            f"`{model_name}` on {_lines(outside)} and any call outside {where} now "
-            "run in float32" if outside else
-            f"; O1 put every call after initialize in mixed precision: calls outside {where} (evaluation "
-            "elsewhere) now run in float32")
+    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
+            f"passes: the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
+            "(float32 unless under an autocast of their own)" if outside else
+            f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
+            f"passes: calls outside {where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
+            "of their own)")
     rw.messages[id(init_use.ref)] = (
         f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
         f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`" + note)
@@ -408,20 +416,16 @@ def _no_overlap(rw: _Rewrite, regions: list[tuple[int, int]]) -> None:
     spans = sorted((s, e) for s, e, _ in rw.splices)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         if start < end:
-            raise NotMechanical("edits overlap (a step or a clip inside the forward pass)")
+            raise NotMechanical("edits overlap")
     for first, last in regions:
         lo, hi = index.line_start(first), index.line_end(last)
-        if any(lo <= s < hi and (s, e) != (lo, hi) for s, e, _ in rw.splices):
-            raise NotMechanical("edits overlap (a step or a clip inside the forward pass)")
+        if any(lo <= s < hi for s, _, _ in rw.splices):
+            raise NotMechanical("a step, a clip or the state is used inside the forward pass")
+    rw.splices += rw.region_splices
 
 
-def _top_level_statements_free(rw: _Rewrite) -> None:
-    """The top-level statements rebuilt as text hold no edit of another rule (`ampfix.apply` splices them
-    whole)."""
-    from ampfix.locations import statement_groups
-
-    groups = statement_groups(rw.analysis.tree, rw.analysis.index)
-    for start, end in groups:
-        if any(start <= s < end or s == end == start for s, _, _ in rw.splices) \
-                and any(start <= edit.start < end for edit in rw.analysis.edits):
-            raise NotMechanical("another rule edits the same top-level statement")
+def _no_other_edit_inside(rw: _Rewrite) -> None:
+    """Another rule's edits may sit between the splices (`ampfix.apply` merges them), not across one."""
+    for edit in rw.analysis.edits:
+        if any(s < edit.end and edit.start < e for s, e, _ in rw.splices if s < e):
+            raise NotMechanical("another rule edits a statement this rewrite rebuilds")
