@@ -72,9 +72,8 @@ class ValueEdit:
 
 @dataclass(frozen=True)
 class Splice:
-    """Replace the edit's span with this text, as text (whole statements rebuilt by `ampfix.apex_rewrite`,
-    which checks itself that no comment or string is cut). A top-level statement holding a splice holds
-    no other kind of edit."""
+    """Replace the edit's span with this text, as text (`ampfix.apex_rewrite`, which checks itself that no
+    comment or string is cut). Other edits may sit between splices, never across one (`ampfix.apply`)."""
 
     text: str
 
