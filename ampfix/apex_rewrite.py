@@ -136,7 +136,8 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
             raise NotMechanical("the optimizer is rebound after initialize")
     comments = _comment_lines(index.text)
     device = analysis.options.cuda_device
-    newline = "\r\n" if lines[init.lineno - 1].endswith("\r\n") else "\n"
+    ending = lines[init.lineno - 1]
+    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
 
     # initialize -> the scaler (and the names rebound when the left side differs)
     _whole_lines_only(rw, init, comments)

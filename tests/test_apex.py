@@ -64,3 +64,15 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert [line.split()[1] for line in printed if line.startswith("step ")] == ["0", "1", "2", "3", "4", "5"]
     # the scaler's state_dict, where apex's was returned
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
+
+
+def test_the_rewrite_keeps_the_files_line_endings():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text()
+    expected = fix_source(source).new_source
+    assert expected != source
+    for newline in ("\r\n", "\r"):
+        result = fix_source(source.replace("\n", newline))
+        assert result.new_source == expected.replace("\n", newline)
+        assert fix_source(result.new_source).new_source == result.new_source
