@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from ampfix.analysis import Splice
 from ampfix.bindings import ChainRef
+from ampfix.rules import Target
 from ampfix.rules import apex as rules
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         if binding.line > init.lineno:
             raise NotMechanical("the optimizer is rebound after initialize")
     comments = _comment_lines(index.text)
-    device = analysis.options.cuda_device
+    device, dtype = _device_and_dtype(analysis)
     ending = lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
 
@@ -163,7 +164,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     # scale_loss -> scaler.scale(loss).backward(...), the statements before it under autocast
     regions: list[tuple[int, int]] = []
     blocks: set[int] = set()
-    autocast = f"torch.autocast({device}, dtype=torch.float16" + (
+    autocast = f"torch.autocast({device}, dtype={dtype}" + (
         f", enabled={_text(rw, enabled)})" if enabled is not None else ")")
     for use in scale_losses:
         call = _call_of(use)
@@ -255,6 +256,19 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     rw.messages[id(init_use.ref)] = (
         f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
         f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`" + note)
+
+
+def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
+    """The device the scaler and autocast get (`--device`, `--device-expr`, as for torch's own names) and
+    autocast's dtype: float16 as O1's, bfloat16 on the CPU unless --keep-dtype (as AMP002's rewrites do)."""
+    options = analysis.options
+    if options.device == "auto" and options.device_expr is None:
+        raise NotMechanical("--device auto needs a module-level device name, which this rewrite does not add")
+    device = analysis.device_text(Target("torch.amp.GradScaler", "cuda"))
+    cpu_dtype = analysis.family.cpu_dtypes.get("torch.float16")
+    if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
+        return device, cpu_dtype
+    return device, "torch.float16"
 
 
 def _lines(numbers: list[int]) -> str:

@@ -76,3 +76,22 @@ def test_the_rewrite_keeps_the_files_line_endings():
         result = fix_source(source.replace("\n", newline))
         assert result.new_source == expected.replace("\n", newline)
         assert fix_source(result.new_source).new_source == result.new_source
+
+
+def test_the_device_options_reach_the_scaler_and_autocast():
+    from ampfix.engine import fix_source
+    from ampfix.options import Options
+
+    source = SCRIPT.read_text()
+    cpu = fix_source(source, Options(device="cpu")).new_source
+    assert 'scaler = torch.amp.GradScaler("cpu")\n' in cpu
+    assert 'with torch.autocast("cpu", dtype=torch.bfloat16):\n' in cpu
+    kept = fix_source(source, Options(device="cpu", keep_dtype=True)).new_source
+    assert 'with torch.autocast("cpu", dtype=torch.float16):\n' in kept
+    expr = fix_source(source, Options(device_expr="args.device")).new_source
+    assert "scaler = torch.amp.GradScaler(args.device)\n" in expr
+    assert "with torch.autocast(args.device, dtype=torch.float16):\n" in expr
+    auto = fix_source(source, Options(device="auto"))
+    assert auto.new_source == source  # held back: this rewrite adds no module device name
+    (initialize,) = [f for f in auto.findings if f.code == "AMP101"]
+    assert not initialize.fixed and "not rewritten: --device auto" in initialize.message
