@@ -92,6 +92,10 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
                           and s.lineno == binding.line and s.module == "apex" and not s.level
                           and [a.name for a in s.names] == ["amp"]), None)
+    suppressed = sorted({ref.node.lineno for ref, _, _, rule in uses
+                         if analysis.suppressions.covers(ref.node.lineno, rule.code)})
+    if suppressed:
+        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
     unselected = sorted({rule.code for _, _, _, rule in uses if not analysis.options.reports(rule.code)})
     if unselected:
         return f"{', '.join(unselected)} not selected"

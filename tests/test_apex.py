@@ -95,3 +95,14 @@ def test_the_device_options_reach_the_scaler_and_autocast():
     assert auto.new_source == source  # held back: this rewrite adds no module device name
     (initialize,) = [f for f in auto.findings if f.code == "AMP101"]
     assert not initialize.fixed and "not rewritten: --device auto" in initialize.message
+
+
+def test_a_suppressed_use_holds_the_whole_rewrite_back():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text().replace("    return amp.state_dict()\n", "    return amp.state_dict()  # noqa: AMP104\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert "not rewritten: a suppression comment holds the use on line 26" in initialize.message
+    assert "AMP104" not in [f.code for f in result.findings]
