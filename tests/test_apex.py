@@ -106,3 +106,21 @@ def test_a_suppressed_use_holds_the_whole_rewrite_back():
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert "not rewritten: a suppression comment holds the use on line 26" in initialize.message
     assert "AMP104" not in [f.code for f in result.findings]
+
+
+def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
+    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
+    step by step with ampfix's own rewrite."""
+    original, native = tmp_path / "train_apex.py", tmp_path / "train_native.py"
+    shutil.copy(SCRIPT, original)
+    shutil.copy(SCRIPT, native)
+    assert CliRunner().invoke(app, ["rewrite", str(native)]).exit_code == 1
+    report_path = tmp_path / "verify.json"
+    verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original), "--rewritten", str(native),
+                             "--json", str(report_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = json.loads(report_path.read_text())
+    assert verify.returncode == 0, verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 6
+    assert report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
