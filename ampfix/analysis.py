@@ -71,6 +71,14 @@ class ValueEdit:
 
 
 @dataclass(frozen=True)
+class Splice:
+    """Replace the edit's span with this text, as text (`ampfix.apex_rewrite`, which checks itself that no
+    comment or string is cut). Other edits may sit between splices, never across one (`ampfix.apply`)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Edit:
     """One change, at the [start, end) character span of the ast node it was decided on."""
 
@@ -79,7 +87,7 @@ class Edit:
     line: int  # 1-based, for messages
     node: str  # the LibCST node type that must be found there: Name, Attribute, SimpleString, Import, ImportFrom
     text: str  # what that node spells: the dotted name (NFKC), the string's value; "" for imports
-    change: ChainEdit | ImportEdit | ValueEdit | str  # a string edit is the new literal
+    change: ChainEdit | ImportEdit | ValueEdit | Splice | str  # a string edit is the new literal
 
 
 @dataclass(frozen=True)
@@ -373,6 +381,7 @@ class Analysis:
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
+        from ampfix.apex_detect import plan_apex
         from ampfix.device_literals import plan_device_literals
         from ampfix.import_plan import plan_imports
         from ampfix.strings import plan_strings
@@ -391,6 +400,7 @@ class Analysis:
         plan_strings(self)
         if self.options.retargets:
             plan_device_literals(self)
+        plan_apex(self)  # NVIDIA apex's removed mixed precision: a family of its own
         return self.plan()
 
     def resolve(self, ref: ChainRef) -> Use | None:
@@ -719,5 +729,5 @@ def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppr
     return Analysis(tree, source, options, suppressions=suppressions).run()
 
 
-__all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "analyze",
+__all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "Splice", "analyze",
            "source_lines"]

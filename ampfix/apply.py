@@ -24,7 +24,7 @@ from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, ValueEdit
+from ampfix.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
 
 
 class PlanMismatch(Exception):
@@ -41,9 +41,25 @@ def apply_plan(source: str, plan: Plan) -> str:
     for start, end, edits in _fragments(plan):
         head = plan.head_statements if start == 0 and plan.head_end is not None else ()
         pieces.append(source[done:start])
-        pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        if not head and all(isinstance(edit.change, Splice) for edit in edits):
+            pieces.append(_splice(source, start, end, edits))
+        else:
+            pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
         done = end
     pieces.append(source[done:])
+    return "".join(pieces)
+
+
+def _splice(source: str, start: int, end: int, splices: list[Edit]) -> str:
+    pieces: list[str] = []
+    done = start
+    for edit in sorted(splices, key=lambda e: (e.start, e.end)):
+        if edit.start < done:
+            raise PlanMismatch("text splices overlap", edit.line)
+        pieces.append(source[done:edit.start])
+        pieces.append(edit.change.text)  # type: ignore[union-attr]
+        done = edit.end
+    pieces.append(source[done:end])
     return "".join(pieces)
 
 
@@ -79,6 +95,8 @@ _NODE_TYPES = {
 
 
 def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[str, ...]) -> str:
+    splices = [edit for edit in edits if isinstance(edit.change, Splice)]
+    edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
@@ -91,6 +109,8 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[st
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
     statements_change = bool(head) or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    if statements_change and splices:
+        raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
     if statements_change:  # an import split or removed, a line added: the fragment is re-printed
         new_module = module.visit(applier)
         if head:
@@ -98,7 +118,7 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[st
         # Every statement removed: an empty module would still print a line break.
         new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
-        new_text = _apply_by_node(module, text, located, spans, applier)
+        new_text = _apply_by_node(module, text, located, spans, applier, splices, offset)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
@@ -106,7 +126,7 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[st
 
 
 def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], spans: _Spans,
-                   applier: _Applier) -> str:
+                   applier: _Applier, splices: list[Edit], offset: int) -> str:
     """Expression edits: re-print only the outermost nodes that change (the chain, or the call
     whose arguments change) and splice each over its own extent in the fragment's text."""
     roots: dict[int, tuple[cst.CSTNode, tuple[str, ...]]] = {}
@@ -118,15 +138,26 @@ def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], span
             if root is None:
                 raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
         roots[id(root)] = (root, spans.fstring_quotes[node_id])
+    # Text splices (`ampfix.apex_rewrite`) go between the re-printed roots: an insertion at a root's start
+    # goes first; a splice that overlaps a root is a mismatch.
+    changes: list[tuple[int, int, int, cst.CSTNode | Edit, tuple[str, ...]]] = [
+        (*spans.extent[id(root)], 1, root, quotes) for root, quotes in roots.values()]
+    changes += [(edit.start - offset, edit.end - offset, 0, edit, ()) for edit in splices]
     pieces: list[str] = []
     done = 0
-    for root, quotes in sorted(roots.values(), key=lambda item: spans.extent[id(item[0])]):
-        start, end = spans.extent[id(root)]
+    for start, end, _, change, quotes in sorted(changes, key=lambda item: item[:3]):
+        if isinstance(change, Edit):
+            if start < done:
+                raise PlanMismatch("a text splice overlaps another edit", change.line)
+            pieces.append(text[done:start])
+            pieces.append(change.change.text)  # type: ignore[union-attr]
+            done = end
+            continue
         if start < done:
             continue  # inside a root already re-printed, which applied its edits too
         applier.fstring_quotes = list(quotes)
         pieces.append(text[done:start])
-        pieces.append(_print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)]))
+        pieces.append(_print(module, _apply_to_root(change, applier, spans), spans.indents[id(change)]))
         done = end
     pieces.append(text[done:])
     return "".join(pieces)

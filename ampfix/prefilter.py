@@ -23,6 +23,10 @@ Two spellings of the name `amp` are not the bytes `amp`, and both are caught:
 - A declared encoding may spell ASCII letters otherwise (UTF-7: `+AGE-mp` is `amp`). A file with a
   coding cookie is decoded and searched again.
 
+NVIDIA apex (`ampfix.rules.apex`): `import apex` / `from apex...` spell `apex`, and the framework settings
+that select it spell `"apex"` or `ApexOptimWrapper`, so a file holding `apex` or `Apex` is kept too. (DeepSpeed's
+config key `"amp"` spells the name `amp`.)
+
 Deliberately not caught (and not caught by `ampfix.engine.check_source`, which applies the same
 test): a string literal whose value contains `amp` only through escapes or implicit concatenation
 (`"torch.cuda.\\x61mp"`, `"torch.cuda.a" "mp"`). These are not spellings a person writes.
@@ -47,9 +51,27 @@ def could_hold_deprecated_use(source: str | bytes) -> bool:
     """False only if the source cannot hold a deprecated use (see the module's docstring)."""
     if isinstance(source, bytes):
         return _bytes_could_hold(source)
-    if _has_amp_name(source):
+    if _has_amp_name(source) or mentions_apex(source):
         return True
-    return not source.isascii() and _has_amp_name(unicodedata.normalize("NFKC", source))
+    if source.isascii():
+        return False
+    normalized = unicodedata.normalize("NFKC", source)
+    return _has_amp_name(normalized) or mentions_apex(normalized)
+
+
+def mentions_apex(text: str | bytes) -> bool:
+    """Does the text spell `apex` or `Apex` (see the docstring)? One search for `pex`, rare in code, then
+    the letter before it: two plain searches cost twice as much on a tree without apex."""
+    if isinstance(text, bytes):
+        needle, letters = b"pex", (ord("a"), ord("A"))
+    else:
+        needle, letters = "pex", ("a", "A")  # type: ignore[assignment]
+    i = text.find(needle)  # type: ignore[arg-type]
+    while i != -1:
+        if i and text[i - 1] in letters:
+            return True
+        i = text.find(needle, i + 3)  # type: ignore[arg-type]
+    return False
 
 
 def _bytes_could_hold(data: bytes) -> bool:
@@ -57,6 +79,8 @@ def _bytes_could_hold(data: bytes) -> bool:
         start = match.start()
         if start == 0 or data[start - 1] not in _WORD_BYTES:
             return True
+    if mentions_apex(data):
+        return True
     ascii_only = data.isascii()
     if ascii_only and not _COOKIE.search(data, 0, _end_of_second_line(data)):
         return False  # plain ASCII read as UTF-8: the bytes are the text

@@ -133,6 +133,8 @@ def _version(version: tuple[int, int] | None) -> str:
 
 def _fix(rule: Rule, target: Target | None) -> str:
     """What `rewrite` does with the name: calls and type positions, then a reference without a call."""
+    if rule.fix_note is not None:
+        return rule.fix_note
     if target is None:
         return "report only"
     if rule.device_target_only:

@@ -143,3 +143,15 @@ def test_the_documented_limit_escaped_strings():
     source = "path = 'torch.cuda.\\x61mp.autocast'\n"
     assert _analysed_findings(source)
     assert not could_hold_deprecated_use(source)
+
+
+@pytest.mark.parametrize("source, kept", [
+    ("import apex\n", True),
+    ("trainer = Trainer(amp_backend='apex')\n", True),  # no name `amp` in it
+    ("wrapper = ApexOptimWrapper(optimizer)\n", True),
+    ("x = 'pex' + spex\n", False),
+    ("APEX_HOME = 1\n", False),
+])
+def test_files_that_spell_apex_are_kept(source: str, kept: bool):
+    assert could_hold_deprecated_use(source) is kept
+    assert could_hold_deprecated_use(source.encode("utf-8")) is kept

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ampfix.rules import autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler, module_paths, no_twin
+from ampfix.rules import (apex, autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler, module_paths,
+                          no_twin)
 from ampfix.rules.base import CallShape, Example, Family, Rule, Target
 
-ALL_RULES: tuple[Rule, ...] = (
+# torch's own deprecated names (the TORCH_AMP family).
+TORCH_RULES: tuple[Rule, ...] = (
     autocast.RULE,
     grad_scaler.RULE,
     custom_fwd.RULE,
@@ -16,13 +18,17 @@ ALL_RULES: tuple[Rule, ...] = (
     no_twin.RULE,
 )
 
+# Every code `ampfix rules` lists and --select/--ignore accept: torch's, then NVIDIA apex's (reported
+# by `ampfix.apex_detect`).
+ALL_RULES: tuple[Rule, ...] = (*TORCH_RULES, *apex.APEX_RULES)
+
 TORCH_AMP = Family(
     package="torch",
     # A qualified name below one of these with no entry in a rule is reported, never guessed.
     roots={"torch.cuda.amp": "torch.amp", "torch.cpu.amp": "torch.amp"},
     # `torch.amp.autocast(device_type=...)`, `torch.amp.GradScaler(device=...)`
     device_keywords=("device_type", "device"),
-    rules=ALL_RULES,
+    rules=TORCH_RULES,
     # torch's own version; `torch.version.cuda` / `.hip` describe the build, not the API.
     version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
     distribution="torch",
@@ -39,5 +45,5 @@ FAMILIES: tuple[Family, ...] = (TORCH_AMP,)
 DEPRECATED_ROOTS = tuple(root for family in FAMILIES for root in family.roots)
 
 
-__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "FAMILIES", "TORCH_AMP", "CallShape", "Example", "Family", "Rule",
+__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "FAMILIES", "TORCH_AMP", "TORCH_RULES", "CallShape", "Example", "Family", "Rule",
            "Target"]

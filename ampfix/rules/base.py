@@ -60,6 +60,8 @@ class Rule:
     # Its names are already migrated: it only moves their literal "cuda" under a device target.
     device_target_only: bool = False
     examples: tuple[Example, ...] = field(default=(), repr=False)
+    # What `rewrite` does where the symbols alone do not say (a rewrite of a whole pattern, not of a name).
+    fix_note: str | None = None
 
     @property
     def fixable(self) -> bool:

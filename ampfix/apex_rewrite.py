@@ -1,0 +1,446 @@
+"""The mechanical apex.amp -> native torch.amp rewrite, planned only where the code proves it right.
+
+The shape (a single training function, as in yolov5's or transformers' scripts, or a script's top level):
+
+    from apex import amp                                  (alone, at module level, not optional)
+    def train(...):
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")    (F's own body)
+        for ...:
+            out = model(x)                                (the statements before the scale_loss
+            loss = criterion(out, y)                       in its block: the forward pass and loss)
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+            torch.nn.utils.clip_grad_norm_(amp.master_params(optimizer), n)    (directly before a step)
+            optimizer.step()
+        torch.save(amp.state_dict(), path)
+
+becomes a `scaler = torch.amp.GradScaler(<device>)` where initialize was (the names rebound when the left side
+differs), the statements before each scale_loss in its block under `torch.autocast(<device>, dtype=torch.float16)`,
+`scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping over the optimizer's param_groups,
+`scaler.step(optimizer)` and `scaler.update()` for every step, the scaler's state_dict for apex's.
+
+Every condition is checked on the code; when one fails, nothing is rewritten and `ampfix.apex_detect` reports
+each use. Statements are rebuilt as text (`ampfix.analysis.Splice`): no comment may sit on a line that is
+rebuilt, and no string may span the lines that are re-indented.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ampfix.analysis import Splice
+from ampfix.bindings import ChainRef
+from ampfix.rules import Target
+from ampfix.rules import apex as rules
+
+if TYPE_CHECKING:
+    from ampfix.analysis import Analysis
+
+SCALER = "scaler"
+# initialize keywords the rewrite keeps the meaning of: `enabled` is kept, the others are O1's defaults or logging.
+_INITIALIZE_KEYWORDS = frozenset({"opt_level", "enabled", "verbosity", "loss_scale"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+@dataclass(frozen=True)
+class AmpUse:
+    ref: ChainRef
+    full: str
+
+
+class NotMechanical(Exception):
+    """A condition of the rewrite fails: every use is reported instead."""
+
+
+@dataclass
+class _Rewrite:
+    analysis: Analysis
+    parents: dict[int, ast.AST] = field(default_factory=dict)
+    splices: list[tuple[int, int, str]] = field(default_factory=list)
+    region_splices: list[tuple[int, int, str]] = field(default_factory=list)  # the forward passes re-indented
+    messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
+
+
+def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom) -> dict[int, str] | str:
+    """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
+    by id() of its ChainRef, or why the code is not the mechanical shape."""
+    rewrite = _Rewrite(analysis)
+    try:
+        _plan(rewrite, uses, import_node)
+    except NotMechanical as reason:
+        return str(reason)
+    for start, end, text in rewrite.splices:
+        line = analysis.index.text.count("\n", 0, start) + 1
+        analysis.edits.append(_edit(start, end, line, text))
+    return rewrite.messages
+
+
+def _edit(start: int, end: int, line: int, text: str):
+    from ampfix.analysis import Edit
+
+    return Edit(start, end, line, "Splice", "", Splice(text))
+
+
+def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None:
+    analysis = rw.analysis
+    index, lines = analysis.index, analysis.index.lines
+    tree = analysis.tree
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            rw.parents[id(child)] = node
+    by_rule: dict[str, list[AmpUse]] = {}
+    for use in uses:
+        by_rule.setdefault(_rule_code(use.full), []).append(use)
+    inits = by_rule.pop(rules.INITIALIZE.code, [])
+    scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
+    clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
+    states = by_rule.pop(rules.STATE.code, [])
+    if by_rule or len(inits) != 1 or not scale_losses:
+        raise NotMechanical("not one initialize call with at least one scale_loss, or apex.amp used otherwise too")
+    init_use = inits[0]
+    amp = init_use.ref.parts[0]  # how the file spells apex.amp, for messages
+    init_call = _call_of(init_use)
+    init = rw.parents.get(id(init_call))
+    if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
+        raise NotMechanical("the initialize call is not a plain assignment")
+    function = rw.parents.get(id(init))  # a function, or the module of a script
+    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init not in function.body:
+        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
+                            "undefined elsewhere)")
+    where = f"`{function.name}`" if isinstance(function, _FUNCTIONS) else "the script's top level"
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    target = init.targets[0]
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in target.elts)):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    model_name, opt_name = (e.id for e in target.elts)  # type: ignore[attr-defined]
+    for use in uses:
+        if _function_of(rw, use.ref.node, tree) is not function or use.ref.node.lineno < init.lineno:
+            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
+    scope = init_use.ref.scope
+    if scope.lookup(SCALER)[1]:
+        raise NotMechanical("the name `scaler` is already bound")
+    torch_bindings = scope.lookup("torch")[1]
+    if not all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
+        raise NotMechanical("`torch` is bound to something else")
+    if torch_bindings and scope.lookup("torch")[0] is scope and scope.kind != "module" \
+            and not all(b.line < init.lineno for b in torch_bindings):
+        raise NotMechanical("the function imports torch after initialize")
+    for binding in scope.bindings.get(opt_name, []):
+        if binding.line > init.lineno:
+            raise NotMechanical("the optimizer is rebound after initialize")
+    comments = _comment_lines(index.text)
+    device, dtype = _device_and_dtype(analysis)
+    ending = lines[init.lineno - 1]
+    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
+
+    # initialize -> the scaler (and the names rebound when the left side differs)
+    _whole_lines_only(rw, init, comments)
+    indent = _indent(lines, init.lineno)
+    scaler_args = device + (f", enabled={_text(rw, enabled)}" if enabled is not None else "")
+    created = f"{indent}{SCALER} = torch.amp.GradScaler({scaler_args}){newline}"
+    if (model_name, opt_name) != (model.id, optimizer.id):
+        created = f"{indent}{_text(rw, target)} = {model.id}, {optimizer.id}{newline}" + created
+    rw.splices.append((index.line_start(init.lineno), index.line_end(init.end_lineno), created))
+
+    # every optimizer.step() -> scaler.step(optimizer); scaler.update()
+    steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
+    if not steps or any(s.lineno < init.lineno or _function_of(rw, s, tree) is not function for s in steps) \
+            or _other_steps(function, opt_name, steps):
+        raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
+    for step in steps:
+        start, end = index.span(step.value)
+        rw.splices.append((start, end, f"{SCALER}.step({opt_name})"))
+        _ends_its_line(rw, step)
+        at = index.line_end(step.end_lineno)
+        rw.splices.append((at, at, f"{_indent(lines, step.lineno)}{SCALER}.update(){newline}"))
+
+    # scale_loss -> scaler.scale(loss).backward(...), the statements before it under autocast
+    regions: list[tuple[int, int]] = []
+    blocks: set[int] = set()
+    autocast = f"torch.autocast({device}, dtype={dtype}" + (
+        f", enabled={_text(rw, enabled)})" if enabled is not None else ")")
+    for use in scale_losses:
+        call = _call_of(use)
+        with_node = rw.parents.get(id(rw.parents.get(id(call))))  # the call's withitem's With
+        block, position = _block_of(rw, with_node)
+        # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
+        begin = block.index(init) + 1 if init in block else 0
+        if id(block) in blocks or position <= begin:
+            raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
+        blocks.add(id(block))
+        loss = _scale_loss_arguments(call, with_node, opt_name)
+        backward = with_node.body[0].value  # type: ignore[union-attr]
+        _whole_lines_only(rw, with_node, comments)
+        # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
+        # loss and the arguments stay where they are (another rule may edit inside them)
+        loss_start, loss_end = index.span(loss)
+        rw.splices.append((index.line_start(with_node.lineno), loss_start,
+                           f"{_indent(lines, with_node.lineno)}{SCALER}.scale("))
+        rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
+        first, last = _first_line(block[begin]), block[position - 1].end_lineno
+        _reindentable(rw, block[begin:position], first, last)
+        # the forward pass under autocast: a header line, and four spaces at the start of each line
+        at = index.line_start(first)
+        rw.region_splices.append((at, at, f"{_indent(lines, first)}with {autocast}:{newline}"))
+        for number in range(first, last + 1):
+            if lines[number - 1].strip():
+                at = index.line_start(number)
+                rw.region_splices.append((at, at, "    "))
+        regions.append((first, last))
+        where_ = f"line {first}" if first == last else f"lines {first}-{last}"
+        rw.messages[id(use.ref)] = (f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`; {where_} "
+                                    f"before it run under `{autocast}`")
+
+    # clipping over master_params directly before a step -> unscale_, then clipping over param_groups
+    step_lines = {s.lineno for s in steps}
+    for use in clips:
+        call = _call_of(use)
+        if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Name)
+                and call.args[0].id == opt_name):
+            raise NotMechanical("master_params is not given the optimizer alone")
+        clip = rw.parents.get(id(call))
+        statement = rw.parents.get(id(clip))
+        if not (isinstance(clip, ast.Call) and clip.args and clip.args[0] is call
+                and isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is clip):
+            raise NotMechanical("master_params is not the first argument of a clipping statement")
+        block, position = _block_of(rw, statement)
+        following = block[position + 1] if position + 1 < len(block) else None
+        if following is None or following.lineno not in step_lines:
+            raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
+                                "partial, scaled gradients)")
+        _starts_its_line(rw, statement)
+        start, end = index.span(call)
+        params = f'(p for group in {opt_name}.param_groups for p in group["params"])'
+        rw.splices.append((start, end, params))
+        at = index.line_start(statement.lineno)
+        rw.splices.append((at, at, f"{_indent(lines, statement.lineno)}{SCALER}.unscale_({opt_name}){newline}"))
+        rw.messages[id(use.ref)] = (f"`{amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, then "
+                                    "clipping over the optimizer's param_groups (what master_params iterated)")
+
+    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's
+    for use in states:
+        if use.ref.role != "call" or len(use.ref.parts) != 2:
+            raise NotMechanical("state_dict/load_state_dict is not called directly")
+        start, end = index.span(use.ref.node)
+        method = use.ref.parts[1]
+        rw.splices.append((start, end, f"{SCALER}.{method}"))
+        rw.messages[id(use.ref)] = (
+            f"`{amp}.{method}` -> `{SCALER}.{method}`: the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
+            "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
+            "'_growth_tracker'}), so a checkpoint written with apex needs its key handled")
+
+    # the import: gone, or `import torch` where the file has none
+    _whole_lines_only(rw, import_node, comments)
+    replacement = "" if torch_bindings else f"import torch{newline}"
+    rw.splices.append((index.line_start(import_node.lineno), index.line_end(import_node.end_lineno), replacement))
+
+    _no_overlap(rw, regions)
+    _no_other_edit_inside(rw)
+    outside = sorted({node.lineno for node in ast.walk(function)
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
+                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in regions)
+                      and _function_of(rw, node, tree) is function})
+    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
+            f"passes: the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
+            "(float32 unless under an autocast of their own)" if outside else
+            f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
+            f"passes: calls outside {where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
+            "of their own)")
+    rw.messages[id(init_use.ref)] = (
+        f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
+        f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`" + note)
+
+
+def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
+    """The device the scaler and autocast get (`--device`, `--device-expr`, as for torch's own names) and
+    autocast's dtype: float16 as O1's, bfloat16 on the CPU unless --keep-dtype (as AMP002's rewrites do)."""
+    options = analysis.options
+    if options.device == "auto" and options.device_expr is None:
+        raise NotMechanical("--device auto needs a module-level device name, which this rewrite does not add")
+    device = analysis.device_text(Target("torch.amp.GradScaler", "cuda"))
+    cpu_dtype = analysis.family.cpu_dtypes.get("torch.float16")
+    if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
+        return device, cpu_dtype
+    return device, "torch.float16"
+
+
+def _lines(numbers: list[int]) -> str:
+    return ("line " if len(numbers) == 1 else "lines ") + ", ".join(map(str, numbers))
+
+
+def _rule_code(full: str) -> str:
+    from ampfix.apex_detect import _rule
+
+    rule = _rule(full)
+    return rule.code if rule is not None else ""
+
+
+def _call_of(use: AmpUse) -> ast.Call:
+    call = use.ref.parent
+    if use.ref.role != "call" or not isinstance(call, ast.Call) or call.func is not use.ref.node:
+        raise NotMechanical("an apex.amp name is not called directly")
+    return call
+
+
+def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr | None]:
+    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
+        raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
+                            "hand)")
+    enabled = None
+    for keyword in call.keywords:
+        if keyword.arg not in _INITIALIZE_KEYWORDS:
+            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity and loss_scale")
+        value = keyword.value
+        if keyword.arg == "opt_level" and not (isinstance(value, ast.Constant) and value.value == "O1"):
+            raise NotMechanical('opt_level is not the literal "O1"')
+        if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant) and value.value == "dynamic"):
+            raise NotMechanical('loss_scale is not "dynamic"')
+        if keyword.arg == "enabled":
+            # evaluated once by initialize, then by the scaler and by each autocast: no side effects
+            if not isinstance(value, (ast.Name, ast.Attribute, ast.Constant)):
+                raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
+            enabled = value
+    return call.args[0], call.args[1], enabled  # type: ignore[return-value]
+
+
+def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str) -> ast.expr:
+    if not (isinstance(with_node, ast.With) and len(with_node.items) == 1
+            and with_node.items[0].context_expr is call and isinstance(with_node.items[0].optional_vars, ast.Name)):
+        raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
+    scaled = with_node.items[0].optional_vars.id
+    if not (len(call.args) == 2 and isinstance(call.args[1], ast.Name) and call.args[1].id == opt_name
+            and all(k.arg == "delay_unscale" for k in call.keywords)):
+        raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
+                            "delay_unscale")
+    body = with_node.body
+    if not (len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)):
+        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
+    backward = body[0].value
+    if not (isinstance(backward.func, ast.Attribute) and backward.func.attr == "backward"
+            and isinstance(backward.func.value, ast.Name) and backward.func.value.id == scaled):
+        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
+    if any(isinstance(n, ast.Name) and n.id == scaled for a in (*backward.args, *backward.keywords)
+           for n in ast.walk(a)):
+        raise NotMechanical("the scaled loss is used again in the backward call")
+    return call.args[0]
+
+
+def _is_step(node: ast.AST, opt_name: str) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == opt_name
+            and not node.args and not node.keywords)
+
+
+def _other_steps(function: ast.AST, opt_name: str, steps: list[ast.Expr]) -> bool:
+    """A step of the optimizer that is not a statement of its own (a closure, a value used)."""
+    counted = {id(s.value) for s in steps}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and node.attr == "step" and isinstance(node.value, ast.Name) \
+                and node.value.id == opt_name:
+            call = next((c for c in ast.walk(function) if isinstance(c, ast.Call) and c.func is node), None)
+            if call is None or id(call) not in counted:
+                return True
+    return False
+
+
+def _function_of(rw: _Rewrite, node: ast.AST, module: ast.Module) -> ast.AST:
+    """The innermost function (or other scope) holding `node`, or the module."""
+    parent = rw.parents.get(id(node))
+    while parent is not None and not isinstance(parent, _SCOPES):
+        parent = rw.parents.get(id(parent))
+    return module if parent is None else parent
+
+
+def _block_of(rw: _Rewrite, statement: ast.AST | None) -> tuple[list[ast.stmt], int]:
+    parent = rw.parents.get(id(statement))
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and statement in block:
+            return block, block.index(statement)  # type: ignore[arg-type]
+    raise NotMechanical("a statement is not in a plain block")
+
+
+def _first_line(statement: ast.stmt) -> int:
+    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+
+
+def _indent(lines: list[str], line: int) -> str:
+    text = lines[line - 1]
+    return text[: len(text) - len(text.lstrip(" \t"))]
+
+
+def _text(rw: _Rewrite, node: ast.AST) -> str:
+    start, end = rw.analysis.index.span(node)
+    return rw.analysis.index.text[start:end]
+
+
+def _comment_lines(source: str) -> set[int]:
+    found = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                found.add(token.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        raise NotMechanical("the file does not tokenize") from None
+    return found
+
+
+def _starts_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
+    line = rw.analysis.index.lines[_first_line(statement) - 1]
+    if line[: rw.analysis.index.col(statement.lineno, statement.col_offset)].strip():
+        raise NotMechanical("a statement that would be rebuilt shares its line")
+
+
+def _ends_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
+    _starts_its_line(rw, statement)
+    index = rw.analysis.index
+    rest = index.text[index.span(statement)[1]:index.line_end(statement.end_lineno)]
+    if rest.strip() and not rest.strip().startswith("#"):
+        raise NotMechanical("a statement that would be rebuilt shares its line")
+
+
+def _whole_lines_only(rw: _Rewrite, statement: ast.stmt, comments: set[int]) -> None:
+    """The statement's lines are rebuilt: nothing else may be on them (no comment would survive)."""
+    _ends_its_line(rw, statement)
+    if any(line in comments for line in range(_first_line(statement), statement.end_lineno + 1)):
+        raise NotMechanical("a comment sits on a line that would be rebuilt")
+
+
+def _reindentable(rw: _Rewrite, statements: list[ast.stmt], first: int, last: int) -> None:
+    """The lines can take four more spaces: they start with spaces only, and no string spans lines."""
+    _starts_its_line(rw, statements[0])
+    for line in rw.analysis.index.lines[first - 1:last]:
+        if line.strip() and "\t" in line[: len(line) - len(line.lstrip(" \t"))]:
+            raise NotMechanical("tabs indent the forward pass that would be re-indented")
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(node, "value", ""), (str, list)) \
+                    and node.end_lineno != node.lineno:
+                raise NotMechanical("a string spans lines in the forward pass that would be re-indented")
+
+
+def _no_overlap(rw: _Rewrite, regions: list[tuple[int, int]]) -> None:
+    index = rw.analysis.index
+    spans = sorted((s, e) for s, e, _ in rw.splices)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:
+            raise NotMechanical("edits overlap")
+    for first, last in regions:
+        lo, hi = index.line_start(first), index.line_end(last)
+        if any(lo <= s < hi for s, _, _ in rw.splices):
+            raise NotMechanical("a step, a clip or the state is used inside the forward pass")
+    rw.splices += rw.region_splices
+
+
+def _no_other_edit_inside(rw: _Rewrite) -> None:
+    """Another rule's edits may sit between the splices (`ampfix.apply` merges them), not across one."""
+    for edit in rw.analysis.edits:
+        if any(s < edit.end and edit.start < e for s, e, _ in rw.splices if s < e):
+            raise NotMechanical("another rule edits a statement this rewrite rebuilds")

@@ -1,0 +1,126 @@
+"""NVIDIA apex (AMP100-AMP109) end to end: `check` exits 1 on apex and never imports torch, `rewrite`
+turns the O1 training pattern into native AMP that runs under `ampfix run` with the scaler stepping."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ampfix.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "data" / "apex_o1_train.py"
+
+
+def test_check_exits_1_on_apex_and_0_once_rewritten(tmp_path: Path):
+    path = tmp_path / "train.py"
+    shutil.copy(SCRIPT, path)
+    checked = CliRunner().invoke(app, ["check", str(path)])
+    assert checked.exit_code == 1
+    assert [line.split(": ")[1].split()[0] for line in checked.stdout.splitlines() if ": AMP" in line] == [
+        "AMP101", "AMP102", "AMP103", "AMP104"]
+    rewritten = CliRunner().invoke(app, ["rewrite", str(path)])
+    assert rewritten.exit_code == 1, rewritten.stdout  # it rewrote something
+    text = path.read_text()
+    assert "from apex import amp" not in text and "amp.initialize" not in text and "amp.scale_loss" not in text
+    assert CliRunner().invoke(app, ["check", str(path)]).exit_code == 0
+
+
+def test_check_on_apex_imports_neither_apex_nor_torch():
+    code = (
+        "import sys\n"
+        "from ampfix.engine import check_source, fix_source\n"
+        f"source = open({str(SCRIPT)!r}).read()\n"
+        "assert check_source(source).findings\n"
+        "assert fix_source(source).changed\n"
+        "print(sorted(m for m in ('torch', 'apex') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path):
+    path = tmp_path / "train.py"
+    shutil.copy(SCRIPT, path)
+    assert CliRunner().invoke(app, ["rewrite", str(path)]).exit_code == 1
+    report_path = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, "-m", "ampfix", "run", "--json", str(report_path), str(path)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(report_path.read_text())
+    # 6 micro-steps, a step every 2: each loss scaled, the gradients unscaled once before each clipping.
+    assert report["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+    assert report["optimizer_steps"] == 3
+    (scaler,) = report["grad_scalers"]
+    assert (scaler["device"], scaler["enabled"]) == ("cuda", True)
+    # the forward pass of every micro-step ran under autocast
+    assert sum(region["entered"] for region in report["autocast_regions"]) == 6
+    printed = run.stdout.splitlines()
+    assert [line.split()[1] for line in printed if line.startswith("step ")] == ["0", "1", "2", "3", "4", "5"]
+    # the scaler's state_dict, where apex's was returned
+    assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
+
+
+def test_the_rewrite_keeps_the_files_line_endings():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text()
+    expected = fix_source(source).new_source
+    assert expected != source
+    for newline in ("\r\n", "\r"):
+        result = fix_source(source.replace("\n", newline))
+        assert result.new_source == expected.replace("\n", newline)
+        assert fix_source(result.new_source).new_source == result.new_source
+
+
+def test_the_device_options_reach_the_scaler_and_autocast():
+    from ampfix.engine import fix_source
+    from ampfix.options import Options
+
+    source = SCRIPT.read_text()
+    cpu = fix_source(source, Options(device="cpu")).new_source
+    assert 'scaler = torch.amp.GradScaler("cpu")\n' in cpu
+    assert 'with torch.autocast("cpu", dtype=torch.bfloat16):\n' in cpu
+    kept = fix_source(source, Options(device="cpu", keep_dtype=True)).new_source
+    assert 'with torch.autocast("cpu", dtype=torch.float16):\n' in kept
+    expr = fix_source(source, Options(device_expr="args.device")).new_source
+    assert "scaler = torch.amp.GradScaler(args.device)\n" in expr
+    assert "with torch.autocast(args.device, dtype=torch.float16):\n" in expr
+    auto = fix_source(source, Options(device="auto"))
+    assert auto.new_source == source  # held back: this rewrite adds no module device name
+    (initialize,) = [f for f in auto.findings if f.code == "AMP101"]
+    assert not initialize.fixed and "not rewritten: --device auto" in initialize.message
+
+
+def test_a_suppressed_use_holds_the_whole_rewrite_back():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text().replace("    return amp.state_dict()\n", "    return amp.state_dict()  # noqa: AMP104\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert "not rewritten: a suppression comment holds the use on line 26" in initialize.message
+    assert "AMP104" not in [f.code for f in result.findings]
+
+
+def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
+    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
+    step by step with ampfix's own rewrite."""
+    original, native = tmp_path / "train_apex.py", tmp_path / "train_native.py"
+    shutil.copy(SCRIPT, original)
+    shutil.copy(SCRIPT, native)
+    assert CliRunner().invoke(app, ["rewrite", str(native)]).exit_code == 1
+    report_path = tmp_path / "verify.json"
+    verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original), "--rewritten", str(native),
+                             "--json", str(report_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = json.loads(report_path.read_text())
+    assert verify.returncode == 0, verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 6
+    assert report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
