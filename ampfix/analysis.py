@@ -371,13 +371,7 @@ class Analysis:
         if parts is None or "#" in self.index.text[start:end]:
             return None
         _, bindings = scope.lookup(parts[0])
-        prefix = bindings[0].qname or ""
-        if new.startswith(prefix + "."):
-            return parts[0] + new[len(prefix):]
-        _, package_bindings = scope.lookup(self.family.package)
-        if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
-            return new
-        return None
+        return self.spelled_through(parts[0], bindings[0], scope, new)
 
     # the main pass -------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -481,12 +475,17 @@ class Analysis:
 
     def new_dotted(self, ref: ChainRef, binding: Binding, new_name: str) -> str | None:
         """Spell `new_name` through the binding the chain used (`th.cuda.amp.X` -> `th.amp.X`)."""
+        return self.spelled_through(ref.parts[0], binding, ref.scope, new_name)
+
+    def spelled_through(self, head: str, binding: Binding, scope, new: str) -> str | None:
+        """`new` spelled through `head`, the name `binding` binds, when it lies under that binding's
+        module; else as it stands, when the package's name in `scope` is bound only to the package; or None."""
         prefix = binding.qname or ""
-        if new_name.startswith(prefix + "."):
-            return ref.parts[0] + new_name[len(prefix):]
-        _, package_bindings = ref.scope.lookup(self.family.package)
+        if new.startswith(prefix + "."):
+            return head + new[len(prefix):]
+        _, package_bindings = scope.lookup(self.family.package)
         if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
-            return new_name
+            return new
         return None
 
     def decide_feature_check(self, use: Use, rule: Rule, target: Target, rest: str,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from ampfix.analysis import Splice
 from ampfix.bindings import ChainRef
+from ampfix.locations import first_line
 from ampfix.rules import Target
 from ampfix.rules import apex as rules
 
@@ -184,7 +185,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         rw.splices.append((index.line_start(with_node.lineno), loss_start,
                            f"{_indent(lines, with_node.lineno)}{SCALER}.scale("))
         rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
-        first, last = _first_line(block[begin]), block[position - 1].end_lineno
+        first, last = first_line(block[begin]), block[position - 1].end_lineno
         _reindentable(rw, block[begin:position], first, last)
         # the forward pass under autocast: a header line, and four spaces at the start of each line
         at = index.line_start(first)
@@ -367,10 +368,6 @@ def _block_of(rw: _Rewrite, statement: ast.AST | None) -> tuple[list[ast.stmt], 
     raise NotMechanical("a statement is not in a plain block")
 
 
-def _first_line(statement: ast.stmt) -> int:
-    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-
-
 def _indent(lines: list[str], line: int) -> str:
     text = lines[line - 1]
     return text[: len(text) - len(text.lstrip(" \t"))]
@@ -393,7 +390,7 @@ def _comment_lines(source: str) -> set[int]:
 
 
 def _starts_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
-    line = rw.analysis.index.lines[_first_line(statement) - 1]
+    line = rw.analysis.index.lines[first_line(statement) - 1]
     if line[: rw.analysis.index.col(statement.lineno, statement.col_offset)].strip():
         raise NotMechanical("a statement that would be rebuilt shares its line")
 
@@ -409,7 +406,7 @@ def _ends_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
 def _whole_lines_only(rw: _Rewrite, statement: ast.stmt, comments: set[int]) -> None:
     """The statement's lines are rebuilt: nothing else may be on them (no comment would survive)."""
     _ends_its_line(rw, statement)
-    if any(line in comments for line in range(_first_line(statement), statement.end_lineno + 1)):
+    if any(line in comments for line in range(first_line(statement), statement.end_lineno + 1)):
         raise NotMechanical("a comment sits on a line that would be rebuilt")
 
 

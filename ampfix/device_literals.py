@@ -30,9 +30,10 @@ def plan_device_literals(analysis: Analysis) -> None:
         full = analysis.resolve_value(ref.node, ref.scope)
         if full not in table or not isinstance(ref.parent, ast.Call):
             continue
-        literal = _device_literal(analysis, ref.parent, family.device_keywords)
-        if literal is None:
+        found = _device_literal(analysis, ref.parent, family.device_keywords)
+        if found is None:
             continue
+        literal, quote = found
         rule, target = table[full]
         if analysis.suppressions.covers(literal.lineno, rule.code):
             continue
@@ -45,7 +46,7 @@ def plan_device_literals(analysis: Analysis) -> None:
             analysis.add_finding(literal, rule.code, f"{call} left: {site}", fixable=False)
             continue
         device, note, module_device = site
-        if device.startswith('"') and analysis.index.text[slice(*analysis.index.span(literal))].startswith("'"):
+        if device.startswith('"') and quote == "'":
             device = "'" + device[1:-1] + "'"  # the file's own quotes
         dtype_edits, said = analysis.cpu_dtypes(use, rule, target)
         analysis.add_edit(literal, "SimpleString", _TARGETED, ValueEdit(device))
@@ -56,8 +57,9 @@ def plan_device_literals(analysis: Analysis) -> None:
                              will_fix=True)
 
 
-def _device_literal(analysis: Analysis, call: ast.Call, keywords: tuple[str, ...]) -> ast.Constant | None:
-    """The argument that gives the call its device, when it is a plain "cuda" literal."""
+def _device_literal(analysis: Analysis, call: ast.Call,
+                    keywords: tuple[str, ...]) -> tuple[ast.Constant, str] | None:
+    """The argument that gives the call its device, when it is a plain "cuda" literal, and its quote."""
     candidates = [kw.value for kw in call.keywords if kw.arg in keywords]
     if call.args and not isinstance(call.args[0], ast.Starred):
         candidates.append(call.args[0])
@@ -65,5 +67,5 @@ def _device_literal(analysis: Analysis, call: ast.Call, keywords: tuple[str, ...
         if isinstance(node, ast.Constant) and node.value == _TARGETED:
             text = analysis.index.text[slice(*analysis.index.span(node))]
             if text in (f'"{_TARGETED}"', f"'{_TARGETED}'"):  # one plain literal, not "cu" "da" nor r"cuda"
-                return node
+                return node, text[0]
     return None

@@ -55,13 +55,17 @@ class SourceIndex:
         return self.starts[line] if line < len(self.lines) else self.length
 
 
+def first_line(statement: ast.stmt) -> int:
+    """The statement's first line, its decorators included (`ast` starts a decorated one at `def`)."""
+    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+
+
 def statement_groups(tree: ast.Module, index: SourceIndex) -> list[tuple[int, int]]:
     """The module's top-level statements as [start, end) ranges of whole lines, decorators
     included; statements that share a line are one range. Sorted, disjoint."""
     groups: list[tuple[int, int]] = []
     for stmt in tree.body:
-        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
-        start, end = index.line_start(first), index.line_end(stmt.end_lineno or stmt.lineno)
+        start, end = index.line_start(first_line(stmt)), index.line_end(stmt.end_lineno or stmt.lineno)
         if groups and start < groups[-1][1]:
             groups[-1] = (groups[-1][0], max(end, groups[-1][1]))
         else:

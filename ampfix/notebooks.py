@@ -19,6 +19,7 @@ import bisect
 import json
 import re
 from dataclasses import dataclass, replace
+from typing import Callable, TypeVar
 
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.locations import source_lines
@@ -27,6 +28,8 @@ from ampfix.options import Options
 SUFFIX = ".ipynb"
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
 BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
+
+_Item = TypeVar("_Item")
 
 
 class NotebookError(ValueError):
@@ -154,45 +157,48 @@ def _skip(text: str, i: int) -> int:
 
 def _members(text: str, i: int) -> tuple[list[tuple[str, int, int]], int]:
     """The (key, value start, value end) of the object at `i`, and its end."""
-    if text[i] != "{":
-        raise NotebookError(f"expected an object at offset {i}")
-    i = _skip(text, i + 1)
-    members: list[tuple[str, int, int]] = []
-    if text[i] == "}":
-        return members, i + 1
-    while True:
+
+    def member(i: int) -> tuple[tuple[str, int, int], int]:
         key, i = _decoder.raw_decode(text, i)
         i = _skip(text, i)
         if text[i] != ":":
             raise NotebookError(f"expected ':' at offset {i}")
         start = _skip(text, i + 1)
-        _, i = _decoder.raw_decode(text, start)
-        members.append((key, start, i))
-        i = _skip(text, i)
-        if text[i] == "}":
-            return members, i + 1
-        if text[i] != ",":
-            raise NotebookError(f"expected ',' or '}}' at offset {i}")
-        i = _skip(text, i + 1)
+        _, end = _decoder.raw_decode(text, start)
+        return (key, start, end), end
+
+    return _items(text, i, "{}", "an object", member)
 
 
 def _elements(text: str, i: int) -> tuple[list[tuple[int, int]], int]:
     """The [start, end) of each element of the array at `i`, and its end."""
-    if text[i] != "[":
-        raise NotebookError(f"expected an array at offset {i}")
+
+    def element(start: int) -> tuple[tuple[int, int], int]:
+        _, end = _decoder.raw_decode(text, start)
+        return (start, end), end
+
+    return _items(text, i, "[]", "an array", element)
+
+
+def _items(text: str, i: int, brackets: str, what: str,
+           read_item: Callable[[int], tuple[_Item, int]]) -> tuple[list[_Item], int]:
+    """The items of the object or array at `i` (each read by `read_item` from its start, which gives
+    the item and its end), and the container's end."""
+    opening, closing = brackets
+    if text[i] != opening:
+        raise NotebookError(f"expected {what} at offset {i}")
     i = _skip(text, i + 1)
-    spans: list[tuple[int, int]] = []
-    if text[i] == "]":
-        return spans, i + 1
+    items: list[_Item] = []
+    if text[i] == closing:
+        return items, i + 1
     while True:
-        start = i
-        _, i = _decoder.raw_decode(text, start)
-        spans.append((start, i))
+        item, i = read_item(i)
+        items.append(item)
         i = _skip(text, i)
-        if text[i] == "]":
-            return spans, i + 1
+        if text[i] == closing:
+            return items, i + 1
         if text[i] != ",":
-            raise NotebookError(f"expected ',' or ']' at offset {i}")
+            raise NotebookError(f"expected ',' or '{closing}' at offset {i}")
         i = _skip(text, i + 1)
 
 
