@@ -8,8 +8,11 @@ started together up front, two at a time, to use both cores while pytest walks t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,12 @@ class Job:
     stdout: str
     stderr: str
     report: dict[str, Any]
+    seconds: float
+    cwd: Path | None  # None: the tests' own working directory
+    tmpdir: Path  # the job's own TMPDIR, to see what it leaves there
+
+# job name -> what makes the job's working directory inside the job's folder (and returns it)
+WorkingDirectories = dict[str, Callable[[Path], Path]]
 
 
 def _command(arguments: list[str], json_path: Path) -> list[str]:
@@ -37,22 +46,40 @@ def _command(arguments: list[str], json_path: Path) -> list[str]:
     return [*command[:separator], "--json", str(json_path), *command[separator:]]
 
 
-def _invoke(arguments: list[str], json_path: Path) -> Job:
-    completed = subprocess.run(_command(arguments, json_path), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+def _invoke(arguments: list[str], folder: Path, make_cwd: Callable[[Path], Path] | None) -> Job:
+    folder.mkdir()
+    tmpdir = folder / "tmp"
+    tmpdir.mkdir()
+    cwd = make_cwd(folder) if make_cwd is not None else None
+    json_path = folder / "report.json"
+    started = time.monotonic()
+    completed = subprocess.run(
+        _command(arguments, json_path),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+        cwd=cwd,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
     report = json.loads(json_path.read_text()) if json_path.exists() else {}
-    return Job(completed.returncode, completed.stdout, completed.stderr, report)
+    return Job(completed.returncode, completed.stdout, completed.stderr, report, time.monotonic() - started, cwd, tmpdir)
 
 
 class JobPool:
-    def __init__(self, folder: Path, commands: dict[str, list[str]]) -> None:
+    def __init__(
+        self, folder: Path, commands: dict[str, list[str]], working_directories: WorkingDirectories | None = None
+    ) -> None:
         self._folder = folder
         self._commands = commands
+        self._working_directories = working_directories or {}
         self._executor = ThreadPoolExecutor(max_workers=2)
         self._futures: dict[str, Future[Job]] = {}
 
     def submit(self, name: str) -> None:
         if name not in self._futures:
-            self._futures[name] = self._executor.submit(_invoke, self._commands[name], self._folder / f"{name}.json")
+            self._futures[name] = self._executor.submit(
+                _invoke, self._commands[name], self._folder / name, self._working_directories.get(name)
+            )
 
     def result(self, name: str) -> Job:
         self.submit(name)
@@ -62,13 +89,15 @@ class JobPool:
         self._executor.shutdown(wait=True)
 
 
-def define_job_fixtures(commands: dict[str, list[str]], namespace: dict[str, Any]) -> None:
+def define_job_fixtures(
+    commands: dict[str, list[str]], namespace: dict[str, Any], working_directories: WorkingDirectories | None = None
+) -> None:
     """Give a test module a `jobs` pool and one fixture per job, named as in ``commands``
     (job name -> the ampfix command line; a fixture script name is made a path under FIXTURES)."""
 
     @pytest.fixture(scope="module")
     def jobs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-        pool = JobPool(tmp_path_factory.mktemp("runner-jobs"), commands)
+        pool = JobPool(tmp_path_factory.mktemp("runner-jobs"), commands, working_directories)
         selected = set()
         for item in request.session.items:
             selected.update(getattr(item, "fixturenames", ()))

@@ -1,8 +1,8 @@
 """The runner's op policy for "cuda" autocast, verify on scripts that write, --timeout, signals, --json
 checked up front, and an install that survives a torch without one of the private names it uses.
 
-The CLI jobs start a child Python with torch each (seconds); they are started together, two at a
-time, the first time a test of this module asks for one.
+The CLI jobs start a child Python with torch each (seconds); tests/runner_jobs.py runs them, each in
+its own folder with its own TMPDIR.
 """
 
 from __future__ import annotations
@@ -14,46 +14,15 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from runner_jobs import FIXTURES, Job, define_job_fixtures
 
 from ampfix.runner import cuda_autocast
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
-JOB_TIMEOUT_S = 300
 AUTOCAST_HEADER = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
-
-
-@dataclass
-class Job:
-    returncode: int
-    stdout: str
-    stderr: str
-    report: dict[str, Any]
-    seconds: float
-    cwd: Path
-    tmpdir: Path
-
-
-def _ampfix(arguments: list[str], folder: Path, *, cwd: Path | None = None) -> Job:
-    """``python -m ampfix ARGUMENTS --json`` with its own TMPDIR (to see what it leaves there)."""
-    tmpdir = folder / "tmp"
-    tmpdir.mkdir()
-    cwd = cwd or folder
-    json_path = folder / "report.json"
-    separator = arguments.index("--") if "--" in arguments else len(arguments)
-    command = [sys.executable, "-m", "ampfix", *arguments[:separator], "--json", str(json_path), *arguments[separator:]]
-    started = time.monotonic()
-    completed = subprocess.run(
-        command, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, cwd=cwd, env={**os.environ, "TMPDIR": str(tmpdir)}
-    )
-    report = json.loads(json_path.read_text()) if json_path.exists() else {}
-    return Job(completed.returncode, completed.stdout, completed.stderr, report, time.monotonic() - started, cwd, tmpdir)
 
 
 def _checkpoint_folder(folder: Path, *, stale_run: bool) -> Path:
@@ -66,28 +35,27 @@ def _checkpoint_folder(folder: Path, *, stale_run: bool) -> Path:
     return cwd
 
 
-CHECKPOINT_VERIFY = ["verify", str(FIXTURES / "checkpoint_writer.py"), "--rewritten", str(FIXTURES / "checkpoint_writer.migrated.py")]
+CHECKPOINT_VERIFY = ["verify", "checkpoint_writer.py", "--rewritten", "checkpoint_writer.migrated.py"]
 
 JOBS = {
-    "cuda_policy": lambda folder: _ampfix(["run", str(FIXTURES / "op_dtypes.py")], folder),
-    "cpu_policy": lambda folder: _ampfix(["run", str(FIXTURES / "op_dtypes.py"), "--autocast-policy", "cpu"], folder),
-    "checkpoints": lambda folder: _ampfix(CHECKPOINT_VERIFY, folder, cwd=_checkpoint_folder(folder, stale_run=False)),
-    "stale_checkpoints": lambda folder: _ampfix(CHECKPOINT_VERIFY, folder, cwd=_checkpoint_folder(folder, stale_run=True)),
-    "timeout": lambda folder: _ampfix(["run", str(FIXTURES / "never_ends.py"), "--timeout", "10"], folder),
+    "cuda_policy": ["run", "op_dtypes.py"],
+    "cpu_policy": ["run", "op_dtypes.py", "--autocast-policy", "cpu"],
+    "checkpoints": CHECKPOINT_VERIFY,
+    "stale_checkpoints": CHECKPOINT_VERIFY,
+    "timeout": ["run", "never_ends.py", "--timeout", "10"],
 }
 
-
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory: pytest.TempPathFactory):
-    with ThreadPoolExecutor(max_workers=2) as executor:
-        futures: dict[str, Future[Job]] = {
-            name: executor.submit(job, tmp_path_factory.mktemp(name)) for name, job in JOBS.items()
-        }
-        yield futures
-
-
-def _job(jobs: dict[str, Future[Job]], name: str) -> Job:
-    return jobs[name].result()
+define_job_fixtures(
+    JOBS,
+    globals(),
+    {
+        "cuda_policy": lambda folder: folder,
+        "cpu_policy": lambda folder: folder,
+        "checkpoints": lambda folder: _checkpoint_folder(folder, stale_run=False),
+        "stale_checkpoints": lambda folder: _checkpoint_folder(folder, stale_run=True),
+        "timeout": lambda folder: folder,
+    },
+)
 
 
 def _dtypes(job: Job) -> dict[str, str]:
@@ -135,8 +103,8 @@ CPU_DIFFERS = {
 }  # fmt: skip
 
 
-def test_each_op_gives_the_dtype_cuda_autocast_gives(jobs) -> None:
-    assert _dtypes(_job(jobs, "cuda_policy")) == {name: dtype for name, (_, dtype) in CUDA_EXPECTED.items()}
+def test_each_op_gives_the_dtype_cuda_autocast_gives(cuda_policy: Job) -> None:
+    assert _dtypes(cuda_policy) == {name: dtype for name, (_, dtype) in CUDA_EXPECTED.items()}
 
 
 def test_the_expectations_agree_with_the_runners_policy_table() -> None:
@@ -147,13 +115,13 @@ def test_the_expectations_agree_with_the_runners_policy_table() -> None:
             assert cuda_autocast.CUDA_POLICY[op] in POLICY_OF_EXPECTED[dtype], name
 
 
-def test_the_cpu_policy_stays_available_and_differs_where_documented(jobs) -> None:
+def test_the_cpu_policy_stays_available_and_differs_where_documented(cpu_policy: Job) -> None:
     cuda = {name: dtype for name, (_, dtype) in CUDA_EXPECTED.items()}
-    assert _dtypes(_job(jobs, "cpu_policy")) == {**cuda, **CPU_DIFFERS}
+    assert _dtypes(cpu_policy) == {**cuda, **CPU_DIFFERS}
 
 
-def test_ops_inside_autocast_count_what_the_gpu_would_give(jobs) -> None:
-    cuda, cpu = _job(jobs, "cuda_policy").report, _job(jobs, "cpu_policy").report
+def test_ops_inside_autocast_count_what_the_gpu_would_give(cuda_policy: Job, cpu_policy: Job) -> None:
+    cuda, cpu = cuda_policy.report, cpu_policy.report
     # The matmul that makes h and every probe that ran (not the two refused ones) were counted.
     assert cuda["op_dtypes"]["float32"] > cpu["op_dtypes"]["float32"]
     assert cuda["op_dtypes"]["bfloat16"] < cpu["op_dtypes"]["bfloat16"]
@@ -206,8 +174,8 @@ def test_ops_left_to_the_cpu_kernel_are_registered_there() -> None:
 # -- verify on a script that writes files --------------------------------------------------------------
 
 
-def test_verify_gives_each_side_its_own_working_directory(jobs) -> None:
-    job = _job(jobs, "checkpoints")
+def test_verify_gives_each_side_its_own_working_directory(checkpoints: Job) -> None:
+    job = checkpoints
     assert job.returncode == 0, job.stderr
     assert job.report["equivalent"] is True
     assert len(job.report["original"]["losses"]) == 3 == len(job.report["rewritten"]["losses"])
@@ -217,8 +185,8 @@ def test_verify_gives_each_side_its_own_working_directory(jobs) -> None:
     assert _ampfix_folders(job.tmpdir) == []
 
 
-def test_verify_shows_why_the_original_failed(jobs) -> None:
-    job = _job(jobs, "stale_checkpoints")  # a previous run left checkpoints/: the script refuses it
+def test_verify_shows_why_the_original_failed(stale_checkpoints: Job) -> None:
+    job = stale_checkpoints  # a previous run left checkpoints/: the script refuses it
     assert job.returncode == 2
     assert job.report["error"] == (
         "the original exited with status 1 under the runner; nothing to compare against "
@@ -263,8 +231,8 @@ def _started_pids(stdout: str) -> list[int]:
     return []
 
 
-def test_timeout_ends_the_script_and_its_processes(jobs) -> None:
-    job = _job(jobs, "timeout")
+def test_timeout_ends_the_script_and_its_processes(timeout: Job) -> None:
+    job = timeout
     assert job.returncode == 2
     assert job.report["exit_code"] is None
     assert job.report["error"] == "timed out after 10 s (--timeout)"

@@ -13,7 +13,7 @@ import pytest
 from ampfix.runner import api, compare, cpu_target, launch
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.model import RunReport
-from ampfix.runner.observe import Recorder, RegionKey, Site
+from ampfix.runner.observe import Recorder, RegionKey, Site, model_call_parts, model_call_what
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
 
@@ -292,3 +292,13 @@ def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, val
     assert completed.returncode == 2
     assert f"{flag} {value} does not apply" in completed.stderr
     assert "original:" not in completed.stderr  # nothing was run
+
+
+def test_a_model_call_text_reads_back_as_the_precision_it_was_written_with() -> None:
+    assert model_call_what("SmallCNN", ("cuda", "float16")) == "SmallCNN under autocast(cuda float16)"
+    assert model_call_parts("SmallCNN under autocast(cuda float16)") == ("SmallCNN", ("cuda", "float16"))
+    assert model_call_what("SmallCNN", None) == "SmallCNN outside autocast"
+    assert model_call_parts("SmallCNN outside autocast") is None
+    event = {"kind": "model_call", "what": "SmallCNN under autocast(cuda float16)"}
+    retargeted = cpu_target.as_cpu_rewrite_promises(RunReport("s.py", 0, processes=[{"trace": [event]}])).processes[0]["trace"]
+    assert retargeted == [{"kind": "model_call", "what": "SmallCNN under autocast(cpu bfloat16)"}]

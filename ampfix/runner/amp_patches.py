@@ -81,13 +81,13 @@ class ActiveRegions:
             stack = self._local.stack = []
         return stack
 
-    def describe_precision(self) -> str:
-        """'under autocast(cuda float16)' or 'outside autocast', as the script asked for it."""
+    def requested_precision(self) -> tuple[str, str] | None:
+        """The (device, dtype) of the innermost region, as the script asked for it; None outside autocast."""
         stack = self.stack()
         if not stack or not stack[-1].enabled_run:
-            return "outside autocast"
+            return None
         region = stack[-1]
-        return f"under autocast({region.device_requested} {region.dtype_requested})"
+        return region.device_requested, region.dtype_requested
 
 
 @contextlib.contextmanager

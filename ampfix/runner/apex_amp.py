@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -45,6 +44,7 @@ import torch
 
 from ampfix.runner import amp_patches, harness, training_hooks
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import run_every_new_thread_through
 from ampfix.runner.sites import find_site
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
@@ -171,15 +171,17 @@ class AmpState:
         installed = self.installed
         policy_on = installed is not None and installed.plan.runs_cuda_policy(key) if key is not None else False
 
-        def enter_in_thread() -> None:
+        def in_mixed_precision(run: Callable[[], None]) -> None:
+            """apex's patches are process-wide; autocast is per thread: each new thread enters it."""
             torch.set_autocast_enabled("cpu", True)
             torch.set_autocast_dtype("cpu", dtype)
             if policy_on:
                 installed.plan.cuda_policy.switch(True)
             if installed is not None and key is not None:
                 installed.active_regions.stack().append(key)
+            run()
 
-        _in_every_new_thread(enter_in_thread)
+        run_every_new_thread_through(in_mixed_precision)
         self._suspend_during_backward()
 
     def _suspend_during_backward(self) -> None:
@@ -372,24 +374,6 @@ def _unscale_into_stash(optimizer, stash: _Stash, scale: float) -> bool:
             param.grad.add_(kept)
     stash.grads = []
     return bool(found_inf.item())
-
-
-def _in_every_new_thread(enter: Any) -> None:
-    """apex's patches are process-wide; autocast is per thread: each thread started from now on enters it."""
-    original_start = threading.Thread.start
-
-    @functools.wraps(original_start)
-    def start(self: threading.Thread) -> None:
-        run = self.run
-
-        def run_in_mixed_precision() -> None:
-            enter()
-            run()
-
-        self.run = run_in_mixed_precision
-        original_start(self)
-
-    threading.Thread.start = start
 
 
 def populate(module: ModuleType, recorder: Recorder) -> None:

@@ -13,9 +13,7 @@ multiprocessing ends forked children) and, in a Pool worker, on the SIGTERM of `
 from __future__ import annotations
 
 import atexit
-import functools
 import importlib.abc
-import inspect
 import os
 import random
 import signal
@@ -28,6 +26,7 @@ from typing import Any
 from ampfix.runner.apex_provider import ApexProvider
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import with_arguments_adjusted
 
 _DEPRECATIONS = (DeprecationWarning, FutureWarning)
 
@@ -111,22 +110,12 @@ def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:
     Python, where a handler runs. A process blocked in C (a collective waiting for a dead peer)
     would not run it until the call returned, and SIGTERM would no longer end it.
     """
-    pool_class = pool_module.Pool
-    original_init = pool_class.__init__
-    signature = inspect.signature(original_init)
-
-    @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return original_init(self, *args, **kwargs)  # raises the constructor's own error
-        arguments = bound.arguments
+    def initialized_by_ampfix_first(arguments: dict[str, Any]) -> None:
         arguments["initargs"] = (os.getpid(), arguments.get("initializer"), tuple(arguments.get("initargs") or ()))
         arguments["initializer"] = initialize_pool_worker
-        return original_init(*bound.args, **bound.kwargs)
 
-    pool_class.__init__ = __init__
+    pool_class = pool_module.Pool
+    pool_class.__init__ = with_arguments_adjusted(pool_class.__init__, initialized_by_ampfix_first)
 
 
 def initialize_pool_worker(pool_creator: int, initializer: Callable[..., Any] | None, initargs: tuple) -> None:

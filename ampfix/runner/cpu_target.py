@@ -16,6 +16,7 @@ from typing import Any
 
 from ampfix.rules import TORCH_AMP, Rule, autocast, custom_bwd, custom_fwd, grad_scaler
 from ampfix.runner.model import RunReport
+from ampfix.runner.observe import model_call_parts, model_call_what
 
 # A trace event the rewrite retargets -> the field of its text that holds the device, and the rule
 # whose call made it (its CallShape names the parameters holding a dtype chosen for CUDA).
@@ -68,14 +69,13 @@ def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def _retargeted_model_call(event: dict[str, Any]) -> dict[str, Any]:
-    """'SmallCNN under autocast(cuda float16)' (``ActiveRegions.describe_precision``) -> the region the
-    rewrite opens instead: 'SmallCNN under autocast(cpu bfloat16)'."""
-    module, marker, region = event["what"].partition(" under autocast(")
-    device, _, rest = region.partition(" ")
-    if not marker or device != "cuda" or not rest.endswith(")"):
+    """'SmallCNN under autocast(cuda float16)' -> the region the rewrite opens instead:
+    'SmallCNN under autocast(cpu bfloat16)'."""
+    parts = model_call_parts(event["what"])
+    if parts is None or parts[1][0] != "cuda":
         return event
-    dtype = rest[:-1]
-    return {**event, "what": f"{module} under autocast(cpu {CPU_DTYPES.get(dtype, dtype)})"}
+    module, (_, dtype) = parts
+    return {**event, "what": model_call_what(module, ("cpu", CPU_DTYPES.get(dtype, dtype)))}
 
 
 def _fields(what: str) -> dict[str, str] | None:

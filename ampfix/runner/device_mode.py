@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import run_every_new_thread_through
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
@@ -195,20 +195,11 @@ def install(mode: CudaOnCpuMode) -> None:
 
 
 def _reenter_in_new_threads(mode: CudaOnCpuMode) -> None:
-    original_start = threading.Thread.start
+    def with_mode(run: Callable[[], None]) -> None:
+        with mode_active(mode):
+            run()
 
-    @functools.wraps(original_start)
-    def start(self: threading.Thread) -> None:
-        run = self.run
-
-        def run_with_mode() -> None:
-            with mode_active(mode):
-                run()
-
-        self.run = run_with_mode  # an instance attribute: subclasses overriding run() are covered too
-        original_start(self)
-
-    threading.Thread.start = start
+    run_every_new_thread_through(with_mode)
 
 
 def _reenter_in_custom_backward(mode: CudaOnCpuMode) -> None:

@@ -236,3 +236,25 @@ def _region_dict(key: RegionKey, entered: int) -> dict[str, Any]:
         "file": key.site.file,
         "line": key.site.line,
     }
+
+
+_UNDER_AUTOCAST = " under autocast("
+
+
+def model_call_what(module: str, precision: tuple[str, str] | None) -> str:
+    """A model_call event's text: 'SmallCNN under autocast(cuda float16)' for the (device, dtype) the
+    script asked for, 'SmallCNN outside autocast' for None."""
+    if precision is None:
+        return f"{module} outside autocast"
+    device, dtype = precision
+    return f"{module}{_UNDER_AUTOCAST}{device} {dtype})"
+
+
+def model_call_parts(what: str) -> tuple[str, tuple[str, str]] | None:
+    """``model_call_what``'s module and (device, dtype) back; None for a call outside autocast."""
+    module, marker, region = what.partition(_UNDER_AUTOCAST)
+    device, _, rest = region.partition(" ")
+    if not marker or not rest.endswith(")"):
+        return None
+    return module, (device, rest[:-1])
+

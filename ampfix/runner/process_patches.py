@@ -18,6 +18,7 @@ import torch
 
 from ampfix.runner.device_mode import is_cuda_device
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import with_arguments_adjusted
 from ampfix.runner.sites import find_site
 
 
@@ -73,19 +74,10 @@ def _cpu_map_location(map_location: Any) -> Any:
 
 
 def _checkpoints_load_on_cpu() -> None:
-    original_load = torch.load
-    signature = inspect.signature(original_load)
+    def mapped_to_cpu(arguments: dict[str, Any]) -> None:
+        arguments["map_location"] = _cpu_map_location(arguments.get("map_location"))
 
-    @functools.wraps(original_load)
-    def load(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            return original_load(*args, **kwargs)  # raises torch.load's own error
-        bound.arguments["map_location"] = _cpu_map_location(bound.arguments.get("map_location"))
-        return original_load(*bound.args, **bound.kwargs)
-
-    torch.load = load
+    torch.load = with_arguments_adjusted(torch.load, mapped_to_cpu)
 
 
 def _default_device_on_cpu() -> None:
