@@ -12,6 +12,8 @@ JOBS: dict[str, list[str]] = {
     "stream_prefetch_run": ["run", "stream_prefetch.py"],
     "fork_run": ["run", "fork_workers.py"],
     "fork_verify": ["verify", "fork_workers.py"],
+    # Bounded: before the fix this run never ended (Pool.terminate() waited on the worker for ever).
+    "pool_blocked_run": ["run", "pool_blocked_worker.py", "--timeout", "120"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -118,3 +120,14 @@ def test_verify_of_a_pool_script_does_not_depend_on_which_worker_ran_which_task(
         assert sum(process["optimizer_steps"] for process in workers) == 3 * 2  # the evaluation worker takes none
         assert {process["label"] for process in workers} >= {"ForkPoolWorker-4"}
     assert sorted(report["original"]["losses"]) == sorted(report["rewritten"]["losses"])
+
+
+def test_a_pool_worker_blocked_in_native_code_is_ended_by_terminate_and_reported(pool_blocked_run: Job) -> None:
+    # Its main thread never returns to Python, so no Python signal handler runs in it: the runner's
+    # watching thread writes its observation and ends it (SIGKILL), and terminate() returns.
+    report = pool_blocked_run.report
+    assert pool_blocked_run.returncode == 0, pool_blocked_run.stderr
+    assert pool_blocked_run.stdout == "terminated\n"
+    assert [process["label"] for process in report["processes"]] == ["main", "ForkPoolWorker-1"]
+    region = autocast_region(report, 22, process="ForkPoolWorker-1")
+    assert (region["device_run"], region["dtype"], region["entered"]) == ("cpu", "bfloat16", 1)

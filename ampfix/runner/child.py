@@ -12,12 +12,15 @@ multiprocessing ends forked children) and, in a Pool worker, on the SIGTERM of `
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import importlib.abc
 import os
 import random
 import signal
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -85,6 +88,7 @@ def _capture_deprecations(recorder: Recorder) -> None:
 
 def _start_forked_child(recorder: Recorder, config: RunnerConfig) -> None:
     # A forked process starts with a copy of its parent's counts; it reports only its own.
+    _stop_watching_for_sigterm()
     recorder.reset()
     recorder.role = "child"
     _write_before_forked_exit(recorder, config)
@@ -106,9 +110,9 @@ def _write_before_forked_exit(recorder: Recorder, config: RunnerConfig) -> None:
 def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:
     """A Pool leaving its ``with`` block terminates its workers (SIGTERM): each writes first.
 
-    Only Pool workers get a SIGTERM handler, through the Pool's initializer: they wait for tasks in
-    Python, where a handler runs. A process blocked in C (a collective waiting for a dead peer)
-    would not run it until the call returned, and SIGTERM would no longer end it.
+    Only Pool workers get a SIGTERM handler, through the Pool's initializer; other processes keep
+    SIGTERM's default, which a script may rely on to end them. A worker blocked in C when the
+    signal comes is ended all the same, by a thread (see :func:`_watch_for_sigterm`).
     """
     def initialized_by_ampfix_first(arguments: dict[str, Any]) -> None:
         arguments["initargs"] = (os.getpid(), arguments.get("initializer"), tuple(arguments.get("initargs") or ()))
@@ -133,14 +137,74 @@ def _write_when_terminated(recorder: Recorder, config: RunnerConfig) -> None:
         return  # the script's own handler, inherited: it decides how this process ends
 
     def on_sigterm(signum: int, frame: object) -> None:
-        _write_observation(recorder, config)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # end as the signal would have: status -SIGTERM
+        if _ending.acquire(blocking=False):  # else the watching thread is already ending it
+            _write_observation(recorder, config)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)  # end as the signal would have: status -SIGTERM
 
     try:
         signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:  # not this interpreter's main thread: the os._exit path only
+        return
+    _watch_for_sigterm(recorder, config)
+
+
+# Whichever of the two SIGTERM paths of a Pool worker takes it first writes and ends the process.
+_ending = threading.Lock()
+# The pipe whose write end is this process's signal wakeup fd, while a thread watches its read end.
+_sigterm_pipe: tuple[int, int] | None = None
+# How long the watching thread leaves the main thread's handler to end the process by itself.
+MAIN_THREAD_GRACE_S = 1.0
+
+
+def _watch_for_sigterm(recorder: Recorder, config: RunnerConfig) -> None:
+    """A Python signal handler runs only between bytecodes of the main thread. A worker whose main
+    thread is blocked in C when SIGTERM comes (on a semaphore it was just about to wait on; in a
+    native call that never returns) would never run it, and the script's ``Pool.terminate()`` would
+    wait on that worker for ever. The C-level handler also writes the signal's number to the wakeup
+    fd at once: a thread reading it ends the process whatever the main thread is doing."""
+    global _sigterm_pipe
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    if previous != -1:  # the script's own (asyncio's): it stays; the handler above is the only path
+        signal.set_wakeup_fd(previous)
+        os.close(read_end)
+        os.close(write_end)
+        return
+    _sigterm_pipe = (read_end, write_end)
+    # A bare thread: not a threading.Thread the script could see, nor one the harness patches.
+    _thread.start_new_thread(_end_on_sigterm, (read_end, recorder, config))
+
+
+def _end_on_sigterm(read_end: int, recorder: Recorder, config: RunnerConfig) -> None:
+    while True:
+        try:
+            received = os.read(read_end, 64)  # one byte per signal caught, its number
+        except OSError:
+            return
+        if not received:
+            return
+        if signal.SIGTERM in received:
+            break
+    time.sleep(MAIN_THREAD_GRACE_S)  # a main thread running Python ends the process itself, as -SIGTERM
+    if _ending.acquire(blocking=False):
+        _write_observation(recorder, config)
+        os.kill(os.getpid(), signal.SIGKILL)  # signal.signal() is the main thread's only: no SIG_DFL from here
+
+
+def _stop_watching_for_sigterm() -> None:
+    """In a forked child: the wakeup fd is its parent's pipe, and no thread watches it here."""
+    global _sigterm_pipe
+    if _sigterm_pipe is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:
         pass
+    for end in _sigterm_pipe:
+        os.close(end)
+    _sigterm_pipe = None
 
 
 def _process_label(recorder: Recorder) -> str:
