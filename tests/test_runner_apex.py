@@ -164,8 +164,9 @@ def test_a_classic_migration_mistake_is_reported_by_name(job_name: str, differen
 # -- the comparison, on traces made by hand -----------------------------------------------------
 
 
-def _event(step: int, kind: str, what: str = "") -> dict:
-    return {"step": step, "kind": kind, "what": what, "where": "/x/train.py:10"}
+def _event(step: int, kind: str, what: str = "", **fields) -> dict:
+    """A trace event as the Recorder writes it: a request's arguments as ``fields``, any other event's text as ``what``."""
+    return {"step": step, "kind": kind, **({"fields": fields} if fields else {"what": what}), "where": "/x/train.py:10"}
 
 
 def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
@@ -175,13 +176,14 @@ def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
     return RunReport("/x/train.py", 0, [process])
 
 
+SCALER = {"device": "cuda", "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "enabled": True}
 SCALER_TEXT = "device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 enabled=True"
 APEX_EMULATED = [{"feature": EMULATED_O1, "file": "/x/train.py", "line": 5, "count": 1}]
 APEX_TRACE = [
-    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "grad_scaler", SCALER_TEXT),
-    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "autocast_enter", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "grad_scaler", **SCALER),
+    _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
     _event(0, "scaler.scale", "65536.0"),
     _event(0, "loss", (0.5).hex()),
     _event(0, "scaler.update"),
@@ -190,10 +192,10 @@ APEX_TRACE = [
 ]
 # The same training, native: a scaler made first, a region per step, the scaler stepping and updating.
 NATIVE_TRACE = [
-    _event(0, "grad_scaler", SCALER_TEXT),
-    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "grad_scaler", **SCALER),
+    _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "autocast_enter", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
     _event(0, "scaler.scale", "65536.0"),
     _event(0, "loss", (0.5).hex()),
     _event(0, "scaler.state_dict", "scale=65536.0"),
@@ -215,7 +217,7 @@ def test_against_apex_a_missing_or_different_grad_scaler_is_named() -> None:
         f"loss scaling: the rewrite creates no GradScaler; the original's loss scaler({SCALER_TEXT}) at train.py:10"
     )
     other = [
-        {**event, "what": SCALER_TEXT.replace("2000", "1000")} if event["kind"] == "grad_scaler" else event
+        {**event, "fields": {**SCALER, "growth_interval": 1000}} if event["kind"] == "grad_scaler" else event
         for event in NATIVE_TRACE
     ]
     difference = first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(other))

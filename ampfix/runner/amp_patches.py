@@ -228,7 +228,7 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
             return functools.partial(custom_fwd, **_options_only(fwd_signature, kwargs))
         cast_inputs = bound.arguments.get("cast_inputs")
         cast = dtype_name(cast_inputs) if cast_inputs is not None else None
-        recorder.custom_amp_decorator("custom_fwd", f"device_type={device_type} cast_inputs={cast}", find_site())
+        recorder.custom_amp_decorator("custom_fwd", {"device_type": str(device_type), "cast_inputs": cast}, find_site())
         return original_fwd(*bound.args, **bound.kwargs)
 
     @functools.wraps(original_bwd)
@@ -238,7 +238,7 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
             return original_bwd(*args, **kwargs)
         if bwd is None:
             return functools.partial(custom_bwd, **_options_only(bwd_signature, kwargs))
-        recorder.custom_amp_decorator("custom_bwd", f"device_type={device_type}", find_site())
+        recorder.custom_amp_decorator("custom_bwd", {"device_type": str(device_type)}, find_site())
         return original_bwd(*bound.args, **bound.kwargs)
 
     for module in (torch.amp, torch.amp.autocast_mode):
