@@ -19,6 +19,7 @@ from ampfix.runner.observe import Recorder
 JOBS: dict[str, list[str]] = {
     "apex_run": ["run", "apex_yolo.py"],
     "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
+    "apex_thread_run": ["run", "apex_thread.py"],
     "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
     "yolo_wrong_eval_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_eval.py"],
     "yolo_wrong_update_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_update.py"],
@@ -54,6 +55,20 @@ def test_the_optional_apex_import_gets_the_emulation_and_mixed_precision_is_on(a
     assert len(report["autocast_regions"]) == 1
     # The evaluation after the epoch ran in mixed precision too.
     assert "eval loss" in apex_run.stdout and apex_run.stdout.rstrip().endswith("(torch.bfloat16)")
+
+
+def test_a_thread_started_after_initialize_runs_in_mixed_precision(apex_thread_run: Job) -> None:
+    report = apex_thread_run.report
+    assert apex_thread_run.returncode == 0, apex_thread_run.stderr
+    assert report["emulated"] == [{"feature": EMULATED_O1, "file": str(FIXTURES / "apex_thread.py"), "line": 13, "count": 1}]
+    # Only the thread runs ops after initialize: its randn (float32), its linear in the AMP dtype,
+    # and its softmax in float32 as CUDA's policy gives it; none of them counted without autocast.
+    assert report["op_dtypes"] == {"float32": 2, "bfloat16": 1}
+    assert apex_thread_run.stdout == "in the thread: linear torch.bfloat16, softmax torch.float32, autocast True\n"
+    region = autocast_region(report, 13)
+    assert (region["device_requested"], region["dtype_requested"], region["dtype"], region["entered"]) == (
+        "cuda", "float16", "bfloat16", 1,
+    )  # fmt: skip
 
 
 def test_apex_loss_scaling_is_reported_as_its_grad_scaler_twin(apex_run: Job) -> None:
