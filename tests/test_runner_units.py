@@ -252,6 +252,27 @@ def test_cpu_target_moves_a_request_whatever_its_other_values_read_like() -> Non
         assert cpu_target.as_cpu_rewrite_promises(_report(_process(trace=[other]))).processes[0]["trace"] == [other]
 
 
+def test_cpu_target_with_keep_dtype_moves_only_a_dtype_left_to_cudas_default() -> None:
+    trace = [
+        _event(0, "custom_fwd", device_type="cuda", cast_inputs="float16"),
+        _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+        {**_event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True), "defaulted": ["dtype"]},
+        _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
+        {**_event(0, "model_call", module="Net", device="cuda", dtype="float16"), "defaulted": ["dtype"]},
+    ]
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace)), keep_dtype=True).processes[0]["trace"]
+    assert [event_what(event) for event in moved] == [
+        "device_type=cpu cast_inputs=float16",
+        "device=cpu dtype=float16 enabled=True cache_enabled=True",
+        "device=cpu dtype=bfloat16 enabled=True cache_enabled=True",  # autocast("cpu") runs the CPU's default
+        "Net under autocast(cpu float16)",
+        "Net under autocast(cpu bfloat16)",
+    ]
+    # Without --keep-dtype, explicit or not, float16 becomes bfloat16.
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace))).processes[0]["trace"]
+    assert {event["fields"].get("dtype", event["fields"].get("cast_inputs")) for event in moved} == {"bfloat16"}
+
+
 def test_cpu_target_takes_its_dtypes_from_the_device_rules() -> None:
     assert cpu_target.CPU_DTYPES == {"float16": "bfloat16", "half": "bfloat16"}
     assert cpu_target.CPU_AMP_DTYPE == "bfloat16"
@@ -286,18 +307,29 @@ def test_options_for_the_cpu_run_the_cpu_policy_in_bfloat16() -> None:
     assert api.options_for_device(given, "cpu") == api.RunOptions(
         max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="bfloat16"
     )
+    # --keep-dtype: an explicit dtype runs as given, a defaulted one as the CPU's default.
+    assert api.options_for_device(given, "cpu", keep_dtype=True) == api.RunOptions(
+        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="explicit"
+    )
+    assert api.options_for_device(given, "cuda", keep_dtype=True) is given  # as for rewrite: no effect on cuda
     with pytest.raises(ValueError, match="device must be one of cuda, cpu"):
         api.verify_scripts(FIXTURES / "cnn_amp.py", device="auto")
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--autocast-policy", "cuda"), ("--amp-dtype", "keep"), ("--amp-dtype", "float16")]
+    ("flag", "value", "keep_dtype", "needed"),
+    [
+        ("--autocast-policy", "cuda", [], "cpu"),
+        ("--amp-dtype", "keep", [], "bfloat16"),
+        ("--amp-dtype", "float16", [], "bfloat16"),
+        ("--amp-dtype", "bfloat16", ["--keep-dtype"], "explicit"),
+    ],
 )
-def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, value: str) -> None:
-    command = [sys.executable, "-m", "ampfix", "verify", str(FIXTURES / "cnn_amp.py"), "--device", "cpu", flag, value]
+def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, value: str, keep_dtype: list[str], needed: str) -> None:
+    command = [sys.executable, "-m", "ampfix", "verify", str(FIXTURES / "cnn_amp.py"), "--device", "cpu", *keep_dtype, flag, value]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 2
-    assert f"{flag} {value} does not apply" in completed.stderr
+    assert f"runs both sides with {flag} {needed}; {flag} {value} does not apply" in " ".join(completed.stderr.split())
     assert "original:" not in completed.stderr  # nothing was run
 
 
@@ -306,7 +338,7 @@ def test_the_recorder_traces_requests_as_fields_and_shows_them_as_text() -> None
     recorder.region_created(RegionKey(site, "cuda", "float16", True, "'yes'", "cpu", "bfloat16", True))
     recorder.scaler_created({"device": "cuda", "init_scale": 65536.0, "enabled": True}, site)
     recorder.custom_amp_decorator("custom_fwd", {"device_type": "cuda", "cast_inputs": None}, site)
-    recorder.model_called("SmallCNN", ("cuda", "float16"), site)
+    recorder.model_called("SmallCNN", RegionKey(site, "cuda", "float16", True, True, "cpu", "bfloat16", True), site)
     recorder.model_called("SmallCNN", None, site)
     recorder.loss(0.25, site)
     trace = json.loads(json.dumps(recorder.to_dict("main")))["trace"]  # as the parent reads it back
@@ -335,3 +367,15 @@ def test_the_recorder_traces_requests_as_fields_and_shows_them_as_text() -> None
         "SmallCNN outside autocast",
         "0x1.0000000000000p-2",
     ]
+
+
+def test_a_dtype_left_to_the_default_is_marked_and_not_compared() -> None:
+    recorder, site = Recorder("main"), Site("/x/train.py", 9)
+    defaulted = RegionKey(site, "cuda", "float16", True, True, "cpu", "bfloat16", True, dtype_defaulted=True)
+    recorder.region_created(defaulted)
+    recorder.model_called("Net", defaulted, site)
+    trace = recorder.to_dict("main")["trace"]
+    assert [(event["kind"], event.get("defaulted")) for event in trace] == [("autocast", ["dtype"]), ("model_call", ["dtype"])]
+    # The same request spelled out (dtype=torch.float16) is the same request.
+    spelled = [{key: value for key, value in event.items() if key != "defaulted"} for event in trace]
+    assert compare.first_difference(_report(_process(trace=trace)), _report(_process(trace=spelled))) is None

@@ -5,8 +5,10 @@ Each request the original made for "cuda" is expected on "cpu" instead; a dtype 
 becomes the CPU's (the device rules' own mapping, ``Family.cpu_dtypes``: float16 -> bfloat16), in
 the parameters the rules say hold one (autocast's ``dtype``, custom_fwd's ``cast_inputs``); every
 other argument (enabled, cache_enabled, the scaler's settings) is expected unchanged. Requests for
-"cpu" stay as they are, as the rewrite leaves them. Imports the rules, which are plain data: no
-torch, no libcst.
+"cpu" stay as they are, as the rewrite leaves them. With ``--keep-dtype`` the rewrite keeps every
+dtype the script wrote; only a dtype left to CUDA's default (float16) becomes the CPU's default
+(bfloat16, which is also the mapping's float16), since the rewrite leaves it unwritten. Imports the
+rules, which are plain data: no torch, no libcst.
 """
 
 from __future__ import annotations
@@ -40,13 +42,16 @@ CPU_DTYPES = {_short_dtype(old): _short_dtype(new) for old, new in TORCH_AMP.cpu
 CPU_AMP_DTYPE = CPU_DTYPES["float16"]
 
 
-def as_cpu_rewrite_promises(report: RunReport) -> RunReport:
-    """``report`` with every trace event of a "cuda" request turned into what the rewrite must record."""
-    processes = [{**process, "trace": [_retargeted(event) for event in process["trace"]]} for process in report.processes]
+def as_cpu_rewrite_promises(report: RunReport, keep_dtype: bool = False) -> RunReport:
+    """``report`` with every trace event of a "cuda" request turned into what the rewrite must record;
+    ``keep_dtype``: as ``ampfix rewrite --device cpu --keep-dtype`` makes it."""
+    processes = [
+        {**process, "trace": [_retargeted(event, keep_dtype) for event in process["trace"]]} for process in report.processes
+    ]
     return replace(report, processes=processes)
 
 
-def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
+def _retargeted(event: dict[str, Any], keep_dtype: bool) -> dict[str, Any]:
     known = _RETARGETED_EVENTS.get(event["kind"])
     if known is None:
         return event
@@ -55,6 +60,8 @@ def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
     if fields.get(device_field) != "cuda":
         return event
     dtype_fields = rule.shape.cuda_dtype_params if rule.shape is not None else ()
+    if keep_dtype:
+        dtype_fields = tuple(name for name in dtype_fields if name in event.get("defaulted", ()))
     moved = {}
     for name, value in fields.items():
         if name == device_field:

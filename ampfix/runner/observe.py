@@ -10,8 +10,10 @@ which keeps two kinds of data:
 
 A request (autocast, a GradScaler, custom_fwd/custom_bwd, a model call and its precision) is
 traced as ``fields``, its arguments by name as JSON scalars, which ``verify`` compares and
-retargets; what people read of it is rendered from them by :func:`event_what`. Other events (a
-loss's hex, a clipping) carry their text as ``what``.
+retargets; what people read of it is rendered from them by :func:`event_what`. A request whose
+dtype the script left to the device's default also says so (``defaulted``, not compared: a rewrite
+may spell the default out); ``verify --device cpu --keep-dtype`` needs it, as the rewrite moves only
+that dtype. Other events (a loss's hex, a clipping) carry their text as ``what``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class RegionKey:
     device_run: str
     dtype_run: str
     enabled_run: bool
+    dtype_defaulted: bool = False  # no dtype given: dtype_requested is the device's default
+
+    def defaulted_fields(self) -> tuple[str, ...]:
+        return ("dtype",) if self.dtype_defaulted else ()
 
     def request_fields(self) -> dict[str, Any]:
         return {
@@ -90,7 +96,10 @@ class Recorder:
 
     # -- the trace -------------------------------------------------------------------------
 
-    def _trace(self, kind: str, what: str = "", site: Site | None = None, fields: dict[str, Any] | None = None) -> None:
+    def _trace(
+        self, kind: str, what: str = "", site: Site | None = None, fields: dict[str, Any] | None = None,
+        defaulted: tuple[str, ...] = (),
+    ) -> None:
         if len(self.trace) >= TRACE_LIMIT:
             self.trace_truncated = True
             return
@@ -99,6 +108,8 @@ class Recorder:
             event["fields"] = fields
         else:
             event["what"] = what
+        if defaulted:
+            event["defaulted"] = list(defaulted)
         if site is not None:
             event["where"] = f"{site.file}:{site.line}"
         self.trace.append(event)
@@ -108,12 +119,12 @@ class Recorder:
     def region_created(self, key: RegionKey) -> None:
         self.regions.setdefault(key, 0)
         if key.site.origin == "script":
-            self._trace("autocast", site=key.site, fields=key.request_fields())
+            self._trace("autocast", site=key.site, fields=key.request_fields(), defaulted=key.defaulted_fields())
 
     def region_entered(self, key: RegionKey, site: Site) -> None:
         self.regions[key] = self.regions.get(key, 0) + 1
         if key.site.origin == "script":
-            self._trace("autocast_enter", site=site, fields=key.request_fields())
+            self._trace("autocast_enter", site=site, fields=key.request_fields(), defaulted=key.defaulted_fields())
 
     def custom_amp_decorator(self, name: str, request: dict[str, Any], site: Site) -> None:
         """custom_fwd / custom_bwd and the arguments it was given, by name."""
@@ -148,11 +159,15 @@ class Recorder:
     def stepped_on_scaled_gradients(self, scale: float, site: Site) -> None:
         self._trace("optimizer_step_on_scaled_gradients", repr(scale), site)
 
-    def model_called(self, module: str, precision: tuple[str, str] | None, site: Site) -> None:
-        """A top-level module call and the (device, dtype) of the autocast the script asked for around
-        it; None outside autocast."""
-        device, dtype = precision if precision is not None else (None, None)
-        self._trace("model_call", site=site, fields={"module": module, "device": device, "dtype": dtype})
+    def model_called(self, module: str, region: RegionKey | None, site: Site) -> None:
+        """A top-level module call and the device and dtype the script asked for of the autocast
+        ``region`` it ran under; None outside autocast."""
+        if region is None:
+            fields = {"module": module, "device": None, "dtype": None}
+            self._trace("model_call", site=site, fields=fields)
+            return
+        fields = {"module": module, "device": region.device_requested, "dtype": region.dtype_requested}
+        self._trace("model_call", site=site, fields=fields, defaulted=region.defaulted_fields())
 
     def scaler_step_skipped(self) -> None:
         self.skipped_steps += 1
