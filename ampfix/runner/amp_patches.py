@@ -196,8 +196,10 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
     autocast.__init__ = __init__
     autocast.__enter__ = __enter__
     autocast.__exit__ = __exit__
-    for module in (torch.cuda.amp, torch.cpu.amp):
-        _note_whether_dtype_given(module.autocast)
+    for device in ("cuda", "cpu"):
+        deprecated = getattr(getattr(getattr(torch, device, None), "amp", None), "autocast", None)
+        if isinstance(deprecated, type):  # a torch that dropped the class has nothing to note
+            _note_whether_dtype_given(deprecated)
 
 
 # Set on an instance of a deprecated autocast class: whether the script's call gave a dtype.
