@@ -180,7 +180,7 @@ def test_a_classic_migration_mistake_is_reported_by_name(job_name: str, differen
 
 
 def _event(step: int, kind: str, what: str = "", **fields) -> dict:
-    """A trace event as the Recorder writes it: a request's arguments as ``fields``, any other event's text as ``what``."""
+    """A trace event as the Recorder writes it: a request's arguments as ``fields``, other events' text as ``what``."""
     return {"step": step, "kind": kind, **({"fields": fields} if fields else {"what": what}), "where": "/x/train.py:10"}
 
 
@@ -191,7 +191,10 @@ def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
     return RunReport("/x/train.py", 0, [process])
 
 
-SCALER = {"device": "cuda", "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "enabled": True}
+SCALER = {
+    "device": "cuda", "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+    "enabled": True,
+}  # fmt: skip
 SCALER_TEXT = "device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 enabled=True"
 APEX_EMULATED = [{"feature": EMULATED_O1, "file": "/x/train.py", "line": 5, "count": 1}]
 APEX_TRACE = [

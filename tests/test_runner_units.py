@@ -27,7 +27,7 @@ def _process(label: str = "main", trace: list[dict] | None = None, **fields) -> 
 
 
 def _event(step: int, kind: str, what: str = "", where: str = "/x/train.py:10", **fields) -> dict:
-    """A trace event as the Recorder writes it: a request's arguments as ``fields``, any other event's text as ``what``."""
+    """A trace event as the Recorder writes it: a request's arguments as ``fields``, other events' text as ``what``."""
     return {"step": step, "kind": kind, **({"fields": fields} if fields else {"what": what}), "where": where}
 
 
@@ -325,8 +325,11 @@ def test_options_for_the_cpu_run_the_cpu_policy_in_bfloat16() -> None:
         ("--amp-dtype", "bfloat16", ["--keep-dtype"], "explicit"),
     ],
 )
-def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, value: str, keep_dtype: list[str], needed: str) -> None:
-    command = [sys.executable, "-m", "ampfix", "verify", str(FIXTURES / "cnn_amp.py"), "--device", "cpu", *keep_dtype, flag, value]
+def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(
+    flag: str, value: str, keep_dtype: list[str], needed: str
+) -> None:
+    script = str(FIXTURES / "cnn_amp.py")
+    command = [sys.executable, "-m", "ampfix", "verify", script, "--device", "cpu", *keep_dtype, flag, value]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 2
     assert f"runs both sides with {flag} {needed}; {flag} {value} does not apply" in " ".join(completed.stderr.split())

@@ -178,7 +178,9 @@ def _side_working_directories(workspace: Path, notes: list[str]) -> tuple[Path, 
     return folders[0], folders[1]
 
 
-def compare_runs(original: RunReport, rewritten: RunReport, *, device: str = "cuda", keep_dtype: bool = False) -> VerifyReport:
+def compare_runs(
+    original: RunReport, rewritten: RunReport, *, device: str = "cuda", keep_dtype: bool = False
+) -> VerifyReport:
     """Equivalent, not, or (``equivalent=None``) not comparable because one side could not run.
     ``device``, ``keep_dtype``: the rewrite's target, as for :func:`verify_scripts`."""
     if not original.ran or not rewritten.ran:

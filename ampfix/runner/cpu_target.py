@@ -46,7 +46,8 @@ def as_cpu_rewrite_promises(report: RunReport, keep_dtype: bool = False) -> RunR
     """``report`` with every trace event of a "cuda" request turned into what the rewrite must record;
     ``keep_dtype``: as ``ampfix rewrite --device cpu --keep-dtype`` makes it."""
     processes = [
-        {**process, "trace": [_retargeted(event, keep_dtype) for event in process["trace"]]} for process in report.processes
+        {**process, "trace": [_retargeted(event, keep_dtype) for event in process["trace"]]}
+        for process in report.processes
     ]
     return replace(report, processes=processes)
 
