@@ -19,6 +19,7 @@ from ampfix.runner.observe import Recorder
 JOBS: dict[str, list[str]] = {
     "apex_run": ["run", "apex_yolo.py"],
     "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
+    "apex_thread_run": ["run", "apex_thread.py"],
     "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
     "yolo_wrong_eval_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_eval.py"],
     "yolo_wrong_update_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_update.py"],
@@ -54,6 +55,20 @@ def test_the_optional_apex_import_gets_the_emulation_and_mixed_precision_is_on(a
     assert len(report["autocast_regions"]) == 1
     # The evaluation after the epoch ran in mixed precision too.
     assert "eval loss" in apex_run.stdout and apex_run.stdout.rstrip().endswith("(torch.bfloat16)")
+
+
+def test_a_thread_started_after_initialize_runs_in_mixed_precision(apex_thread_run: Job) -> None:
+    report = apex_thread_run.report
+    assert apex_thread_run.returncode == 0, apex_thread_run.stderr
+    assert report["emulated"] == [{"feature": EMULATED_O1, "file": str(FIXTURES / "apex_thread.py"), "line": 13, "count": 1}]
+    # Only the thread runs ops after initialize: its randn (float32), its linear in the AMP dtype,
+    # and its softmax in float32 as CUDA's policy gives it; none of them counted without autocast.
+    assert report["op_dtypes"] == {"float32": 2, "bfloat16": 1}
+    assert apex_thread_run.stdout == "in the thread: linear torch.bfloat16, softmax torch.float32, autocast True\n"
+    region = autocast_region(report, 13)
+    assert (region["device_requested"], region["dtype_requested"], region["dtype"], region["entered"]) == (
+        "cuda", "float16", "bfloat16", 1,
+    )  # fmt: skip
 
 
 def test_apex_loss_scaling_is_reported_as_its_grad_scaler_twin(apex_run: Job) -> None:
@@ -164,8 +179,9 @@ def test_a_classic_migration_mistake_is_reported_by_name(job_name: str, differen
 # -- the comparison, on traces made by hand -----------------------------------------------------
 
 
-def _event(step: int, kind: str, what: str = "") -> dict:
-    return {"step": step, "kind": kind, "what": what, "where": "/x/train.py:10"}
+def _event(step: int, kind: str, what: str = "", **fields) -> dict:
+    """A trace event as the Recorder writes it: a request's arguments as ``fields``, other events' text as ``what``."""
+    return {"step": step, "kind": kind, **({"fields": fields} if fields else {"what": what}), "where": "/x/train.py:10"}
 
 
 def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
@@ -175,13 +191,17 @@ def _report(trace: list[dict], emulated: list[dict] | None = None) -> RunReport:
     return RunReport("/x/train.py", 0, [process])
 
 
+SCALER = {
+    "device": "cuda", "init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+    "enabled": True,
+}  # fmt: skip
 SCALER_TEXT = "device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 enabled=True"
 APEX_EMULATED = [{"feature": EMULATED_O1, "file": "/x/train.py", "line": 5, "count": 1}]
 APEX_TRACE = [
-    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "grad_scaler", SCALER_TEXT),
-    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "autocast_enter", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "grad_scaler", **SCALER),
+    _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
     _event(0, "scaler.scale", "65536.0"),
     _event(0, "loss", (0.5).hex()),
     _event(0, "scaler.update"),
@@ -190,10 +210,10 @@ APEX_TRACE = [
 ]
 # The same training, native: a scaler made first, a region per step, the scaler stepping and updating.
 NATIVE_TRACE = [
-    _event(0, "grad_scaler", SCALER_TEXT),
-    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "autocast_enter", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
-    _event(0, "model_call", "Net under autocast(cuda float16)"),
+    _event(0, "grad_scaler", **SCALER),
+    _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "autocast_enter", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+    _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
     _event(0, "scaler.scale", "65536.0"),
     _event(0, "loss", (0.5).hex()),
     _event(0, "scaler.state_dict", "scale=65536.0"),
@@ -215,7 +235,7 @@ def test_against_apex_a_missing_or_different_grad_scaler_is_named() -> None:
         f"loss scaling: the rewrite creates no GradScaler; the original's loss scaler({SCALER_TEXT}) at train.py:10"
     )
     other = [
-        {**event, "what": SCALER_TEXT.replace("2000", "1000")} if event["kind"] == "grad_scaler" else event
+        {**event, "fields": {**SCALER, "growth_interval": 1000}} if event["kind"] == "grad_scaler" else event
         for event in NATIVE_TRACE
     ]
     difference = first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(other))

@@ -1,6 +1,6 @@
 """`ampfix verify --device cpu`: the runner agrees with `ampfix rewrite --device cpu` (issue 8).
 
-Each verify starts two torch processes (seconds each on 2 loaded cores): three jobs, run together
+Each verify starts two torch processes (seconds each on 2 loaded cores): five jobs, run together
 up front, two at a time.
 """
 
@@ -28,6 +28,7 @@ def _cpu_rewrite(script: Path, folder: Path) -> Path:
 def jobs(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("verify-cpu")
     cnn_rewrite = _cpu_rewrite(FIXTURES / "cnn_amp.py", folder)
+    float16_to_bfloat16 = _cpu_rewrite(FIXTURES / "explicit_float16.py", folder)
     commands = {
         # The engine's rewrite, made here and handed over as a migration.
         "cnn": ["verify", "cnn_amp.py", "--rewritten", str(cnn_rewrite), "--device", "cpu", *CNN_STEPS],
@@ -35,6 +36,12 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):
         "custom_function": ["verify", "custom_function.py", "--device", "cpu"],
         # A hand migration that moved one autocast to the CPU and left the GradScaler on "cuda".
         "wrong_cpu": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--device", "cpu", *CNN_STEPS],
+        # --keep-dtype: verify makes `rewrite --device cpu --keep-dtype`'s rewrite, explicit float16 kept.
+        "keep_dtype": ["verify", "explicit_float16.py", "--device", "cpu", "--keep-dtype"],
+        # The rewrite without --keep-dtype, held to --keep-dtype's promise.
+        "keep_dtype_not_kept": [
+            "verify", "explicit_float16.py", "--rewritten", str(float16_to_bfloat16), "--device", "cpu", "--keep-dtype",
+        ],
     }
     pool = JobPool(folder, commands)
     for name in commands:
@@ -82,3 +89,35 @@ def test_a_cpu_migration_that_left_the_scaler_on_cuda_is_not_equivalent(jobs: Jo
         "growth_interval=2000 enabled=True) at cnn_amp.py:41; rewrite loss scaler(device='cuda' "
     )
     assert "NOT equivalent" in job.stderr
+
+
+def _region_dtypes(report: dict) -> list[tuple[int, str, str, str]]:
+    """(line, device asked for, dtype asked for, dtype run) of the script's own autocast regions."""
+    return sorted(
+        (region["line"], region["device_requested"], region["dtype_requested"], region["dtype"])
+        for region in report["autocast_regions"]
+        if region["origin"] == "script"
+    )
+
+
+def test_keep_dtype_holds_the_rewrite_to_an_explicit_float16_kept(jobs: JobPool) -> None:
+    job = jobs.result("keep_dtype")
+    assert job.returncode == 0, job.stderr
+    report = job.report
+    assert report["equivalent"] is True
+    assert "rewrite: ampfix's own --device cpu --keep-dtype, run from a temporary copy" in report["notes"]
+    # The explicit float16 (line 44) runs in float16 on both sides; the plain autocast() (line 51),
+    # CUDA's default on the original's side, runs in the CPU's default.
+    assert _region_dtypes(report["original"]) == [(44, "cuda", "float16", "float16"), (51, "cuda", "float16", "bfloat16")]
+    assert _region_dtypes(report["rewritten"]) == [(44, "cpu", "float16", "float16"), (51, "cpu", "bfloat16", "bfloat16")]
+    assert len(report["original"]["losses"]) == 3
+    assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
+
+
+def test_keep_dtype_finds_a_rewrite_that_did_not_keep_float16(jobs: JobPool) -> None:
+    job = jobs.result("keep_dtype_not_kept")
+    assert job.returncode == 1, job.stderr
+    assert job.report["first_difference"] == (
+        "step 0: original custom_fwd(device_type=cpu cast_inputs=float16) at explicit_float16.py:14; "
+        "rewrite custom_fwd(device_type=cpu cast_inputs=bfloat16) at explicit_float16.cpu.py:14"
+    )

@@ -1,8 +1,13 @@
 """`ampfix run` on the common CUDA idioms of real training scripts (issue 11): DataParallel, the
 torch.accelerator API (and the report of which device path the script took), streams with pinned
-memory, and forked worker processes. Each job runs once for the module (see runner_jobs)."""
+memory, forked worker processes, DistributedDataParallel's device arguments. Each job runs once
+for the module (see runner_jobs)."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
 
@@ -131,3 +136,53 @@ def test_a_pool_worker_blocked_in_native_code_is_ended_by_terminate_and_reported
     assert [process["label"] for process in report["processes"]] == ["main", "ForkPoolWorker-1"]
     region = autocast_region(report, 22, process="ForkPoolWorker-1")
     assert (region["device_run"], region["dtype"], region["entered"]) == ("cpu", "bfloat16", 1)
+
+
+# -- DistributedDataParallel and init_process_group: arguments adjusted, a bad call left to torch ------------
+
+DDP_CALLS = """
+import json, os, sys, tempfile
+import torch
+import torch.distributed as dist
+from ampfix.runner import process_patches
+from ampfix.runner.observe import Recorder
+
+DDP = torch.nn.parallel.DistributedDataParallel
+
+def error_of(call):
+    try:
+        call()
+    except TypeError as error:
+        return str(error)
+
+bad_calls = [
+    lambda: DDP(torch.nn.Linear(2, 2), device_ids=[0], no_such_option=1),
+    lambda: dist.init_process_group("nccl", no_such_option=1),
+]
+before = [error_of(call) for call in bad_calls]
+recorder = Recorder("main")
+for _, install in process_patches.installers(recorder):
+    install()
+after = [error_of(call) for call in bad_calls]
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
+model = DDP(torch.nn.Linear(2, 2), device_ids=[0], output_device=0)
+print(json.dumps({
+    "before": before, "after": after, "backend": dist.get_backend(), "device_ids": model.device_ids,
+    "unemulated": [feature for feature, _, _ in recorder.unemulated],
+}))
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_and_process_groups_run_on_the_cpu_and_a_bad_call_raises_torchs_own_error() -> None:
+    completed = subprocess.run([sys.executable, "-c", DDP_CALLS], capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    # The same errors as without the patches, from the functions themselves (a signature's bind
+    # would say only "got an unexpected keyword argument").
+    assert result["after"] == result["before"]
+    assert result["after"][0] == "DistributedDataParallel.__init__() got an unexpected keyword argument 'no_such_option'"
+    assert result["after"][1].endswith("init_process_group() got an unexpected keyword argument 'no_such_option'")
+    assert (result["backend"], result["device_ids"]) == ("gloo", None)
+    assert result["unemulated"] == ["NCCL backend (ran with gloo on the CPU)"]

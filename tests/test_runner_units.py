@@ -13,7 +13,7 @@ import pytest
 from ampfix.runner import api, compare, cpu_target, launch
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.model import RunReport
-from ampfix.runner.observe import Recorder, RegionKey, Site, model_call_parts, model_call_what
+from ampfix.runner.observe import Recorder, RegionKey, Site, event_what
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
 
@@ -26,8 +26,9 @@ def _process(label: str = "main", trace: list[dict] | None = None, **fields) -> 
     return data
 
 
-def _event(step: int, kind: str, what: str, where: str = "/x/train.py:10") -> dict:
-    return {"step": step, "kind": kind, "what": what, "where": where}
+def _event(step: int, kind: str, what: str = "", where: str = "/x/train.py:10", **fields) -> dict:
+    """A trace event as the Recorder writes it: a request's arguments as ``fields``, other events' text as ``what``."""
+    return {"step": step, "kind": kind, **({"fields": fields} if fields else {"what": what}), "where": where}
 
 
 def _report(*processes: dict, exit_code: int = 0) -> RunReport:
@@ -35,8 +36,8 @@ def _report(*processes: dict, exit_code: int = 0) -> RunReport:
 
 
 TRACE = [
-    _event(0, "grad_scaler", "device='cuda' init_scale=65536.0"),
-    _event(0, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+    _event(0, "grad_scaler", device="cuda", init_scale=65536.0),
+    _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
     _event(0, "loss", (0.6931471824645996).hex()),
     _event(1, "optimizer_step", "1"),
 ]
@@ -100,7 +101,7 @@ def test_child_process_traces_are_compared_too() -> None:
 def _task(shard_loss: float, steps_before: int) -> list[dict]:
     """One Pool task's events, numbered as a worker that already took `steps_before` steps does."""
     return [
-        _event(steps_before, "autocast", "device=cuda dtype=float16 enabled=True cache_enabled=True"),
+        _event(steps_before, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
         _event(steps_before, "loss", shard_loss.hex()),
         _event(steps_before + 1, "optimizer_step", str(steps_before + 1)),
     ]
@@ -209,8 +210,8 @@ def test_precheck_names_a_missing_file(tmp_path: Path) -> None:
 # -- verify --device cpu: the original's requests as `ampfix rewrite --device cpu` makes them ----------------
 
 CPU_TRACE = [
-    _event(0, "grad_scaler", "device='cpu' init_scale=65536.0"),
-    _event(0, "autocast", "device=cpu dtype=bfloat16 enabled=True cache_enabled=True"),
+    _event(0, "grad_scaler", device="cpu", init_scale=65536.0),
+    _event(0, "autocast", device="cpu", dtype="bfloat16", enabled=True, cache_enabled=True),
     _event(0, "loss", (0.6931471824645996).hex()),
     _event(1, "optimizer_step", "1"),
 ]
@@ -218,16 +219,16 @@ CPU_TRACE = [
 
 def test_cpu_target_moves_each_cuda_request_and_its_float16_only() -> None:
     trace = [
-        _event(0, "custom_fwd", "device_type=cuda cast_inputs=float16"),
-        _event(0, "custom_fwd", "device_type=cuda cast_inputs=float32"),
-        _event(0, "custom_bwd", "device_type=cuda"),
-        _event(0, "grad_scaler", "device='cuda' init_scale=1024.0 growth_factor=3.0 enabled=False"),
-        _event(0, "autocast_enter", "device=cuda dtype=bfloat16 enabled=False cache_enabled=False"),
-        _event(0, "autocast", "device=cpu dtype=float16 enabled=True cache_enabled=True"),  # asked for the CPU: kept
+        _event(0, "custom_fwd", device_type="cuda", cast_inputs="float16"),
+        _event(0, "custom_fwd", device_type="cuda", cast_inputs="float32"),
+        _event(0, "custom_bwd", device_type="cuda"),
+        _event(0, "grad_scaler", device="cuda", init_scale=1024.0, growth_factor=3.0, enabled=False),
+        _event(0, "autocast_enter", device="cuda", dtype="bfloat16", enabled=False, cache_enabled=False),
+        _event(0, "autocast", device="cpu", dtype="float16", enabled=True, cache_enabled=True),  # asked for the CPU: kept
         _event(0, "loss", (0.5).hex()),
     ]
     moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace))).processes[0]["trace"]
-    assert [event["what"] for event in moved] == [
+    assert [event_what(event) for event in moved] == [
         "device_type=cpu cast_inputs=bfloat16",
         "device_type=cpu cast_inputs=float32",
         "device_type=cpu",
@@ -236,13 +237,40 @@ def test_cpu_target_moves_each_cuda_request_and_its_float16_only() -> None:
         "device=cpu dtype=float16 enabled=True cache_enabled=True",
         (0.5).hex(),
     ]
-    assert trace[0]["what"] == "device_type=cuda cast_inputs=float16"  # the original report is not changed
+    assert trace[0]["fields"] == {"device_type": "cuda", "cast_inputs": "float16"}  # the original report is not changed
 
 
-def test_cpu_target_leaves_a_text_it_cannot_read_as_recorded() -> None:
-    odd = _event(0, "grad_scaler", "device='cuda' init_scale=<object at 0x1>")  # a value with a space
+def test_cpu_target_moves_a_request_whatever_its_other_values_read_like() -> None:
+    # An argument recorded as its repr, with spaces: once a text no `name=value` reading could split.
+    odd = _event(0, "grad_scaler", device="cuda", init_scale="<object at 0x1>")
     moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=[odd]))).processes[0]["trace"]
-    assert moved == [odd]
+    assert moved == [{**odd, "fields": {"device": "cpu", "init_scale": "<object at 0x1>"}}]
+    assert event_what(moved[0]) == "device='cpu' init_scale='<object at 0x1>'"
+    # A device that is not the plain "cuda" (a repr of torch.device, "cuda:1") is compared as recorded.
+    for device in ("device(type='cuda')", "cuda:1"):
+        other = _event(0, "autocast", device=device, dtype="float16", enabled=True, cache_enabled=True)
+        assert cpu_target.as_cpu_rewrite_promises(_report(_process(trace=[other]))).processes[0]["trace"] == [other]
+
+
+def test_cpu_target_with_keep_dtype_moves_only_a_dtype_left_to_cudas_default() -> None:
+    trace = [
+        _event(0, "custom_fwd", device_type="cuda", cast_inputs="float16"),
+        _event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True),
+        {**_event(0, "autocast", device="cuda", dtype="float16", enabled=True, cache_enabled=True), "defaulted": ["dtype"]},
+        _event(0, "model_call", module="Net", device="cuda", dtype="float16"),
+        {**_event(0, "model_call", module="Net", device="cuda", dtype="float16"), "defaulted": ["dtype"]},
+    ]
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace)), keep_dtype=True).processes[0]["trace"]
+    assert [event_what(event) for event in moved] == [
+        "device_type=cpu cast_inputs=float16",
+        "device=cpu dtype=float16 enabled=True cache_enabled=True",
+        "device=cpu dtype=bfloat16 enabled=True cache_enabled=True",  # autocast("cpu") runs the CPU's default
+        "Net under autocast(cpu float16)",
+        "Net under autocast(cpu bfloat16)",
+    ]
+    # Without --keep-dtype, explicit or not, float16 becomes bfloat16.
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace))).processes[0]["trace"]
+    assert {event["fields"].get("dtype", event["fields"].get("cast_inputs")) for event in moved} == {"bfloat16"}
 
 
 def test_cpu_target_takes_its_dtypes_from_the_device_rules() -> None:
@@ -263,7 +291,7 @@ def test_verify_for_the_cpu_compares_against_the_moved_requests() -> None:
 
 
 def test_verify_for_the_cpu_still_finds_a_changed_argument() -> None:
-    flipped = [*CPU_TRACE[:1], _event(0, "autocast", "device=cpu dtype=bfloat16 enabled=False cache_enabled=True"),
+    flipped = [*CPU_TRACE[:1], _event(0, "autocast", device="cpu", dtype="bfloat16", enabled=False, cache_enabled=True),
                *CPU_TRACE[2:]]
     report = api.compare_runs(_report(_process(trace=TRACE)), _report(_process(trace=flipped)), device="cpu")
     assert report.equivalent is False
@@ -279,26 +307,78 @@ def test_options_for_the_cpu_run_the_cpu_policy_in_bfloat16() -> None:
     assert api.options_for_device(given, "cpu") == api.RunOptions(
         max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="bfloat16"
     )
+    # --keep-dtype: an explicit dtype runs as given, a defaulted one as the CPU's default.
+    assert api.options_for_device(given, "cpu", keep_dtype=True) == api.RunOptions(
+        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="explicit"
+    )
+    assert api.options_for_device(given, "cuda", keep_dtype=True) is given  # as for rewrite: no effect on cuda
     with pytest.raises(ValueError, match="device must be one of cuda, cpu"):
         api.verify_scripts(FIXTURES / "cnn_amp.py", device="auto")
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--autocast-policy", "cuda"), ("--amp-dtype", "keep"), ("--amp-dtype", "float16")]
+    ("flag", "value", "keep_dtype", "needed"),
+    [
+        ("--autocast-policy", "cuda", [], "cpu"),
+        ("--amp-dtype", "keep", [], "bfloat16"),
+        ("--amp-dtype", "float16", [], "bfloat16"),
+        ("--amp-dtype", "bfloat16", ["--keep-dtype"], "explicit"),
+    ],
 )
-def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(flag: str, value: str) -> None:
-    command = [sys.executable, "-m", "ampfix", "verify", str(FIXTURES / "cnn_amp.py"), "--device", "cpu", flag, value]
+def test_verify_for_the_cpu_refuses_run_options_that_cannot_agree(
+    flag: str, value: str, keep_dtype: list[str], needed: str
+) -> None:
+    script = str(FIXTURES / "cnn_amp.py")
+    command = [sys.executable, "-m", "ampfix", "verify", script, "--device", "cpu", *keep_dtype, flag, value]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert completed.returncode == 2
-    assert f"{flag} {value} does not apply" in completed.stderr
+    assert f"runs both sides with {flag} {needed}; {flag} {value} does not apply" in " ".join(completed.stderr.split())
     assert "original:" not in completed.stderr  # nothing was run
 
 
-def test_a_model_call_text_reads_back_as_the_precision_it_was_written_with() -> None:
-    assert model_call_what("SmallCNN", ("cuda", "float16")) == "SmallCNN under autocast(cuda float16)"
-    assert model_call_parts("SmallCNN under autocast(cuda float16)") == ("SmallCNN", ("cuda", "float16"))
-    assert model_call_what("SmallCNN", None) == "SmallCNN outside autocast"
-    assert model_call_parts("SmallCNN outside autocast") is None
-    event = {"kind": "model_call", "what": "SmallCNN under autocast(cuda float16)"}
-    retargeted = cpu_target.as_cpu_rewrite_promises(RunReport("s.py", 0, processes=[{"trace": [event]}])).processes[0]["trace"]
-    assert retargeted == [{"kind": "model_call", "what": "SmallCNN under autocast(cpu bfloat16)"}]
+def test_the_recorder_traces_requests_as_fields_and_shows_them_as_text() -> None:
+    recorder, site = Recorder("main"), Site("/x/train.py", 9)
+    recorder.region_created(RegionKey(site, "cuda", "float16", True, "'yes'", "cpu", "bfloat16", True))
+    recorder.scaler_created({"device": "cuda", "init_scale": 65536.0, "enabled": True}, site)
+    recorder.custom_amp_decorator("custom_fwd", {"device_type": "cuda", "cast_inputs": None}, site)
+    recorder.model_called("SmallCNN", RegionKey(site, "cuda", "float16", True, True, "cpu", "bfloat16", True), site)
+    recorder.model_called("SmallCNN", None, site)
+    recorder.loss(0.25, site)
+    trace = json.loads(json.dumps(recorder.to_dict("main")))["trace"]  # as the parent reads it back
+    assert [event.get("fields") for event in trace] == [
+        {"device": "cuda", "dtype": "float16", "enabled": True, "cache_enabled": "'yes'"},
+        {"device": "cuda", "init_scale": 65536.0, "enabled": True},
+        {"device_type": "cuda", "cast_inputs": None},
+        {"module": "SmallCNN", "device": "cuda", "dtype": "float16"},
+        {"module": "SmallCNN", "device": None, "dtype": None},
+        None,
+    ]
+    assert [event_what(event) for event in trace] == [
+        "device=cuda dtype=float16 enabled=True cache_enabled='yes'",
+        "device='cuda' init_scale=65536.0 enabled=True",
+        "device_type=cuda cast_inputs=None",
+        "SmallCNN under autocast(cuda float16)",
+        "SmallCNN outside autocast",
+        "0x1.0000000000000p-2",
+    ]
+    moved = cpu_target.as_cpu_rewrite_promises(_report(_process(trace=trace))).processes[0]["trace"]
+    assert [event_what(event) for event in moved] == [
+        "device=cpu dtype=bfloat16 enabled=True cache_enabled='yes'",
+        "device='cpu' init_scale=65536.0 enabled=True",
+        "device_type=cpu cast_inputs=None",
+        "SmallCNN under autocast(cpu bfloat16)",
+        "SmallCNN outside autocast",
+        "0x1.0000000000000p-2",
+    ]
+
+
+def test_a_dtype_left_to_the_default_is_marked_and_not_compared() -> None:
+    recorder, site = Recorder("main"), Site("/x/train.py", 9)
+    defaulted = RegionKey(site, "cuda", "float16", True, True, "cpu", "bfloat16", True, dtype_defaulted=True)
+    recorder.region_created(defaulted)
+    recorder.model_called("Net", defaulted, site)
+    trace = recorder.to_dict("main")["trace"]
+    assert [(event["kind"], event.get("defaulted")) for event in trace] == [("autocast", ["dtype"]), ("model_call", ["dtype"])]
+    # The same request spelled out (dtype=torch.float16) is the same request.
+    spelled = [{key: value for key, value in event.items() if key != "defaulted"} for event in trace]
+    assert compare.first_difference(_report(_process(trace=trace)), _report(_process(trace=spelled))) is None

@@ -24,6 +24,7 @@ import torch
 
 from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import Recorder, RegionKey, dtype_name
+from ampfix.runner.patching import with_arguments_adjusted
 from ampfix.runner.sites import find_site
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
@@ -38,6 +39,9 @@ class AmpPlan:
 
     def __init__(self, amp_dtype: str, cuda_policy: CudaPolicy | None = None) -> None:
         self.forced_dtype = FORCED_DTYPES.get(amp_dtype)  # None: keep the requested dtype
+        # "explicit": a dtype the script gave is kept, a defaulted one is the CPU's default, as in a
+        # rewrite to the CPU that keeps float16 (`ampfix rewrite --device cpu --keep-dtype`).
+        self.cpu_default_for_defaulted = amp_dtype == "explicit"
         # Set when "cuda" regions run CUDA's op policy (--autocast-policy cuda); None: the CPU's.
         self.cuda_policy = cuda_policy
 
@@ -58,9 +62,11 @@ class AmpPlan:
         except RuntimeError:  # an unknown device type: the constructor will say so
             return None
 
-    def run_device_and_dtype(self, device_type: Any, dtype: Any) -> tuple[Any, Any]:
+    def run_device_and_dtype(self, device_type: Any, dtype: Any, dtype_given: bool) -> tuple[Any, Any]:
         if device_type != "cuda":
             return device_type, dtype
+        if not dtype_given and self.cpu_default_for_defaulted:
+            return "cpu", _original_get_autocast_dtype("cpu")
         requested = self.requested_dtype(device_type, dtype)
         if not isinstance(requested, torch.dtype):
             # Not a dtype at all (a positional `enabled` that slid into `dtype`): passed on, it
@@ -81,13 +87,12 @@ class ActiveRegions:
             stack = self._local.stack = []
         return stack
 
-    def requested_precision(self) -> tuple[str, str] | None:
-        """The (device, dtype) of the innermost region, as the script asked for it; None outside autocast."""
+    def innermost_enabled(self) -> RegionKey | None:
+        """The innermost region, if it runs autocast; None outside autocast."""
         stack = self.stack()
         if not stack or not stack[-1].enabled_run:
             return None
-        region = stack[-1]
-        return region.device_requested, region.dtype_requested
+        return stack[-1]
 
 
 @contextlib.contextmanager
@@ -108,7 +113,9 @@ def _as_recorded(value: Any) -> Any:
     return value if isinstance(value, bool) else repr(value)
 
 
-def _request(plan: AmpPlan, device_type: Any, dtype: Any, enabled: Any, cache_enabled: Any) -> dict[str, Any]:
+def _request(
+    plan: AmpPlan, device_type: Any, dtype: Any, dtype_given: bool, enabled: Any, cache_enabled: Any
+) -> dict[str, Any]:
     """What the script asked autocast for, normalised: defaults filled in as torch would."""
     if cache_enabled is None:
         cache_enabled = _original_cache_enabled()
@@ -118,6 +125,7 @@ def _request(plan: AmpPlan, device_type: Any, dtype: Any, enabled: Any, cache_en
         "dtype_requested": dtype_name(plan.requested_dtype(device_type, dtype)),
         "enabled_requested": _as_recorded(enabled),
         "cache_enabled_requested": _as_recorded(cache_enabled),
+        "dtype_defaulted": not dtype_given,
     }
 
 
@@ -144,8 +152,9 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         bound.apply_defaults()
         arguments = bound.arguments
         device_type, dtype = arguments["device_type"], arguments["dtype"]
-        request = _request(plan, device_type, dtype, arguments["enabled"], arguments["cache_enabled"])
-        arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype)
+        dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
+        request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
+        arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
         unusual_dtype = device_type == "cuda" and arguments["dtype"] not in (torch.bfloat16, torch.float16)
         try:
             with _quiet_cpu_dtype_check() if unusual_dtype else contextlib.nullcontext():
@@ -187,6 +196,24 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
     autocast.__init__ = __init__
     autocast.__enter__ = __enter__
     autocast.__exit__ = __exit__
+    for device in ("cuda", "cpu"):
+        deprecated = getattr(getattr(getattr(torch, device, None), "amp", None), "autocast", None)
+        if isinstance(deprecated, type):  # a torch that dropped the class has nothing to note
+            _note_whether_dtype_given(deprecated)
+
+
+# Set on an instance of a deprecated autocast class: whether the script's call gave a dtype.
+_DTYPE_GIVEN = "_ampfix_dtype_given"
+
+
+def _note_whether_dtype_given(deprecated: type) -> None:
+    """``torch.cuda.amp.autocast()`` hands its own default dtype (float16) on to ``torch.autocast`` as
+    if the script had given it; whether it did is known only at the script's call."""
+
+    def note(arguments: dict[str, Any]) -> None:
+        setattr(arguments["self"], _DTYPE_GIVEN, arguments.get("dtype") is not None)
+
+    deprecated.__init__ = with_arguments_adjusted(deprecated.__init__, note)
 
 
 def install_autocast_state_queries() -> None:
@@ -228,7 +255,7 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
             return functools.partial(custom_fwd, **_options_only(fwd_signature, kwargs))
         cast_inputs = bound.arguments.get("cast_inputs")
         cast = dtype_name(cast_inputs) if cast_inputs is not None else None
-        recorder.custom_amp_decorator("custom_fwd", f"device_type={device_type} cast_inputs={cast}", find_site())
+        recorder.custom_amp_decorator("custom_fwd", {"device_type": str(device_type), "cast_inputs": cast}, find_site())
         return original_fwd(*bound.args, **bound.kwargs)
 
     @functools.wraps(original_bwd)
@@ -238,7 +265,7 @@ def install_custom_fwd_bwd(recorder: Recorder) -> None:
             return original_bwd(*args, **kwargs)
         if bwd is None:
             return functools.partial(custom_bwd, **_options_only(bwd_signature, kwargs))
-        recorder.custom_amp_decorator("custom_bwd", f"device_type={device_type}", find_site())
+        recorder.custom_amp_decorator("custom_bwd", {"device_type": str(device_type)}, find_site())
         return original_bwd(*bound.args, **bound.kwargs)
 
     for module in (torch.amp, torch.amp.autocast_mode):

@@ -24,7 +24,7 @@ from ampfix.runner.workdir import mirror
 @dataclass(frozen=True)
 class RunOptions:
     max_steps: int | None = None
-    amp_dtype: str = "bfloat16"  # the dtype "cuda" autocast runs in on the CPU; "keep": as requested
+    amp_dtype: str = "bfloat16"  # the dtype "cuda" autocast runs in on the CPU (see config.AMP_DTYPES)
     autocast_policy: str = "cuda"  # whose op lists "cuda" regions follow: CUDA's or the CPU's
     seed: int = 0
     threads: int = 1
@@ -82,12 +82,13 @@ def run_script(
 VERIFY_DEVICES = ("cuda", "cpu")
 
 
-def options_for_device(options: RunOptions, device: str) -> RunOptions:
+def options_for_device(options: RunOptions, device: str, keep_dtype: bool = False) -> RunOptions:
     """The run options both sides of ``verify`` get. For a rewrite to the CPU, the original's "cuda"
     regions must run as the rewrite's "cpu" ones will: the CPU's op policy, in the dtype the rewrite
-    asks for instead of float16."""
+    asks for instead of float16; with ``keep_dtype``, in the dtype the script gave, and the CPU's
+    default where it gave none."""
     if device == "cpu":
-        return replace(options, autocast_policy="cpu", amp_dtype=CPU_AMP_DTYPE)
+        return replace(options, autocast_policy="cpu", amp_dtype="explicit" if keep_dtype else CPU_AMP_DTYPE)
     return options
 
 
@@ -99,12 +100,14 @@ def verify_scripts(
     *,
     timeout: float | None = None,
     device: str = "cuda",
+    keep_dtype: bool = False,
 ) -> VerifyReport:
     """Run the original and its rewrite side by side (same seed, same threads) and compare them.
 
     ``device``: the device the rewrite targets (see ``ampfix rewrite --device``). With "cpu", both
     sides run under :func:`options_for_device`, and the original's "cuda" requests are compared as
-    ``ampfix rewrite --device cpu`` promises them (:mod:`cpu_target`).
+    ``ampfix rewrite --device cpu`` promises them (:mod:`cpu_target`). ``keep_dtype``: as the
+    rewrite's ``--keep-dtype`` (float16 kept on the CPU); it changes nothing for "cuda", as there.
 
     Without ``rewritten``, ampfix's own rewrite of ``original`` is run from a temporary copy; the
     original's folder stays importable so its neighbouring modules are found. The two sides share
@@ -115,13 +118,13 @@ def verify_scripts(
     if device not in VERIFY_DEVICES:
         raise ValueError(f"device must be one of {', '.join(VERIFY_DEVICES)}, not {device!r}")
     original = Path(original)
-    options = options_for_device(options, device)
+    options = options_for_device(options, device, keep_dtype)
     notes: list[str] = []
     workspace = Path(tempfile.mkdtemp(prefix="ampfix-verify-"))
     runs: list[LaunchedRun] = []
     try:
         if rewritten is None:
-            rewritten, problem = _write_engine_rewrite(original, workspace, notes, device)
+            rewritten, problem = _write_engine_rewrite(original, workspace, notes, device, keep_dtype)
             if problem is not None:
                 return VerifyReport(None, None, None, error=problem, notes=notes)
         for script in (original, Path(rewritten)):
@@ -157,7 +160,7 @@ def verify_scripts(
         for run in runs:  # Ctrl-C, SIGTERM, an error: neither side outlives verify
             run.abort()
         shutil.rmtree(workspace, ignore_errors=True)
-    report = compare_runs(original_report, rewritten_report, device=device)
+    report = compare_runs(original_report, rewritten_report, device=device, keep_dtype=keep_dtype)
     report.notes.extend(notes)
     return report
 
@@ -175,9 +178,11 @@ def _side_working_directories(workspace: Path, notes: list[str]) -> tuple[Path, 
     return folders[0], folders[1]
 
 
-def compare_runs(original: RunReport, rewritten: RunReport, *, device: str = "cuda") -> VerifyReport:
+def compare_runs(
+    original: RunReport, rewritten: RunReport, *, device: str = "cuda", keep_dtype: bool = False
+) -> VerifyReport:
     """Equivalent, not, or (``equivalent=None``) not comparable because one side could not run.
-    ``device``: the device the rewrite targets, as for :func:`verify_scripts`."""
+    ``device``, ``keep_dtype``: the rewrite's target, as for :func:`verify_scripts`."""
     if not original.ran or not rewritten.ran:
         failed, report = ("original", original) if not original.ran else ("rewrite", rewritten)
         return VerifyReport(original, rewritten, None, error=f"the {failed} could not be run: {report.error}")
@@ -187,9 +192,12 @@ def compare_runs(original: RunReport, rewritten: RunReport, *, device: str = "cu
         cause = _last_line(original.stderr)
         return VerifyReport(original, rewritten, None, error=f"{error} ({cause})" if cause else error)
     if device == "cpu":
-        note = 'the original\'s "cuda" requests were compared as `ampfix rewrite --device cpu` makes them ("cpu", ' \
-            f'float16 -> {CPU_AMP_DTYPE}); both sides ran the CPU\'s op policy'
-        difference = first_difference(as_cpu_rewrite_promises(original), rewritten)
+        dtypes = f"an explicit float16 kept, CUDA's default dtype the CPU's ({CPU_AMP_DTYPE})" if keep_dtype \
+            else f"float16 -> {CPU_AMP_DTYPE}"
+        flags = "--device cpu --keep-dtype" if keep_dtype else "--device cpu"
+        note = f'the original\'s "cuda" requests were compared as `ampfix rewrite {flags}` makes them ("cpu", ' \
+            f"{dtypes}); both sides ran the CPU's op policy"
+        difference = first_difference(as_cpu_rewrite_promises(original, keep_dtype), rewritten)
         return VerifyReport(original, rewritten, difference is None, difference, notes=[note])
     difference = first_difference(original, rewritten)
     return VerifyReport(original, rewritten, difference is None, difference)
@@ -202,9 +210,10 @@ def _last_line(text: str | None) -> str | None:
 
 
 def _write_engine_rewrite(
-    original: Path, workspace: Path, notes: list[str], device: str
+    original: Path, workspace: Path, notes: list[str], device: str, keep_dtype: bool
 ) -> tuple[Path | None, str | None]:
-    """ampfix's rewrite of ``original`` for ``device``, written under the same file name in ``workspace``."""
+    """ampfix's rewrite of ``original`` for ``device`` (and ``keep_dtype``), written under the same file
+    name in ``workspace``."""
     from ampfix.engine import Options, fix_source  # libcst: only now, and only for this
 
     try:
@@ -212,7 +221,7 @@ def _write_engine_rewrite(
     except OSError as error:
         return None, f"cannot read {original}: {error}"
     try:
-        result = fix_source(source, Options(device=device))
+        result = fix_source(source, Options(device=device, keep_dtype=keep_dtype))
     except Exception as error:  # the engine must not take verify down with it; say what happened
         return None, f"ampfix's rewrite failed on {original}: {type(error).__name__}: {error}"
     if result.error is not None:
@@ -222,6 +231,6 @@ def _write_engine_rewrite(
     target = workspace / "rewrite" / original.name
     target.parent.mkdir()
     target.write_text(result.new_source, encoding="utf-8")
-    target_flag = "" if device == "cuda" else f" --device {device}"
+    target_flag = ("" if device == "cuda" else f" --device {device}") + (" --keep-dtype" if keep_dtype else "")
     notes.append(f"rewrite: ampfix's own{target_flag}, run from a temporary copy")
     return target, None

@@ -26,6 +26,7 @@ class AmpDtype(str, enum.Enum):
     bfloat16 = "bfloat16"
     float16 = "float16"
     keep = "keep"
+    explicit = "explicit"
 
 
 class AutocastPolicy(str, enum.Enum):
@@ -48,7 +49,10 @@ ScriptArgument = Annotated[Path, typer.Argument(help="The script to run (as __ma
 MaxStepsOption = Annotated[
     Optional[int], typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
 ]
-_AMP_DTYPE_HELP = 'The dtype "cuda" autocast runs in on the CPU; keep: the requested one.'
+_AMP_DTYPE_HELP = (
+    'The dtype "cuda" autocast runs in on the CPU; keep: the requested one; explicit: the one the script gives, '
+    "else the CPU's default."
+)
 AmpDtypeOption = Annotated[AmpDtype, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP)]
 _AUTOCAST_POLICY_HELP = (
     'Whose op lists "cuda" autocast follows on the CPU: cuda (the dtypes a GPU gives) or cpu (CPU autocast\'s).'
@@ -166,6 +170,13 @@ def verify_command(
             "requests are expected on the CPU (float16 -> bfloat16) and both sides run the CPU's op policy.",
         ),
     ] = RewriteDevice.cuda,
+    keep_dtype: Annotated[
+        bool,
+        typer.Option(
+            "--keep-dtype",
+            help="As for `ampfix rewrite --keep-dtype`: with --device cpu, an explicit float16 is expected kept.",
+        ),
+    ] = False,
     max_steps: MaxStepsOption = None,
     # None: not given; the default depends on --device (see _verify_run_options).
     amp_dtype: Annotated[
@@ -187,9 +198,11 @@ def verify_command(
     Each side runs in its own copy of the working directory, so scripts that write files do not meet.
     """
     _check_json_path("verify", json_path)
-    options = _verify_run_options(device, max_steps, amp_dtype, autocast_policy, seed, threads)
+    options = _verify_run_options(device, keep_dtype, max_steps, amp_dtype, autocast_policy, seed, threads)
     with _ending_signals_raise():
-        report = api.verify_scripts(script, rewritten, ctx.args, options, timeout=_seconds(timeout), device=device.value)
+        report = api.verify_scripts(
+            script, rewritten, ctx.args, options, timeout=_seconds(timeout), device=device.value, keep_dtype=keep_dtype
+        )
     render.render_verify(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
     raise typer.Exit(report.exit_code)
@@ -197,6 +210,7 @@ def verify_command(
 
 def _verify_run_options(
     device: RewriteDevice,
+    keep_dtype: bool,
     max_steps: int | None,
     amp_dtype: AmpDtype | None,
     autocast_policy: AutocastPolicy | None,
@@ -208,7 +222,7 @@ def _verify_run_options(
     given = _options(
         max_steps, amp_dtype or AmpDtype.bfloat16, autocast_policy or AutocastPolicy.cuda, seed, threads
     )
-    decided = api.options_for_device(given, device.value)
+    decided = api.options_for_device(given, device.value, keep_dtype)
     for flag, chosen, field_name in (
         ("--amp-dtype", amp_dtype, "amp_dtype"),
         ("--autocast-policy", autocast_policy, "autocast_policy"),

@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Any
 
 from ampfix.runner.model import RunReport
+from ampfix.runner.observe import event_what
 
 
 # Apex against native: events whose place differs by design (see the module docstring).
@@ -63,10 +64,10 @@ def _labels_in_order(*groups: dict[str, Any]) -> list[str]:
     return sorted(labels, key=lambda label: (label != "main", label))
 
 
-def _pool_worker_events(report: RunReport) -> Counter[tuple[str, str]]:
+def _pool_worker_events(report: RunReport) -> Counter[tuple[str, Any]]:
     return Counter(
         # An optimizer step's text is the worker's running count of them: scheduling, again.
-        (event["kind"], "" if event["kind"] == "optimizer_step" else event["what"])
+        (event["kind"], "" if event["kind"] == "optimizer_step" else _content(event))
         for process in report.processes
         if process["pool_worker"]
         for event in process["trace"]
@@ -74,16 +75,26 @@ def _pool_worker_events(report: RunReport) -> Counter[tuple[str, str]]:
 
 
 def _pool_workers_difference(original: Counter, rewritten: Counter) -> str | None:
-    for only_in, events in (("original", original - rewritten), ("rewrite", rewritten - original)):
-        if events:
-            kind, what = min(events)
-            count = events[(kind, what)]
-            return f"Pool workers: {_describe({'kind': kind, 'what': what})} ran {count} more time(s) in the {only_in}"
+    for only_in, extra in (("original", original - rewritten), ("rewrite", rewritten - original)):
+        if extra:
+            first = min(extra, key=lambda key: (key[0], event_what(_event_of(*key))))
+            return f"Pool workers: {_describe(_event_of(*first))} ran {extra[first]} more time(s) in the {only_in}"
     return None
 
 
+def _content(event: dict[str, Any]) -> Any:
+    """What an event says, as compared: its fields, in the order recorded, or its text."""
+    fields = event.get("fields")
+    return event["what"] if fields is None else tuple(fields.items())
+
+
+def _event_of(kind: str, content: Any) -> dict[str, Any]:
+    """The event ``_content`` was taken from, without its step and place."""
+    return {"kind": kind, "fields": dict(content)} if isinstance(content, tuple) else {"kind": kind, "what": content}
+
+
 def _comparable(event: dict[str, Any]) -> tuple[Any, ...]:
-    return event["step"], event["kind"], event["what"]
+    return event["step"], event["kind"], _content(event)
 
 
 def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
@@ -101,8 +112,7 @@ def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, 
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
     scalers = [[event for event in trace if event["kind"] == SCALER_CREATION] for trace in (original, rewritten)]
-    texts = [sorted(event["what"] for event in side) for side in scalers]
-    if texts[0] != texts[1]:
+    if Counter(map(_content, scalers[0])) != Counter(map(_content, scalers[1])):
         return _scaler_difference(*scalers)
     return _trace_difference(*(_apex_comparable(trace) for trace in (original, rewritten)))
 
@@ -135,7 +145,7 @@ _MESSAGES = {
 
 
 def _describe(event: dict[str, Any]) -> str:
-    kind, what = event["kind"], event["what"]
+    kind, what = event["kind"], event_what(event)
     if kind == "loss":
         value = float.fromhex(what)
         text = f"loss {value!r} ({what})"

@@ -14,7 +14,9 @@ CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
 # environment so that every process started below it knows it is not the main one.
 ROLE_ENV = "AMPFIX_RUNNER_ROLE"
 
-AMP_DTYPES = ("bfloat16", "float16", "keep")
+# The dtype "cuda" autocast runs in on the CPU; "keep": the requested one (CUDA's default, float16, when
+# none is given); "explicit": a dtype the script gives, else the CPU's default (bfloat16).
+AMP_DTYPES = ("bfloat16", "float16", "keep", "explicit")
 # Whose op lists "cuda" autocast regions follow on the CPU: CUDA's (the dtypes a GPU would give) or the CPU's.
 AUTOCAST_POLICIES = ("cuda", "cpu")
 

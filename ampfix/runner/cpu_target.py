@@ -5,8 +5,10 @@ Each request the original made for "cuda" is expected on "cpu" instead; a dtype 
 becomes the CPU's (the device rules' own mapping, ``Family.cpu_dtypes``: float16 -> bfloat16), in
 the parameters the rules say hold one (autocast's ``dtype``, custom_fwd's ``cast_inputs``); every
 other argument (enabled, cache_enabled, the scaler's settings) is expected unchanged. Requests for
-"cpu" stay as they are, as the rewrite leaves them. Imports the rules, which are plain data: no
-torch, no libcst.
+"cpu" stay as they are, as the rewrite leaves them. With ``--keep-dtype`` the rewrite keeps every
+dtype the script wrote; only a dtype left to CUDA's default (float16) becomes the CPU's default
+(bfloat16, which is also the mapping's float16), since the rewrite leaves it unwritten. Imports the
+rules, which are plain data: no torch, no libcst.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from typing import Any
 
 from ampfix.rules import TORCH_AMP, Rule, autocast, custom_bwd, custom_fwd, grad_scaler
 from ampfix.runner.model import RunReport
-from ampfix.runner.observe import model_call_parts, model_call_what
 
-# A trace event the rewrite retargets -> the field of its text that holds the device, and the rule
-# whose call made it (its CallShape names the parameters holding a dtype chosen for CUDA).
+# A trace event the rewrite retargets -> the field that holds its device, and the rule whose call
+# made it (its CallShape names the parameters holding a dtype chosen for CUDA). A model call is
+# retargeted as the autocast region it ran under.
 _RETARGETED_EVENTS: dict[str, tuple[str, Rule]] = {
     "autocast": ("device", autocast.RULE),
     "autocast_enter": ("device", autocast.RULE),
+    "model_call": ("device", autocast.RULE),
     "grad_scaler": ("device", grad_scaler.RULE),
     "custom_fwd": ("device_type", custom_fwd.RULE),
     "custom_bwd": ("device_type", custom_bwd.RULE),
@@ -39,58 +42,32 @@ CPU_DTYPES = {_short_dtype(old): _short_dtype(new) for old, new in TORCH_AMP.cpu
 CPU_AMP_DTYPE = CPU_DTYPES["float16"]
 
 
-def as_cpu_rewrite_promises(report: RunReport) -> RunReport:
-    """``report`` with every trace event of a "cuda" request turned into what the rewrite must record."""
-    processes = [{**process, "trace": [_retargeted(event) for event in process["trace"]]} for process in report.processes]
+def as_cpu_rewrite_promises(report: RunReport, keep_dtype: bool = False) -> RunReport:
+    """``report`` with every trace event of a "cuda" request turned into what the rewrite must record;
+    ``keep_dtype``: as ``ampfix rewrite --device cpu --keep-dtype`` makes it."""
+    processes = [
+        {**process, "trace": [_retargeted(event, keep_dtype) for event in process["trace"]]}
+        for process in report.processes
+    ]
     return replace(report, processes=processes)
 
 
-def _retargeted(event: dict[str, Any]) -> dict[str, Any]:
-    if event["kind"] == "model_call":
-        return _retargeted_model_call(event)
+def _retargeted(event: dict[str, Any], keep_dtype: bool) -> dict[str, Any]:
     known = _RETARGETED_EVENTS.get(event["kind"])
     if known is None:
         return event
-    fields = _fields(event["what"])
-    if fields is None:
-        return event  # compared as recorded: a text the mapping cannot read is never waved through
     device_field, rule = known
-    if _unquoted(fields.get(device_field)) != "cuda":
+    fields = event["fields"]
+    if fields.get(device_field) != "cuda":
         return event
     dtype_fields = rule.shape.cuda_dtype_params if rule.shape is not None else ()
+    if keep_dtype:
+        dtype_fields = tuple(name for name in dtype_fields if name in event.get("defaulted", ()))
     moved = {}
     for name, value in fields.items():
         if name == device_field:
-            value = value.replace("cuda", "cpu")  # keeps the quotes of a recorded repr
+            value = "cpu"
         elif name in dtype_fields:
             value = CPU_DTYPES.get(value, value)
         moved[name] = value
-    return {**event, "what": " ".join(f"{name}={value}" for name, value in moved.items())}
-
-
-def _retargeted_model_call(event: dict[str, Any]) -> dict[str, Any]:
-    """'SmallCNN under autocast(cuda float16)' -> the region the rewrite opens instead:
-    'SmallCNN under autocast(cpu bfloat16)'."""
-    parts = model_call_parts(event["what"])
-    if parts is None or parts[1][0] != "cuda":
-        return event
-    module, (_, dtype) = parts
-    return {**event, "what": model_call_what(module, ("cpu", CPU_DTYPES.get(dtype, dtype)))}
-
-
-def _fields(what: str) -> dict[str, str] | None:
-    """'device=cuda dtype=float16 enabled=True' -> its fields in order; None unless every word is name=value."""
-    fields: dict[str, str] = {}
-    for word in what.split(" "):
-        name, equals, value = word.partition("=")
-        if not equals or not name.isidentifier() or name in fields:
-            return None
-        fields[name] = value
-    return fields
-
-
-def _unquoted(value: str | None) -> str | None:
-    """A GradScaler's device is recorded as its repr ('cuda'), autocast's as is (cuda)."""
-    if value is not None and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    return value
+    return {**event, "fields": moved}

@@ -64,7 +64,7 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         *(
             [
                 ("gradient clipping", lambda: training_hooks.install_clipping_hooks(recorder, scaling)),
-                ("model calls", training_hooks.ModelCalls(recorder, active.requested_precision).install),
+                ("model calls", training_hooks.ModelCalls(recorder, active.innermost_enabled).install),
             ]
             if config.verify_observations
             else []

@@ -7,6 +7,13 @@ which keeps two kinds of data:
 * an ordered *trace* of the things a migration must not change (autocast requests, GradScaler
   arguments, custom_fwd/custom_bwd device types, scaler calls, losses, optimizer steps), each
   tagged with the number of optimizer steps taken so far. ``verify`` compares two traces.
+
+A request (autocast, a GradScaler, custom_fwd/custom_bwd, a model call and its precision) is
+traced as ``fields``, its arguments by name as JSON scalars, which ``verify`` compares and
+retargets; what people read of it is rendered from them by :func:`event_what`. A request whose
+dtype the script left to the device's default also says so (``defaulted``, not compared: a rewrite
+may spell the default out); ``verify --device cpu --keep-dtype`` needs it, as the rewrite moves only
+that dtype. Other events (a loss's hex, a clipping) carry their text as ``what``.
 """
 
 from __future__ import annotations
@@ -44,12 +51,18 @@ class RegionKey:
     device_run: str
     dtype_run: str
     enabled_run: bool
+    dtype_defaulted: bool = False  # no dtype given: dtype_requested is the device's default
 
-    def request_text(self) -> str:
-        return (
-            f"device={self.device_requested} dtype={self.dtype_requested} "
-            f"enabled={self.enabled_requested} cache_enabled={self.cache_enabled_requested}"
-        )
+    def defaulted_fields(self) -> tuple[str, ...]:
+        return ("dtype",) if self.dtype_defaulted else ()
+
+    def request_fields(self) -> dict[str, Any]:
+        return {
+            "device": self.device_requested,
+            "dtype": self.dtype_requested,
+            "enabled": self.enabled_requested,
+            "cache_enabled": self.cache_enabled_requested,
+        }
 
 
 def dtype_name(dtype: Any) -> str:
@@ -83,11 +96,20 @@ class Recorder:
 
     # -- the trace -------------------------------------------------------------------------
 
-    def _trace(self, kind: str, what: str, site: Site | None = None) -> None:
+    def _trace(
+        self, kind: str, what: str = "", site: Site | None = None, fields: dict[str, Any] | None = None,
+        defaulted: tuple[str, ...] = (),
+    ) -> None:
         if len(self.trace) >= TRACE_LIMIT:
             self.trace_truncated = True
             return
-        event = {"step": self.optimizer_steps, "kind": kind, "what": what}
+        event: dict[str, Any] = {"step": self.optimizer_steps, "kind": kind}
+        if fields is not None:
+            event["fields"] = fields
+        else:
+            event["what"] = what
+        if defaulted:
+            event["defaulted"] = list(defaulted)
         if site is not None:
             event["where"] = f"{site.file}:{site.line}"
         self.trace.append(event)
@@ -97,15 +119,16 @@ class Recorder:
     def region_created(self, key: RegionKey) -> None:
         self.regions.setdefault(key, 0)
         if key.site.origin == "script":
-            self._trace("autocast", key.request_text(), key.site)
+            self._trace("autocast", site=key.site, fields=key.request_fields(), defaulted=key.defaulted_fields())
 
     def region_entered(self, key: RegionKey, site: Site) -> None:
         self.regions[key] = self.regions.get(key, 0) + 1
         if key.site.origin == "script":
-            self._trace("autocast_enter", key.request_text(), site)
+            self._trace("autocast_enter", site=site, fields=key.request_fields(), defaulted=key.defaulted_fields())
 
-    def custom_amp_decorator(self, name: str, request: str, site: Site) -> None:
-        self._trace(name, request, site)
+    def custom_amp_decorator(self, name: str, request: dict[str, Any], site: Site) -> None:
+        """custom_fwd / custom_bwd and the arguments it was given, by name."""
+        self._trace(name, site=site, fields=request)
 
     def count_op_dtype(self, dtype: Any) -> None:
         self.op_dtypes[dtype] = self.op_dtypes.get(dtype, 0) + 1
@@ -113,11 +136,11 @@ class Recorder:
     # -- GradScaler, optimizer, losses -----------------------------------------------------
 
     def scaler_created(self, arguments: dict[str, Any], site: Site, emulating: str | None = None) -> None:
-        """``emulating``: the library whose loss scaler this stands for (apex.amp's), shown, not compared."""
-        text = " ".join(f"{name}={value!r}" for name, value in arguments.items())
+        """``arguments``: JSON scalars by name. ``emulating``: the library whose loss scaler this stands
+        for (apex.amp's), shown, not compared."""
         extra = {"emulating": emulating} if emulating else {}
         self.grad_scalers.append({**arguments, **extra, "file": site.file, "line": site.line})
-        self._trace("grad_scaler", text, site)
+        self._trace("grad_scaler", site=site, fields=dict(arguments))
 
     def scaler_called(self, name: str, what: str = "") -> None:
         self.scaler_calls[name] += 1
@@ -136,8 +159,15 @@ class Recorder:
     def stepped_on_scaled_gradients(self, scale: float, site: Site) -> None:
         self._trace("optimizer_step_on_scaled_gradients", repr(scale), site)
 
-    def model_called(self, what: str, site: Site) -> None:
-        self._trace("model_call", what, site)
+    def model_called(self, module: str, region: RegionKey | None, site: Site) -> None:
+        """A top-level module call and the device and dtype the script asked for of the autocast
+        ``region`` it ran under; None outside autocast."""
+        if region is None:
+            fields = {"module": module, "device": None, "dtype": None}
+            self._trace("model_call", site=site, fields=fields)
+            return
+        fields = {"module": module, "device": region.device_requested, "dtype": region.dtype_requested}
+        self._trace("model_call", site=site, fields=fields, defaulted=region.defaulted_fields())
 
     def scaler_step_skipped(self) -> None:
         self.skipped_steps += 1
@@ -238,23 +268,21 @@ def _region_dict(key: RegionKey, entered: int) -> dict[str, Any]:
     }
 
 
-_UNDER_AUTOCAST = " under autocast("
+def event_what(event: dict[str, Any]) -> str:
+    """The text people read for a trace event: rendered from its fields, or its own text when it has none."""
+    fields = event.get("fields")
+    if fields is None:
+        return event["what"]
+    if event["kind"] == "model_call":
+        return _model_call_text(fields)
+    # A GradScaler's arguments are shown as Python literals (device='cuda' init_scale=65536.0), the
+    # other requests' values as plain words (device=cuda dtype=float16): the texts verify has always shown.
+    show = repr if event["kind"] == "grad_scaler" else str
+    return " ".join(f"{name}={show(value)}" for name, value in fields.items())
 
 
-def model_call_what(module: str, precision: tuple[str, str] | None) -> str:
-    """A model_call event's text: 'SmallCNN under autocast(cuda float16)' for the (device, dtype) the
-    script asked for, 'SmallCNN outside autocast' for None."""
-    if precision is None:
-        return f"{module} outside autocast"
-    device, dtype = precision
-    return f"{module}{_UNDER_AUTOCAST}{device} {dtype})"
-
-
-def model_call_parts(what: str) -> tuple[str, tuple[str, str]] | None:
-    """``model_call_what``'s module and (device, dtype) back; None for a call outside autocast."""
-    module, marker, region = what.partition(_UNDER_AUTOCAST)
-    device, _, rest = region.partition(" ")
-    if not marker or not rest.endswith(")"):
-        return None
-    return module, (device, rest[:-1])
-
+def _model_call_text(fields: dict[str, Any]) -> str:
+    """'SmallCNN under autocast(cuda float16)', or 'SmallCNN outside autocast'."""
+    if fields["device"] is None:
+        return f"{fields['module']} outside autocast"
+    return f"{fields['module']} under autocast({fields['device']} {fields['dtype']})"

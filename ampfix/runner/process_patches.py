@@ -10,7 +10,6 @@ on ``PYTHONPATH``; forked workers inherit the patched interpreter.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -108,35 +107,25 @@ def _generators_on_cpu() -> None:
 
 def _nccl_runs_as_gloo(recorder: Recorder) -> None:
     distributed = torch.distributed
-    original = distributed.init_process_group
-    signature = inspect.signature(original)
 
-    @functools.wraps(original)
-    def init_process_group(*args, **kwargs):
-        bound = signature.bind_partial(*args, **kwargs)
-        backend = bound.arguments.get("backend")
+    def gloo_for_nccl(arguments: dict[str, Any]) -> None:
+        backend = arguments.get("backend")
         if isinstance(backend, str) and "nccl" in backend.lower():
             recorder.unemulated_use("NCCL backend (ran with gloo on the CPU)", find_site())
-            bound.arguments["backend"] = backend.lower().replace("nccl", "gloo")
-        if is_cuda_device(bound.arguments.get("device_id")):
-            bound.arguments["device_id"] = None
-        return original(*bound.args, **bound.kwargs)
+            arguments["backend"] = backend.lower().replace("nccl", "gloo")
+        if is_cuda_device(arguments.get("device_id")):
+            arguments["device_id"] = None
 
-    distributed.init_process_group = init_process_group
+    distributed.init_process_group = with_arguments_adjusted(distributed.init_process_group, gloo_for_nccl)
 
 
 def _ddp_device_ids_on_cpu() -> None:
     """DDP(model, device_ids=[rank]) is the CUDA spelling; the module lives on the CPU, where DDP wants none."""
     ddp = torch.nn.parallel.DistributedDataParallel
-    original_init = ddp.__init__
-    signature = inspect.signature(original_init)
 
-    @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
+    def without_devices(arguments: dict[str, Any]) -> None:
         for name in ("device_ids", "output_device"):
-            if bound.arguments.get(name) is not None:
-                bound.arguments[name] = None
-        original_init(*bound.args, **bound.kwargs)
+            if arguments.get(name) is not None:
+                arguments[name] = None
 
-    ddp.__init__ = __init__
+    ddp.__init__ = with_arguments_adjusted(ddp.__init__, without_devices)

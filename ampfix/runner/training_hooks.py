@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ampfix.runner.observe import Recorder, model_call_what
+from ampfix.runner.observe import Recorder
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
@@ -146,9 +146,9 @@ class ModelCalls:
     the mixed precision it ran under: what verify compares of autocast's extent when the two sides
     open their regions differently (apex's global O1 against a scoped ``torch.autocast``)."""
 
-    def __init__(self, recorder: Recorder, requested_precision) -> None:
+    def __init__(self, recorder: Recorder, innermost_region) -> None:
         self._recorder = recorder
-        self._requested_precision = requested_precision
+        self._innermost_region = innermost_region
         self._depth = threading.local()
 
     def install(self) -> None:
@@ -163,7 +163,7 @@ class ModelCalls:
         if depth == 0:
             site = find_site()
             if site.origin == "script":
-                self._recorder.model_called(model_call_what(type(module).__qualname__, self._requested_precision()), site)
+                self._recorder.model_called(type(module).__qualname__, self._innermost_region(), site)
 
     def _after(self, module, args, output) -> None:
         self._depth.value = max(0, getattr(self._depth, "value", 1) - 1)
