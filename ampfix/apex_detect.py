@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from ampfix.apex_optional import optional_import
 from ampfix.bindings import Binding, ChainRef, Scope, _catches_missing_names
 from ampfix.prefilter import mentions_apex
 from ampfix.rules import apex as rules
@@ -74,7 +75,7 @@ def plan_apex(analysis: Analysis) -> None:
             else:
                 not_rewritten = rewritten if rule is rules.INITIALIZE else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
-        _report_imports(analysis, used)
+        _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
 
@@ -86,12 +87,15 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
                 if full == "apex.amp" or full.startswith("apex.amp.")]
     bindings = {id(binding): binding for _, binding, _ in amp_uses}
     binding = next(iter(bindings.values()), None)
-    statement = None
-    if len(bindings) == 1 and binding.qname == "apex.amp" \
-            and analysis.walker.module_scope.bindings.get(binding.name) == [binding]:
+    statement = optional = None
+    module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
+    if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
         statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
                           and s.lineno == binding.line and s.module == "apex" and not s.level
                           and [a.name for a in s.names] == ["amp"]), None)
+    if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
+        optional = optional_import(analysis.tree, binding, analysis.walker.module_scope)
+        statement = optional.import_node if optional is not None else None
     suppressed = sorted({ref.node.lineno for ref, _, _, rule in uses
                          if analysis.suppressions.covers(ref.node.lineno, rule.code)})
     if suppressed:
@@ -104,11 +108,12 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         need = ".".join(map(str, rules.REWRITE_MIN_TORCH))
         return f"torch.amp.GradScaler(\"cuda\") needs torch >= {need}; the target is torch {'.'.join(map(str, target))}"
     if statement is None:
-        return ("apex.amp is not reached through one plain `from apex import amp` at module level (an optional or "
-                "local import, or a name also bound otherwise)")
+        return ("apex.amp is not reached through one plain `from apex import amp` at module level, alone or as "
+                "the optional import (`try:` it, `except ImportError:` setting only `amp = None` and flags False), "
+                "nor through a name bound otherwise")
     from ampfix.apex_rewrite import AmpUse, plan_rewrite
 
-    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement)
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -194,9 +199,10 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: Analysis, used: set[int]) -> None:
+def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str]) -> None:
     """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
-    or it is the optional import whose handler silently turns mixed precision off."""
+    or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
+    removes it: `rewritten` holds its message by id() of the import)."""
     optional = _optional_imports(analysis.tree)
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
@@ -204,7 +210,9 @@ def _report_imports(analysis: Analysis, used: set[int]) -> None:
             if rule is None:
                 continue
             advice = _advice(qname)
-            if id(imp.node) in optional:
+            if id(imp.node) in rewritten:
+                analysis.add_finding(imp.node, rule.code, rewritten[id(imp.node)], fixable=True, will_fix=True)
+            elif id(imp.node) in optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")
