@@ -88,14 +88,19 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
     bindings = {id(binding): binding for _, binding, _ in amp_uses}
     binding = next(iter(bindings.values()), None)
     statement = optional = None
+    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
+                 "or a name also bound otherwise)")
     module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
     if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
         statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
                           and s.lineno == binding.line and s.module == "apex" and not s.level
                           and [a.name for a in s.names] == ["amp"]), None)
     if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
-        optional = optional_import(analysis.tree, binding, analysis.walker.module_scope)
-        statement = optional.import_node if optional is not None else None
+        found = optional_import(analysis.tree, binding, analysis.walker.module_scope)
+        if isinstance(found, str):
+            not_plain = found
+        else:
+            optional, statement = found, found.import_node
     suppressed = sorted({ref.node.lineno for ref, _, _, rule in uses
                          if analysis.suppressions.covers(ref.node.lineno, rule.code)})
     if suppressed:
@@ -108,9 +113,7 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         need = ".".join(map(str, rules.REWRITE_MIN_TORCH))
         return f"torch.amp.GradScaler(\"cuda\") needs torch >= {need}; the target is torch {'.'.join(map(str, target))}"
     if statement is None:
-        return ("apex.amp is not reached through one plain `from apex import amp` at module level, alone or as "
-                "the optional import (`try:` it, `except ImportError:` setting only `amp = None` and flags False), "
-                "nor through a name bound otherwise")
+        return not_plain
     from ampfix.apex_rewrite import AmpUse, plan_rewrite
 
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)

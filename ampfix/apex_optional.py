@@ -32,28 +32,28 @@ class OptionalImport:
     flags_set: tuple[ast.Assign, ...]  # `FLAG = True` after the import in the try's body: kept where the try was
 
 
-def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | None:
-    """The module-level `try` that imports apex.amp as `binding`, in the shape above, or None."""
-    for statement in tree.body:
-        if not (isinstance(statement, ast.Try) and statement.body and isinstance(statement.body[0], ast.ImportFrom)
-                and statement.body[0].lineno == binding.line):
-            continue
-        import_node, rest = statement.body[0], statement.body[1:]
-        if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
-            return None
-        if statement.orelse or statement.finalbody or len(statement.handlers) != 1:
-            return None
-        handler = statement.handlers[0]
-        if handler.name is not None or not _catches_missing_names(handler):
-            return None
-        if not all(_sets(s, True) for s in rest) or not all(_handles(s, binding.name, module_scope)
-                                                              for s in handler.body):
-            return None
-        others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
-        if not all(b.kind == "none" and _within(handler, b.line) for b in others):
-            return None  # apex.amp's name is bound to something else too
-        return OptionalImport(statement, import_node, binding.name, tuple(rest))  # type: ignore[arg-type]
-    return None
+def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | str:
+    """The module-level `try` that imports apex.amp as `binding`, in the shape above, or why it is not one."""
+    statement = next((s for s in tree.body if isinstance(s, ast.Try) and s.body
+                      and isinstance(s.body[0], ast.ImportFrom) and s.body[0].lineno == binding.line), None)
+    if statement is None:
+        return "the import is not alone at module level, nor first in a module-level `try`"
+    import_node, rest = statement.body[0], statement.body[1:]
+    handler = statement.handlers[0] if len(statement.handlers) == 1 else None
+    if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
+        return "the optional import is not a plain `from apex import amp`"
+    if statement.orelse or statement.finalbody or handler is None or handler.name is not None \
+            or not _catches_missing_names(handler):
+        return "the optional import's `try` has an `else`, a `finally`, or not one `except ImportError:`"
+    if not all(_sets(s, True) for s in rest):
+        return "the optional import's `try` does more than import apex.amp and set flags True"
+    if not all(_handles(s, binding.name, module_scope) for s in handler.body):
+        return ("the optional import's `except` does more than set `amp = None` and flags False, pass or print "
+                "(removing it would drop that)")
+    others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
+    if not all(b.kind == "none" and _within(handler, b.line) for b in others):
+        return f"`{binding.name}` is also bound to something else"
+    return OptionalImport(statement, import_node, binding.name, tuple(rest))  # type: ignore[arg-type]
 
 
 def _sets(statement: ast.stmt, value: bool) -> bool:

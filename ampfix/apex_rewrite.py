@@ -294,9 +294,11 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         removed = optional.statement
         _ends_its_line(rw, removed)
         indent = _indent(lines, removed.lineno)
-        kept = [f"{indent}{_text(rw, flag)}{newline}" for flag in optional.flags_set]
+        kept_lines = {flag.lineno for flag in optional.flags_set}  # one line each, with its comment
+        kept = [f"{indent}{lines[flag.lineno - 1][index.col(flag.lineno, flag.col_offset):].rstrip()}{newline}"
+                for flag in optional.flags_set]
         kept_comments = [f"{indent}{comments[n]}{newline}" for n in range(removed.lineno, removed.end_lineno + 1)
-                         if n in comments]
+                         if n in comments and n not in kept_lines]
         replacement += "".join(kept + kept_comments)
         rw.messages[id(import_node)] = _optional_import_message(amp, sorted(set(flags)), bool(kept_comments))
     rw.splices.append((index.line_start(removed.lineno), index.line_end(removed.end_lineno), replacement))

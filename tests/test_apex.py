@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ampfix.cli import app
@@ -108,12 +109,12 @@ def test_a_suppressed_use_holds_the_whole_rewrite_back():
     assert "AMP104" not in [f.code for f in result.findings]
 
 
-def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
-    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
-    step by step with ampfix's own rewrite."""
+def _rewrite_and_verify(script: Path, tmp_path: Path) -> tuple[str, dict]:
+    """ampfix's rewrite of `script`, and `ampfix verify` of the apex original against it (the runner emulates
+    apex.amp O1): the rewritten text and verify's report, which must say equivalent."""
     original, native = tmp_path / "train_apex.py", tmp_path / "train_native.py"
-    shutil.copy(SCRIPT, original)
-    shutil.copy(SCRIPT, native)
+    shutil.copy(script, original)
+    shutil.copy(script, native)
     assert CliRunner().invoke(app, ["rewrite", str(native)]).exit_code == 1
     report_path = tmp_path / "verify.json"
     verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original), "--rewritten", str(native),
@@ -121,6 +122,85 @@ def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: P
     report = json.loads(report_path.read_text())
     assert verify.returncode == 0, verify.stderr
     assert report["equivalent"] is True and report["first_difference"] is None
+    return native.read_text(), report
+
+
+def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
+    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
+    step by step with ampfix's own rewrite."""
+    _, report = _rewrite_and_verify(SCRIPT, tmp_path)
     assert len(report["original"]["losses"]) == 6
     assert report["original"]["losses"] == report["rewritten"]["losses"]
     assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+
+
+def test_the_yolov5_optional_import_rewrite_keeps_mixed_precision_on_and_is_equivalent(tmp_path: Path):
+    """yolov5's shape (fixtures/run/apex_yolo.py): the optional import with its flag, `if flag:` around
+    initialize and around scale_loss/else, an EMA evaluated under no_grad after the epoch."""
+    text, report = _rewrite_and_verify(ROOT / "fixtures" / "run" / "apex_yolo.py", tmp_path)
+    code = text.split('"""', 2)[2]  # below the docstring
+    assert not any(name in code for name in ("from apex import amp", "amp.initialize", "amp.scale_loss"))
+    assert "mixed_precision = True\n" in text and "mixed_precision = False" not in text
+    rewrite = report["rewritten"]
+    assert rewrite["exit_code"] == 0 and rewrite["emulated"] == []
+    assert report["original"]["losses"] == rewrite["losses"] and len(rewrite["losses"]) == 6  # bit for bit
+    (scaler,) = rewrite["grad_scalers"]
+    assert (scaler["device"], scaler["enabled"]) == ("cuda", True)
+    assert rewrite["scaler"] == {"scale": 6, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+    assert rewrite["optimizer_steps"] == 3
+    # mixed precision on: the 6 forward passes, then the evaluation in the no_grad block
+    regions = [(r["line"], r["enabled"], r["entered"]) for r in rewrite["autocast_regions"]]
+    assert regions == [(77, True, 6), (94, True, 1)]
+    assert text.splitlines()[93] == (
+        '    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=mixed_precision):')
+
+
+NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not whether apex imported: "
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("optional_flag_also_from_args",
+     NOT_AVAILABILITY + "`mixed_precision` is set on line 12 to something other than whether apex imported"),
+    ("optional_scale_loss_without_else",
+     "not rewritten: a scale_loss under a flag is not alone in its `if`, or its `else` is not the same loss's "
+     "`.backward(...)` with the same arguments"),
+    ("optional_handler_does_more",
+     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
+     "(removing it would drop that)"),
+])
+def test_an_optional_import_outside_the_provable_shape_says_why(case: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / f"{case}.in.py").read_text()
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(reason), initialize.message
+
+
+OPTIONAL = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+TRAIN = ("def train(model, opt, loader):\n"
+         "    if {flag}:\n        model, opt = amp.initialize(model, opt)\n"
+         "    for x in loader:\n        loss = model(x)\n"
+         "        if {flag}:\n            with amp.scale_loss(loss, opt) as s:\n                s.backward()\n"
+         "        else:\n            loss.backward()\n"
+         "        opt.step()\n")
+
+
+@pytest.mark.parametrize(("setup", "flag", "reason"), [
+    # a function that turns the flag off: not only apex's availability
+    ("use_amp = amp is not None\n\n\ndef off():\n    global use_amp\n    use_amp = False\n", "use_amp",
+     NOT_AVAILABILITY + "`use_amp` is set on line 10 to something other than whether apex imported"),
+    # the flag only set where apex is missing: never True where it imported
+    ("", "amp is not None", NOT_AVAILABILITY + "the test is not a single name"),
+    ("for use_amp in (True, False):\n    pass\n", "use_amp",
+     NOT_AVAILABILITY + "`use_amp` is bound otherwise than by an assignment (line 5)"),
+])
+def test_a_guard_that_is_not_apex_availability_holds_the_rewrite_back(setup: str, flag: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = OPTIONAL + setup + "\n\n" + TRAIN.format(flag=flag)
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(reason), initialize.message
