@@ -101,11 +101,14 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
             not_plain = found
         else:
             optional, statement = found, found.import_node
-    suppressed = sorted({ref.node.lineno for ref, _, _, rule in uses
-                         if analysis.suppressions.covers(ref.node.lineno, rule.code)})
+    # the uses, and the optional import the rewrite removes (reported as fixed)
+    reported = [(ref.node.lineno, rule) for ref, _, _, rule in uses]
+    if optional is not None:
+        reported.append((optional.import_node.lineno, rules.OPTIONAL_IMPORT))
+    suppressed = sorted({line for line, rule in reported if analysis.suppressions.covers(line, rule.code)})
     if suppressed:
         return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
-    unselected = sorted({rule.code for _, _, _, rule in uses if not analysis.options.reports(rule.code)})
+    unselected = sorted({rule.code for _, rule in reported if not analysis.options.reports(rule.code)})
     if unselected:
         return f"{', '.join(unselected)} not selected"
     target = analysis.options.target_torch

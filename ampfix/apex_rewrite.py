@@ -32,7 +32,7 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ampfix.analysis import Splice
+from ampfix.analysis import Splice, free_name
 from ampfix.apex_optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.bindings import ChainRef
 from ampfix.locations import first_line
@@ -267,17 +267,36 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         rw.messages[id(use.ref)] = (f"`{amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, then "
                                     "clipping over the optimizer's param_groups (what master_params iterated)")
 
-    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's
+    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's; what is loaded goes through a helper that
+    # also reads apex's format
+    helper = None
     for use in states:
         if use.ref.role != "call" or len(use.ref.parts) != 2:
             raise NotMechanical("state_dict/load_state_dict is not called directly")
         start, end = index.span(use.ref.node)
         method = use.ref.parts[1]
-        rw.splices.append((start, end, f"{SCALER}.{method}"))
+        if method == "state_dict":
+            rw.splices.append((start, end, f"{SCALER}.{method}"))
+            rw.messages[id(use.ref)] = (
+                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
+                "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}, not apex's "
+                "{'loss_scaler0': {'loss_scale', 'unskipped'}}")
+            continue
+        helper = helper or _scaler_state_helper(rw, function, init_statement, use.ref.scope, newline)
+        call = _call_of(use)
+        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            raise NotMechanical("load_state_dict is not given one state")
+        state_start, state_end = index.span(call.args[0])
+        around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
+        if "#" in around:
+            raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
+        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
+        rw.splices.append((state_end, index.span(call)[1], "))"))
         rw.messages[id(use.ref)] = (
-            f"`{amp}.{method}` -> `{SCALER}.{method}`: the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-            "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
-            "'_growth_tracker'}), so a checkpoint written with apex needs its key handled")
+            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
+            f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
+            "apex.amp.state_dict() wrote ({'loss_scaler0': {'loss_scale', 'unskipped'}}) into GradScaler's, with "
+            "apex's dynamic scaling: old apex checkpoints load")
 
     # evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too
     evaluation = _evaluation_blocks(rw, function, init_statement, regions, init_use.ref.scope)
@@ -334,6 +353,34 @@ def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
     if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
         return device, cpu_dtype
     return device, "torch.float16"
+
+
+def _scaler_state_helper(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt, scope,
+                         newline: str) -> tuple[str, bool]:
+    """The name of the module-level helper that turns an apex checkpoint's state into GradScaler's, and whether
+    it is added: one already in the module (same code, any name, bound once and seen from `scope`) is reused;
+    else it goes before the top-level statement that holds the function, or before initialize's in a script."""
+    tree = rw.analysis.tree
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef) and len(scope.lookup(statement.name)[1]) == 1 \
+                and scope.lookup(statement.name)[0] is rw.analysis.walker.module_scope:
+            same = rules.SCALER_STATE_HELPER.format(name=statement.name, nl="\n")
+            if ast.dump(statement) == ast.dump(ast.parse(same).body[0]):
+                return statement.name, False
+    name = free_name(tree, rules.SCALER_STATE_HELPER_NAME)
+    text = rules.SCALER_STATE_HELPER.format(name=name, nl=newline) + newline * 2
+    index = rw.analysis.index
+    if isinstance(function, ast.Module):  # a script: with the scaler that replaces initialize (one splice there)
+        start, end, created = next(s for s in rw.splices if s[0] == index.line_start(init_statement.lineno))
+        rw.splices.remove((start, end, created))
+        rw.splices.append((start, end, newline * 2 + text + created))
+    else:
+        top = function
+        while rw.parents.get(id(top)) is not tree:
+            top = rw.parents[id(top)]
+        at = index.line_start(first_line(top))  # type: ignore[arg-type]
+        rw.splices.append((at, at, text))
+    return name, True
 
 
 def _availability_guard(guard: ast.If, optional: OptionalImport, scope, what: str) -> None:

@@ -3,6 +3,7 @@ turns the O1 training pattern into native AMP that runs under `ampfix run` with 
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -204,3 +205,44 @@ def test_a_guard_that_is_not_apex_availability_holds_the_rewrite_back(setup: str
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert initialize.message.endswith(reason), initialize.message
+
+
+def test_the_added_helper_loads_an_apex_checkpoint_and_a_native_one_into_a_grad_scaler():
+    """The helper `rewrite` adds where amp.load_state_dict was, run: apex's state becomes GradScaler's, with
+    apex's count of clean steps as the growth tracker (one more clean step doubles the scale, as in apex)."""
+    import torch
+
+    from ampfix.engine import fix_source
+
+    new = fix_source((ROOT / "fixtures" / "apex" / "o1_train_function.in.py").read_text()).new_source
+    (helper,) = [node for node in ast.parse(new).body if isinstance(node, ast.FunctionDef)
+                 and node.name == "grad_scaler_state"]
+    namespace: dict = {}
+    exec(ast.get_source_segment(new, helper), namespace)  # noqa: S102
+    grad_scaler_state = namespace["grad_scaler_state"]
+
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.load_state_dict(grad_scaler_state({"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 1999}}))
+    assert scaler.state_dict() == {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                   "growth_interval": 2000, "_growth_tracker": 1999}
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler.scale((weight * 2).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert (scaler.get_scale(), scaler.state_dict()["_growth_tracker"]) == (2048.0, 0)
+    # a checkpoint written by the GradScaler itself goes through unchanged
+    again = torch.amp.GradScaler("cpu")
+    again.load_state_dict(grad_scaler_state(scaler.state_dict()))
+    assert again.state_dict() == scaler.state_dict()
+
+
+def test_a_suppressed_optional_import_holds_the_rewrite_back():
+    from ampfix.engine import fix_source
+
+    path = ROOT / "fixtures" / "apex" / "yolov5_optional_import.in.py"
+    source = path.read_text().replace("    from apex import amp\n", "    from apex import amp  # noqa: AMP100\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith("not rewritten: a suppression comment holds the use on line 6")

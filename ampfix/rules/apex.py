@@ -275,6 +275,22 @@ DEEPSPEED_AMP_KEY = "amp"
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
 
+# `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
+# (its name clash-free): a checkpoint written by apex.amp.state_dict() loads into the GradScaler. apex's dynamic
+# scaler is the GradScaler's defaults (x2 after 2000 clean steps, /2 on overflow), and its count of clean steps
+# since the scale last changed (`unskipped`) is the GradScaler's growth tracker. `{name}`, `{nl}`: the helper's
+# name and the file's line ending.
+SCALER_STATE_HELPER_NAME = "grad_scaler_state"
+SCALER_STATE_HELPER = (
+    "def {name}(state):{nl}"
+    '    """`state` for GradScaler.load_state_dict, also when apex.amp.state_dict() wrote it."""{nl}'
+    '    if "loss_scaler0" not in state:{nl}'
+    "        return state{nl}"
+    '    apex = state["loss_scaler0"]{nl}'
+    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,{nl}'
+    '            "_growth_tracker": apex["unskipped"]}}{nl}'
+)
+
 # apex.amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
                      "keep_batchnorm_fp32", "master_weights", "loss_scale")
