@@ -69,11 +69,13 @@ def plan_apex(analysis: Analysis) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
+        # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
+        says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         for ref, _, full, rule in uses:
             if isinstance(rewritten, dict):
                 analysis.add_finding(ref.node, rule.code, rewritten[id(ref)], fixable=True, will_fix=True)
             else:
-                not_rewritten = rewritten if rule is rules.INITIALIZE else ""
+                not_rewritten = rewritten if rule is says_why else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
         _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
     if apex_imported or _may_hold_settings(analysis):

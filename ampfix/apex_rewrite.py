@@ -109,8 +109,16 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
     states = by_rule.pop(rules.STATE.code, [])
     availability = by_rule.pop(rules.OPTIONAL_IMPORT.code, []) if optional is not None else []
-    if by_rule or len(inits) != 1 or not scale_losses:
-        raise NotMechanical("not one initialize call with at least one scale_loss, or apex.amp used otherwise too")
+    if not inits:
+        raise NotMechanical(f"no `{rules.INITIALIZE.title}` in this module: mixed precision is switched on "
+                            "elsewhere, where the forward passes to put under autocast and apex's one process-wide "
+                            "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
+                            "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
+    if len(inits) > 1 or not scale_losses:
+        raise NotMechanical("not one initialize call with at least one scale_loss")
+    if by_rule:
+        others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
+        raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
     init_use = inits[0]
     amp = init_use.ref.parts[0]  # how the file spells apex.amp, for messages
     init_call = _call_of(init_use)
