@@ -37,10 +37,20 @@ OPTIONAL_IMPORT = Rule(
     title="apex.amp import",
     min_torch=None,
     symbols={"apex.amp": None},
+    fix_note=PATTERN_FIX,
     examples=(
         # The optional import: on current apex the handler runs and training silently stays in float32.
         Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", reported="AMP100"),
         Example("import apex.amp\n", reported="AMP100"),
+        # The optional import with its flag, part of the O1 training pattern: removed, the flag always True.
+        Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nuse_amp = amp is not None\n\n\n"
+                "def train(model, opt, x):\n    if use_amp:\n        model, opt = amp.initialize(model, opt)\n"
+                "    loss = model(x)\n    if use_amp:\n        with amp.scale_loss(loss, opt) as scaled:\n"
+                "            scaled.backward()\n    else:\n        loss.backward()\n    opt.step()\n",
+                "import torch\nuse_amp = True\n\n\ndef train(model, opt, x):\n"
+                "    scaler = torch.amp.GradScaler(\"cuda\", enabled=use_amp)\n"
+                "    with torch.autocast(\"cuda\", dtype=torch.float16, enabled=use_amp):\n        loss = model(x)\n"
+                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
         # apex's optimizers and normalization layers still exist: nothing to report.
         Example("from apex.optimizers import FusedAdam\nopt = FusedAdam(params)\n"),
     ),
