@@ -46,9 +46,6 @@ SCALER = "scaler"
 # initialize keywords the rewrite keeps the meaning of: `enabled` is kept, the others are O1's defaults or logging.
 _INITIALIZE_KEYWORDS = frozenset({"opt_level", "enabled", "verbosity", "loss_scale"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-# The evaluation idiom: a block under these, after initialize in its function, ran in O1's mixed precision too.
-_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode"})
-_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
            ast.DictComp, ast.GeneratorExp)
 
@@ -212,7 +209,8 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
         # disabled scaler's scale() returns the loss as it is)
         guard = rw.parents.get(id(with_node))
-        guarded = optional is not None and isinstance(guard, ast.If)
+        guarded = optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name) \
+            and guard.body == [with_node]  # else an `if` of its own (`if i % k == 0:`), a block like any other
         if guarded:
             _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
             _plain_backward_else(guard, with_node, loss, backward)
@@ -337,7 +335,8 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                       if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
                       and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in covered)
                       and _function_of(rw, node, tree) is function})
-    passes = "the forward passes" + (f" and the `no_grad` blocks on {_lines([b.lineno for b in evaluation])}"
+    passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
+                                     f"{_lines([b.lineno for b in evaluation])}"
                                      if evaluation else "")
     note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
             f"the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
@@ -424,7 +423,8 @@ def _evaluation_blocks(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt
                 and _function_of(rw, node, rw.analysis.tree) is function):
             continue
         names = [resolved(item) for item in node.items]
-        if any(name in _NO_GRAD for name in names) and not any(name in _AUTOCASTS for name in names) \
+        if any(name in rules.EVALUATION_CONTEXTS for name in names) \
+                and not any(name in rules.AUTOCAST_CONTEXTS for name in names) \
                 and not any(a <= node.lineno <= b for a, b in regions) \
                 and not any(b.lineno <= node.lineno <= b.end_lineno for b in found):
             found.append(node)

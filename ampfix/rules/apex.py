@@ -301,6 +301,12 @@ SCALER_STATE_HELPER = (
     '            "_growth_tracker": apex["unskipped"]}}{nl}'
 )
 
+# The evaluation idiom: a `with` block under one of these, after initialize in its function, ran in O1's mixed
+# precision; the rewrite adds the autocast to it, unless one of the others already is an item of that `with`.
+EVALUATION_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                               "torch.cpu.amp.autocast"})
+
 # apex.amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
                      "keep_batchnorm_fp32", "master_weights", "loss_scale")
