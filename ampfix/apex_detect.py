@@ -13,7 +13,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ampfix.apex_optional import optional_import
-from ampfix.bindings import Binding, ChainRef, Scope, _catches_missing_names
+from ampfix.bindings import Binding, ChainRef, Scope, catches_missing_names
 from ampfix.prefilter import mentions_apex
 from ampfix.rules import apex as rules
 from ampfix.rules.base import Rule
@@ -250,7 +250,7 @@ def _optional_imports(tree: ast.Module) -> set[int]:
     found: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and any(
-                _catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise) for h in node.handlers):
+                catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise) for h in node.handlers):
             found.update(id(s) for s in node.body if isinstance(s, (ast.Import, ast.ImportFrom)))
     return found
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ampfix.bindings import Binding, Scope, _catches_missing_names
+from ampfix.bindings import Binding, Scope, catches_missing_names
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
         return "the optional import is not a plain `from apex import amp`"
     if statement.orelse or statement.finalbody or handler is None or handler.name is not None \
-            or not _catches_missing_names(handler):
+            or not catches_missing_names(handler):
         return "the optional import's `try` has an `else`, a `finally`, or not one `except ImportError:`"
     if not all(_sets(s, True) for s in rest):
         return "the optional import's `try` does more than import apex.amp and set flags True"
