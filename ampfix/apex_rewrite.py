@@ -550,10 +550,10 @@ def _text(rw: _Rewrite, node: ast.AST) -> str:
 
 
 def _comment_lines(source: str) -> dict[int, str]:
-    """Each line with a comment, and the comment."""
+    """Each line with a comment, and the comment (lines numbered as `ast` does: CR-only endings too)."""
     found = {}
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        for token in tokenize.generate_tokens(io.StringIO(source, newline=None).readline):
             if token.type == tokenize.COMMENT:
                 found[token.start[0]] = token.string
     except (tokenize.TokenError, SyntaxError):

@@ -68,16 +68,30 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
-def test_the_rewrite_keeps_the_files_line_endings():
+@pytest.mark.parametrize("script", [SCRIPT, ROOT / "fixtures" / "apex" / "o1_script_resumes.in.py",
+                                    ROOT / "fixtures" / "run" / "apex_yolo.py"], ids=lambda path: path.name)
+def test_the_rewrite_keeps_the_files_line_endings(script: Path):
     from ampfix.engine import fix_source
 
-    source = SCRIPT.read_text()
+    source = script.read_text()
     expected = fix_source(source).new_source
     assert expected != source
     for newline in ("\r\n", "\r"):
         result = fix_source(source.replace("\n", newline))
         assert result.new_source == expected.replace("\n", newline)
         assert fix_source(result.new_source).new_source == result.new_source
+
+
+def test_a_comment_on_a_rebuilt_line_holds_the_rewrite_back_whatever_the_line_endings():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text().replace("            scaled_loss.backward()\n", "            scaled_loss.backward()  # keep\n")
+    for newline in ("\n", "\r\n", "\r"):
+        text = source.replace("\n", newline)
+        result = fix_source(text)
+        assert result.new_source == text, repr(newline)
+        (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+        assert initialize.message.endswith("not rewritten: a comment sits on a line that would be rebuilt")
 
 
 def test_the_device_options_reach_the_scaler_and_autocast():
