@@ -37,7 +37,8 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     statement = next((s for s in tree.body if isinstance(s, ast.Try) and s.body
                       and isinstance(s.body[0], ast.ImportFrom) and s.body[0].lineno == binding.line), None)
     if statement is None:
-        return "the import is not alone at module level, nor first in a module-level `try`"
+        return ("`from apex import amp` is neither a plain statement at module level nor first in a module-level "
+                "`try` (a conditional import)")
     import_node, rest = statement.body[0], statement.body[1:]
     handler = statement.handlers[0] if len(statement.handlers) == 1 else None
     if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
