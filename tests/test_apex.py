@@ -212,7 +212,7 @@ TRAIN = ("def train(model, opt, loader):\n"
     # a function that turns the flag off: not only apex's availability
     ("use_amp = amp is not None\n\n\ndef off():\n    global use_amp\n    use_amp = False\n", "use_amp",
      NOT_AVAILABILITY + "`use_amp` is set on line 10 to something other than whether apex imported"),
-    # the flag only set where apex is missing: never True where it imported
+    # `amp is not None` as the test itself: not a flag (reported, not guessed)
     ("", "amp is not None", NOT_AVAILABILITY + "the test is not a single name"),
     ("for use_amp in (True, False):\n    pass\n", "use_amp",
      NOT_AVAILABILITY + "`use_amp` is bound otherwise than by an assignment (line 5)"),
@@ -266,3 +266,13 @@ def test_a_suppressed_optional_import_holds_the_rewrite_back():
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert initialize.message.endswith("not rewritten: a suppression comment holds the use on line 6")
+
+
+def test_a_flag_set_only_where_apex_is_missing_holds_the_rewrite_back():
+    from ampfix.engine import fix_source
+
+    source = OPTIONAL.replace("    amp = None\n", "    amp = None\n    use_amp = False\n") + "\n\n" + TRAIN.format(flag="use_amp")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(NOT_AVAILABILITY + "`use_amp` is only set where apex failed to import")
