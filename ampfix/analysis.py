@@ -280,12 +280,7 @@ class Analysis:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
                     and self.is_device_choice(stmt.value) and len(scope.bindings[stmt.targets[0].id]) == 1:
                 return ModuleDevice(stmt.targets[0].id, None, False, torch_name)
-        taken = _identifiers(self.tree)
-        name = AUTO_DEVICE_NAME
-        n = 1
-        while name in taken:
-            n += 1
-            name = f"{AUTO_DEVICE_NAME}_{n}"
+        name = free_name(self.tree, AUTO_DEVICE_NAME)
         available = torch_name + self.family.cuda_available[len(self.family.package):]  # type: ignore[index]
         statement = f'{name} = "cuda" if {available}() else "cpu"'
         return ModuleDevice(name, statement, add_import, torch_name)
@@ -685,6 +680,16 @@ def _sets_self_attribute(cls: ast.AST | None, attribute: str) -> bool:
                and t.value.id == "self" for t in targets):
             return True
     return False
+
+
+def free_name(tree: ast.Module, base: str) -> str:
+    """`base`, else `base_2`, `base_3`, ...: the first that is none of the module's names."""
+    taken = _identifiers(tree)
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 def _identifiers(tree: ast.Module) -> set[str]:

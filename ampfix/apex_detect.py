@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from ampfix.bindings import Binding, ChainRef, Scope, _catches_missing_names
+from ampfix.apex_optional import optional_import
+from ampfix.bindings import Binding, ChainRef, Scope, catches_missing_names
 from ampfix.prefilter import mentions_apex
 from ampfix.rules import apex as rules
 from ampfix.rules.base import Rule
@@ -68,13 +69,15 @@ def plan_apex(analysis: Analysis) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
+        # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
+        says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         for ref, _, full, rule in uses:
             if isinstance(rewritten, dict):
                 analysis.add_finding(ref.node, rule.code, rewritten[id(ref)], fixable=True, will_fix=True)
             else:
-                not_rewritten = rewritten if rule is rules.INITIALIZE else ""
+                not_rewritten = rewritten if rule is says_why else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
-        _report_imports(analysis, used)
+        _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
 
@@ -86,17 +89,28 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
                 if full == "apex.amp" or full.startswith("apex.amp.")]
     bindings = {id(binding): binding for _, binding, _ in amp_uses}
     binding = next(iter(bindings.values()), None)
-    statement = None
-    if len(bindings) == 1 and binding.qname == "apex.amp" \
-            and analysis.walker.module_scope.bindings.get(binding.name) == [binding]:
+    statement = optional = None
+    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
+                 "or a name also bound otherwise)")
+    module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
+    if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
         statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
                           and s.lineno == binding.line and s.module == "apex" and not s.level
                           and [a.name for a in s.names] == ["amp"]), None)
-    suppressed = sorted({ref.node.lineno for ref, _, _, rule in uses
-                         if analysis.suppressions.covers(ref.node.lineno, rule.code)})
+    if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
+        found = optional_import(analysis.tree, binding, analysis.walker.module_scope)
+        if isinstance(found, str):
+            not_plain = found
+        else:
+            optional, statement = found, found.import_node
+    # the uses, and the optional import the rewrite removes (reported as fixed)
+    reported = [(ref.node.lineno, rule) for ref, _, _, rule in uses]
+    if optional is not None:
+        reported.append((optional.import_node.lineno, rules.OPTIONAL_IMPORT))
+    suppressed = sorted({line for line, rule in reported if analysis.suppressions.covers(line, rule.code)})
     if suppressed:
         return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
-    unselected = sorted({rule.code for _, _, _, rule in uses if not analysis.options.reports(rule.code)})
+    unselected = sorted({rule.code for _, rule in reported if not analysis.options.reports(rule.code)})
     if unselected:
         return f"{', '.join(unselected)} not selected"
     target = analysis.options.target_torch
@@ -104,11 +118,10 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         need = ".".join(map(str, rules.REWRITE_MIN_TORCH))
         return f"torch.amp.GradScaler(\"cuda\") needs torch >= {need}; the target is torch {'.'.join(map(str, target))}"
     if statement is None:
-        return ("apex.amp is not reached through one plain `from apex import amp` at module level (an optional or "
-                "local import, or a name also bound otherwise)")
+        return not_plain
     from ampfix.apex_rewrite import AmpUse, plan_rewrite
 
-    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement)
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -194,9 +207,10 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: Analysis, used: set[int]) -> None:
+def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str]) -> None:
     """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
-    or it is the optional import whose handler silently turns mixed precision off."""
+    or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
+    removes it: `rewritten` holds its message by id() of the import)."""
     optional = _optional_imports(analysis.tree)
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
@@ -204,7 +218,9 @@ def _report_imports(analysis: Analysis, used: set[int]) -> None:
             if rule is None:
                 continue
             advice = _advice(qname)
-            if id(imp.node) in optional:
+            if id(imp.node) in rewritten:
+                analysis.add_finding(imp.node, rule.code, rewritten[id(imp.node)], fixable=True, will_fix=True)
+            elif id(imp.node) in optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")
@@ -234,7 +250,7 @@ def _optional_imports(tree: ast.Module) -> set[int]:
     found: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and any(
-                _catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise) for h in node.handlers):
+                catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise) for h in node.handlers):
             found.update(id(s) for s in node.body if isinstance(s, (ast.Import, ast.ImportFrom)))
     return found
 

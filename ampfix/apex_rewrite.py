@@ -32,7 +32,8 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ampfix.analysis import Splice
+from ampfix.analysis import Splice, free_name
+from ampfix.apex_optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.bindings import ChainRef
 from ampfix.locations import first_line
 from ampfix.rules import Target
@@ -68,12 +69,14 @@ class _Rewrite:
     messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
 
 
-def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom) -> dict[int, str] | str:
+def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom,
+                 optional: OptionalImport | None = None) -> dict[int, str] | str:
     """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
-    by id() of its ChainRef, or why the code is not the mechanical shape."""
+    by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
+    mechanical shape."""
     rewrite = _Rewrite(analysis)
     try:
-        _plan(rewrite, uses, import_node)
+        _plan(rewrite, uses, import_node, optional)
     except NotMechanical as reason:
         return str(reason)
     for start, end, text in rewrite.splices:
@@ -88,7 +91,7 @@ def _edit(start: int, end: int, line: int, text: str):
     return Edit(start, end, line, "Splice", "", Splice(text))
 
 
-def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None:
+def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> None:
     analysis = rw.analysis
     index, lines = analysis.index, analysis.index.lines
     tree = analysis.tree
@@ -102,26 +105,57 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
     clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
     states = by_rule.pop(rules.STATE.code, [])
-    if by_rule or len(inits) != 1 or not scale_losses:
-        raise NotMechanical("not one initialize call with at least one scale_loss, or apex.amp used otherwise too")
+    availability = by_rule.pop(rules.OPTIONAL_IMPORT.code, []) if optional is not None else []
+    if not inits:
+        raise NotMechanical(f"no `{rules.INITIALIZE.title}` in this module: mixed precision is switched on "
+                            "elsewhere, where the forward passes to put under autocast and apex's one process-wide "
+                            "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
+                            "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
+    if len(inits) > 1 or not scale_losses:
+        raise NotMechanical("not one initialize call with at least one scale_loss")
+    if by_rule:
+        others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
+        raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
     init_use = inits[0]
     amp = init_use.ref.parts[0]  # how the file spells apex.amp, for messages
     init_call = _call_of(init_use)
     init = rw.parents.get(id(init_call))
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
-    function = rw.parents.get(id(init))  # a function, or the module of a script
-    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init not in function.body:
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    # `if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
+    # `enabled=` of the scaler and of autocast (True once the optional import is gone)
+    guard = rw.parents.get(id(init))
+    flags: list[str] = []  # the names of the flags that guard apex's calls
+    if optional is not None and isinstance(guard, ast.If):
+        if guard.body != [init] or guard.orelse:
+            raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+        _availability_guard(guard, optional, init_use.ref.scope, "initialize")
+        if enabled is not None:
+            raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+        enabled, init_statement = guard.test, guard
+        flags.append(guard.test.id)  # type: ignore[attr-defined]
+    else:
+        init_statement = init
+    function = rw.parents.get(id(init_statement))  # a function, or the module of a script
+    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
         raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
                             "undefined elsewhere)")
     where = f"`{function.name}`" if isinstance(function, _FUNCTIONS) else "the script's top level"
-    model, optimizer, enabled = _initialize_arguments(init_call)
     target = init.targets[0]
     if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
             and all(isinstance(e, ast.Name) for e in target.elts)):
         raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
     model_name, opt_name = (e.id for e in target.elts)  # type: ignore[attr-defined]
-    for use in uses:
+    for use in availability:  # `amp is not None` -> True: torch.amp, which replaces apex.amp, is always there
+        if not (use.ref.role == "none_test" and use.ref.parent is not None and use.ref.node is use.ref.parent.left
+                and is_availability_test(use.ref.parent, optional, use.ref.scope)):
+            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
+        start, end = index.span(use.ref.parent)
+        rw.splices.append((start, end, "True"))
+        rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
+                                    "which takes apex.amp's place, is always there")
+    for use in [u for u in uses if not any(u is a for a in availability)]:
         if _function_of(rw, use.ref.node, tree) is not function or use.ref.node.lineno < init.lineno:
             raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
     scope = init_use.ref.scope
@@ -142,13 +176,13 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
 
     # initialize -> the scaler (and the names rebound when the left side differs)
-    _whole_lines_only(rw, init, comments)
-    indent = _indent(lines, init.lineno)
+    _whole_lines_only(rw, init_statement, comments)
+    indent = _indent(lines, init_statement.lineno)
     scaler_args = device + (f", enabled={_text(rw, enabled)}" if enabled is not None else "")
     created = f"{indent}{SCALER} = torch.amp.GradScaler({scaler_args}){newline}"
     if (model_name, opt_name) != (model.id, optimizer.id):
         created = f"{indent}{_text(rw, target)} = {model.id}, {optimizer.id}{newline}" + created
-    rw.splices.append((index.line_start(init.lineno), index.line_end(init.end_lineno), created))
+    rw.splices.append((index.line_start(init_statement.lineno), index.line_end(init_statement.end_lineno), created))
 
     # every optimizer.step() -> scaler.step(optimizer); scaler.update()
     steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
@@ -170,21 +204,33 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
     for use in scale_losses:
         call = _call_of(use)
         with_node = rw.parents.get(id(rw.parents.get(id(call))))  # the call's withitem's With
-        block, position = _block_of(rw, with_node)
+        loss = _scale_loss_arguments(call, with_node, opt_name)
+        backward = with_node.body[0].value  # type: ignore[union-attr]
+        # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
+        # disabled scaler's scale() returns the loss as it is)
+        guard = rw.parents.get(id(with_node))
+        guarded = optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name) \
+            and guard.body == [with_node]  # else an `if` of its own (`if i % k == 0:`), a block like any other
+        if guarded:
+            _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
+            _plain_backward_else(guard, with_node, loss, backward)
+            flags.append(guard.test.id)
+        statement = guard if guarded else with_node
+        block, position = _block_of(rw, statement)
         # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-        begin = block.index(init) + 1 if init in block else 0
+        begin = block.index(init_statement) + 1 if init_statement in block else 0
         if id(block) in blocks or position <= begin:
             raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
         blocks.add(id(block))
-        loss = _scale_loss_arguments(call, with_node, opt_name)
-        backward = with_node.body[0].value  # type: ignore[union-attr]
-        _whole_lines_only(rw, with_node, comments)
+        _whole_lines_only(rw, statement, comments)
         # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
         # loss and the arguments stay where they are (another rule may edit inside them)
         loss_start, loss_end = index.span(loss)
-        rw.splices.append((index.line_start(with_node.lineno), loss_start,
-                           f"{_indent(lines, with_node.lineno)}{SCALER}.scale("))
+        rw.splices.append((index.line_start(statement.lineno), loss_start,
+                           f"{_indent(lines, statement.lineno)}{SCALER}.scale("))
         rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
+        if guarded:  # the `else:` and its `loss.backward()` go
+            rw.splices.append((index.span(with_node)[1], index.line_end(statement.end_lineno), newline))
         first, last = first_line(block[begin]), block[position - 1].end_lineno
         _reindentable(rw, block[begin:position], first, last)
         # the forward pass under autocast: a header line, and four spaces at the start of each line
@@ -196,8 +242,10 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
                 rw.region_splices.append((at, at, "    "))
         regions.append((first, last))
         where_ = f"line {first}" if first == last else f"lines {first}-{last}"
-        rw.messages[id(use.ref)] = (f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`; {where_} "
-                                    f"before it run under `{autocast}`")
+        before = (f"`if {_text(rw, guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
+                  f"`{SCALER}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
+                  "is)" if guarded else f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`")
+        rw.messages[id(use.ref)] = f"{before}; {where_} before it run under `{autocast}`"
 
     # clipping over master_params directly before a step -> unscale_, then clipping over param_groups
     step_lines = {s.lineno for s in steps}
@@ -225,34 +273,76 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom) -> None
         rw.messages[id(use.ref)] = (f"`{amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, then "
                                     "clipping over the optimizer's param_groups (what master_params iterated)")
 
-    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's
+    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's; what is loaded goes through a helper that
+    # also reads apex's format
+    helper = None
     for use in states:
         if use.ref.role != "call" or len(use.ref.parts) != 2:
             raise NotMechanical("state_dict/load_state_dict is not called directly")
         start, end = index.span(use.ref.node)
         method = use.ref.parts[1]
-        rw.splices.append((start, end, f"{SCALER}.{method}"))
+        if method == "state_dict":
+            rw.splices.append((start, end, f"{SCALER}.{method}"))
+            rw.messages[id(use.ref)] = (
+                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
+                "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}, not apex's "
+                "{'loss_scaler0': {'loss_scale', 'unskipped'}}")
+            continue
+        helper = helper or _scaler_state_helper(rw, function, init_statement, use.ref.scope, newline)
+        call = _call_of(use)
+        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            raise NotMechanical("load_state_dict is not given one state")
+        state_start, state_end = index.span(call.args[0])
+        around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
+        if "#" in around:
+            raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
+        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
+        rw.splices.append((state_end, index.span(call)[1], "))"))
         rw.messages[id(use.ref)] = (
-            f"`{amp}.{method}` -> `{SCALER}.{method}`: the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-            "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
-            "'_growth_tracker'}), so a checkpoint written with apex needs its key handled")
+            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
+            f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
+            "apex.amp.state_dict() wrote ({'loss_scaler0': {'loss_scale', 'unskipped'}}) into GradScaler's, with "
+            "apex's dynamic scaling: old apex checkpoints load")
+
+    # evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too
+    evaluation = _evaluation_blocks(rw, function, init_statement, regions, init_use.ref.scope)
+    for block_node in evaluation:
+        at = index.span(block_node.items[-1].optional_vars or block_node.items[-1].context_expr)[1]
+        rw.splices.append((at, at, f", {autocast}"))
 
     # the import: gone, or `import torch` where the file has none
-    _whole_lines_only(rw, import_node, comments)
     replacement = "" if torch_bindings else f"import torch{newline}"
-    rw.splices.append((index.line_start(import_node.lineno), index.line_end(import_node.end_lineno), replacement))
+    if optional is None:
+        _whole_lines_only(rw, import_node, comments)
+        removed: ast.stmt = import_node
+    else:  # the whole `try`; the flags it sets True stay, and its comments as lines of their own
+        removed = optional.statement
+        _ends_its_line(rw, removed)
+        indent = _indent(lines, removed.lineno)
+        kept_lines = {flag.lineno for flag in optional.flags_set}  # one line each, with its comment
+        kept = [f"{indent}{lines[flag.lineno - 1][index.col(flag.lineno, flag.col_offset):].rstrip()}{newline}"
+                for flag in optional.flags_set]
+        kept_comments = [f"{indent}{comments[n]}{newline}" for n in range(removed.lineno, removed.end_lineno + 1)
+                         if n in comments and n not in kept_lines]
+        replacement += "".join(kept + kept_comments)
+        rw.messages[id(import_node)] = _optional_import_message(amp, sorted(set(flags)), bool(kept_comments))
+    rw.splices.append((index.line_start(removed.lineno), index.line_end(removed.end_lineno), replacement))
 
     _no_overlap(rw, regions)
     _no_other_edit_inside(rw)
+    covered = regions + [(b.lineno, b.end_lineno) for b in evaluation]
     outside = sorted({node.lineno for node in ast.walk(function)
                       if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
-                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in regions)
+                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in covered)
                       and _function_of(rw, node, tree) is function})
-    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
-            f"passes: the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
+    passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
+                                     f"{_lines([b.lineno for b in evaluation])}"
+                                     if evaluation else "")
+    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
             "(float32 unless under an autocast of their own)" if outside else
-            f"; O1 put every call after initialize in mixed precision, the autocast added covers only the forward "
-            f"passes: calls outside {where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
+            f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"calls outside {where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
             "of their own)")
     rw.messages[id(init_use.ref)] = (
         f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
@@ -270,6 +360,87 @@ def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
     if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
         return device, cpu_dtype
     return device, "torch.float16"
+
+
+def _scaler_state_helper(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt, scope,
+                         newline: str) -> tuple[str, bool]:
+    """The name of the module-level helper that turns an apex checkpoint's state into GradScaler's, and whether
+    it is added: one already in the module (same code, any name, bound once and seen from `scope`) is reused;
+    else it goes before the top-level statement that holds the function, or before initialize's in a script."""
+    tree = rw.analysis.tree
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef) and len(scope.lookup(statement.name)[1]) == 1 \
+                and scope.lookup(statement.name)[0] is rw.analysis.walker.module_scope:
+            same = rules.SCALER_STATE_HELPER.format(name=statement.name, nl="\n")
+            if ast.dump(statement) == ast.dump(ast.parse(same).body[0]):
+                return statement.name, False
+    name = free_name(tree, rules.SCALER_STATE_HELPER_NAME)
+    text = rules.SCALER_STATE_HELPER.format(name=name, nl=newline) + newline * 2
+    index = rw.analysis.index
+    if isinstance(function, ast.Module):  # a script: with the scaler that replaces initialize (one splice there)
+        start, end, created = next(s for s in rw.splices if s[0] == index.line_start(init_statement.lineno))
+        rw.splices.remove((start, end, created))
+        rw.splices.append((start, end, newline * 2 + text + created))
+    else:
+        top = function
+        while rw.parents.get(id(top)) is not tree:
+            top = rw.parents[id(top)]
+        at = index.line_start(first_line(top))  # type: ignore[arg-type]
+        rw.splices.append((at, at, text))
+    return name, True
+
+
+def _availability_guard(guard: ast.If, optional: OptionalImport, scope, what: str) -> None:
+    reason = flag_reason(guard.test, optional, scope)
+    if reason is not None:
+        raise NotMechanical(f"{what} is under an `if` whose test is not whether apex imported: {reason}")
+
+
+def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> None:
+    """`if flag: with amp.scale_loss(loss, opt) as s: s.backward(ARGS)` / `else: loss.backward(ARGS)`: the
+    same loss, the same arguments, in both branches."""
+    other = guard.orelse[0] if len(guard.orelse) == 1 else None
+    call = other.value if isinstance(other, ast.Expr) else None
+    if not (guard.body == [with_node] and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "backward" and ast.dump(call.func.value) == ast.dump(loss)
+            and [ast.dump(a) for a in (*call.args, *call.keywords)]
+            == [ast.dump(a) for a in (*backward.args, *backward.keywords)]):
+        raise NotMechanical("a scale_loss under a flag is not alone in its `if`, or its `else` is not the same "
+                            "loss's `.backward(...)` with the same arguments")
+
+
+def _evaluation_blocks(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt, regions: list[tuple[int, int]],
+                       scope) -> list[ast.With]:
+    """The outermost `with torch.no_grad():` (or inference_mode) blocks of the function after initialize and
+    outside the forward passes, not already under an autocast of their own: O1 ran them in mixed precision."""
+    def resolved(item: ast.withitem) -> str | None:
+        call = item.context_expr
+        return rw.analysis.resolve_value(call.func, scope) if isinstance(call, ast.Call) else None
+
+    found: list[ast.With] = []
+    for node in ast.walk(function):  # breadth first: an outer block comes before the blocks inside it
+        if not (isinstance(node, ast.With) and node.lineno > init_statement.end_lineno
+                and _function_of(rw, node, rw.analysis.tree) is function):
+            continue
+        names = [resolved(item) for item in node.items]
+        if any(name in rules.EVALUATION_CONTEXTS for name in names) \
+                and not any(name in rules.AUTOCAST_CONTEXTS for name in names) \
+                and not any(a <= node.lineno <= b for a, b in regions) \
+                and not any(b.lineno <= node.lineno <= b.end_lineno for b in found):
+            found.append(node)
+    return sorted(found, key=lambda b: b.lineno)
+
+
+def _optional_import_message(amp: str, flags: list[str], comments_kept: bool) -> str:
+    said = (f"; {_names(flags)}, True exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now "
+            "always True: mixed precision stays on where the author meant it, not silently off" if flags else "")
+    kept = "; the comments of the removed `try` are kept as lines of their own" if comments_kept else ""
+    return (f"the optional `from apex import {amp}` and its `except` branch are removed (torch.amp, which takes "
+            f"its place, is always there){said}{kept}")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
 
 
 def _lines(numbers: list[int]) -> str:
@@ -378,12 +549,13 @@ def _text(rw: _Rewrite, node: ast.AST) -> str:
     return rw.analysis.index.text[start:end]
 
 
-def _comment_lines(source: str) -> set[int]:
-    found = set()
+def _comment_lines(source: str) -> dict[int, str]:
+    """Each line with a comment, and the comment (lines numbered as `ast` does: CR-only endings too)."""
+    found = {}
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        for token in tokenize.generate_tokens(io.StringIO(source, newline=None).readline):
             if token.type == tokenize.COMMENT:
-                found.add(token.start[0])
+                found[token.start[0]] = token.string
     except (tokenize.TokenError, SyntaxError):
         raise NotMechanical("the file does not tokenize") from None
     return found
@@ -403,7 +575,7 @@ def _ends_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
         raise NotMechanical("a statement that would be rebuilt shares its line")
 
 
-def _whole_lines_only(rw: _Rewrite, statement: ast.stmt, comments: set[int]) -> None:
+def _whole_lines_only(rw: _Rewrite, statement: ast.stmt, comments: dict[int, str]) -> None:
     """The statement's lines are rebuilt: nothing else may be on them (no comment would survive)."""
     _ends_its_line(rw, statement)
     if any(line in comments for line in range(first_line(statement), statement.end_lineno + 1)):

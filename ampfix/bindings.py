@@ -216,7 +216,7 @@ class Walker:
                 self.expr(handler.type, scope, "value", handler)
             if handler.name:
                 scope.bind(Binding(handler.name, "other", handler.lineno))
-            if _catches_missing_names(handler):
+            if catches_missing_names(handler):
                 self.guards = (*outer, Guard("fallback", node, scope))
             self.statements(handler.body, scope)
             self.guards = outer
@@ -383,7 +383,7 @@ def _is_none_test(node: ast.Compare) -> bool:
     return any(isinstance(side, ast.Constant) and side.value is None for side in (node.left, node.comparators[0]))
 
 
-def _catches_missing_names(handler: ast.ExceptHandler) -> bool:
+def catches_missing_names(handler: ast.ExceptHandler) -> bool:
     """A bare `except:`, or one naming ImportError / ModuleNotFoundError / AttributeError."""
     caught = handler.type
     if caught is None:

@@ -3,12 +3,14 @@ turns the O1 training pattern into native AMP that runs under `ampfix run` with 
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ampfix.cli import app
@@ -66,16 +68,30 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
-def test_the_rewrite_keeps_the_files_line_endings():
+@pytest.mark.parametrize("script", [SCRIPT, ROOT / "fixtures" / "apex" / "o1_script_resumes.in.py",
+                                    ROOT / "fixtures" / "run" / "apex_yolo.py"], ids=lambda path: path.name)
+def test_the_rewrite_keeps_the_files_line_endings(script: Path):
     from ampfix.engine import fix_source
 
-    source = SCRIPT.read_text()
+    source = script.read_text()
     expected = fix_source(source).new_source
     assert expected != source
     for newline in ("\r\n", "\r"):
         result = fix_source(source.replace("\n", newline))
         assert result.new_source == expected.replace("\n", newline)
         assert fix_source(result.new_source).new_source == result.new_source
+
+
+def test_a_comment_on_a_rebuilt_line_holds_the_rewrite_back_whatever_the_line_endings():
+    from ampfix.engine import fix_source
+
+    source = SCRIPT.read_text().replace("            scaled_loss.backward()\n", "            scaled_loss.backward()  # keep\n")
+    for newline in ("\n", "\r\n", "\r"):
+        text = source.replace("\n", newline)
+        result = fix_source(text)
+        assert result.new_source == text, repr(newline)
+        (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+        assert initialize.message.endswith("not rewritten: a comment sits on a line that would be rebuilt")
 
 
 def test_the_device_options_reach_the_scaler_and_autocast():
@@ -108,12 +124,12 @@ def test_a_suppressed_use_holds_the_whole_rewrite_back():
     assert "AMP104" not in [f.code for f in result.findings]
 
 
-def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
-    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
-    step by step with ampfix's own rewrite."""
+def _rewrite_and_verify(script: Path, tmp_path: Path) -> tuple[str, dict]:
+    """ampfix's rewrite of `script`, and `ampfix verify` of the apex original against it (the runner emulates
+    apex.amp O1): the rewritten text and verify's report, which must say equivalent."""
     original, native = tmp_path / "train_apex.py", tmp_path / "train_native.py"
-    shutil.copy(SCRIPT, original)
-    shutil.copy(SCRIPT, native)
+    shutil.copy(script, original)
+    shutil.copy(script, native)
     assert CliRunner().invoke(app, ["rewrite", str(native)]).exit_code == 1
     report_path = tmp_path / "verify.json"
     verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original), "--rewritten", str(native),
@@ -121,6 +137,142 @@ def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: P
     report = json.loads(report_path.read_text())
     assert verify.returncode == 0, verify.stderr
     assert report["equivalent"] is True and report["first_difference"] is None
+    return native.read_text(), report
+
+
+def test_the_rewrite_is_equivalent_to_the_apex_original_under_verify(tmp_path: Path):
+    """The runner emulates apex.amp O1 (issue 12, verify half): the original runs, and verify compares it
+    step by step with ampfix's own rewrite."""
+    _, report = _rewrite_and_verify(SCRIPT, tmp_path)
     assert len(report["original"]["losses"]) == 6
     assert report["original"]["losses"] == report["rewritten"]["losses"]
     assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+
+
+def test_the_yolov5_optional_import_rewrite_keeps_mixed_precision_on_and_is_equivalent(tmp_path: Path):
+    """yolov5's shape (fixtures/run/apex_yolo.py): the optional import with its flag, `if flag:` around
+    initialize and around scale_loss/else, an EMA evaluated under no_grad after the epoch."""
+    text, report = _rewrite_and_verify(ROOT / "fixtures" / "run" / "apex_yolo.py", tmp_path)
+    code = text.split('"""', 2)[2]  # below the docstring
+    assert not any(name in code for name in ("from apex import amp", "amp.initialize", "amp.scale_loss"))
+    assert "mixed_precision = True\n" in text and "mixed_precision = False" not in text
+    rewrite = report["rewritten"]
+    assert rewrite["exit_code"] == 0 and rewrite["emulated"] == []
+    assert report["original"]["losses"] == rewrite["losses"] and len(rewrite["losses"]) == 6  # bit for bit
+    (scaler,) = rewrite["grad_scalers"]
+    assert (scaler["device"], scaler["enabled"]) == ("cuda", True)
+    assert rewrite["scaler"] == {"scale": 6, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+    assert rewrite["optimizer_steps"] == 3
+    # mixed precision on: the 6 forward passes, then the evaluation in the no_grad block
+    regions = [(r["line"], r["enabled"], r["entered"]) for r in rewrite["autocast_regions"]]
+    assert regions == [(77, True, 6), (94, True, 1)]
+    assert text.splitlines()[93] == (
+        '    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=mixed_precision):')
+
+
+NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not whether apex imported: "
+
+
+@pytest.mark.parametrize(("case", "code", "reason"), [
+    ("optional_flag_also_from_args", "AMP101",
+     NOT_AVAILABILITY + "`mixed_precision` is set on line 12 to something other than whether apex imported"),
+    ("optional_scale_loss_without_else", "AMP101",
+     "not rewritten: a scale_loss under a flag is not alone in its `if`, or its `else` is not the same loss's "
+     "`.backward(...)` with the same arguments"),
+    ("optional_handler_does_more", "AMP101",
+     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
+     "(removing it would drop that)"),
+    # timm's wrapper: the module has no initialize, so scale_loss's finding says why
+    ("timm_apex_scaler", "AMP102",
+     "not rewritten: no `apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the "
+     "forward passes to put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be "
+     "rewritten alone (a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by "
+     "hand)"),
+])
+def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / f"{case}.in.py").read_text()
+    result = fix_source(source)
+    assert result.new_source == source
+    (finding,) = [f for f in result.findings if f.code == code]
+    assert finding.message.endswith(reason), finding.message
+
+
+OPTIONAL = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+TRAIN = ("def train(model, opt, loader):\n"
+         "    if {flag}:\n        model, opt = amp.initialize(model, opt)\n"
+         "    for x in loader:\n        loss = model(x)\n"
+         "        if {flag}:\n            with amp.scale_loss(loss, opt) as s:\n                s.backward()\n"
+         "        else:\n            loss.backward()\n"
+         "        opt.step()\n")
+
+
+@pytest.mark.parametrize(("setup", "flag", "reason"), [
+    # a function that turns the flag off: not only apex's availability
+    ("use_amp = amp is not None\n\n\ndef off():\n    global use_amp\n    use_amp = False\n", "use_amp",
+     NOT_AVAILABILITY + "`use_amp` is set on line 10 to something other than whether apex imported"),
+    # `amp is not None` as the test itself: not a flag (reported, not guessed)
+    ("", "amp is not None", NOT_AVAILABILITY + "the test is not a single name"),
+    ("for use_amp in (True, False):\n    pass\n", "use_amp",
+     NOT_AVAILABILITY + "`use_amp` is bound otherwise than by an assignment (line 5)"),
+])
+def test_a_guard_that_is_not_apex_availability_holds_the_rewrite_back(setup: str, flag: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = OPTIONAL + setup + "\n\n" + TRAIN.format(flag=flag)
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(reason), initialize.message
+
+
+def test_the_added_helper_loads_an_apex_checkpoint_and_a_native_one_into_a_grad_scaler():
+    """The helper `rewrite` adds where amp.load_state_dict was, run: apex's state becomes GradScaler's, with
+    apex's count of clean steps as the growth tracker (one more clean step doubles the scale, as in apex)."""
+    import torch
+
+    from ampfix.engine import fix_source
+
+    new = fix_source((ROOT / "fixtures" / "apex" / "o1_train_function.in.py").read_text()).new_source
+    (helper,) = [node for node in ast.parse(new).body if isinstance(node, ast.FunctionDef)
+                 and node.name == "grad_scaler_state"]
+    namespace: dict = {}
+    exec(ast.get_source_segment(new, helper), namespace)  # noqa: S102
+    grad_scaler_state = namespace["grad_scaler_state"]
+
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.load_state_dict(grad_scaler_state({"loss_scaler0": {"loss_scale": 1024.0, "unskipped": 1999}}))
+    assert scaler.state_dict() == {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                   "growth_interval": 2000, "_growth_tracker": 1999}
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler.scale((weight * 2).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert (scaler.get_scale(), scaler.state_dict()["_growth_tracker"]) == (2048.0, 0)
+    # a checkpoint written by the GradScaler itself goes through unchanged
+    again = torch.amp.GradScaler("cpu")
+    again.load_state_dict(grad_scaler_state(scaler.state_dict()))
+    assert again.state_dict() == scaler.state_dict()
+
+
+def test_a_suppressed_optional_import_holds_the_rewrite_back():
+    from ampfix.engine import fix_source
+
+    path = ROOT / "fixtures" / "apex" / "yolov5_optional_import.in.py"
+    source = path.read_text().replace("    from apex import amp\n", "    from apex import amp  # noqa: AMP100\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith("not rewritten: a suppression comment holds the use on line 6")
+
+
+def test_a_flag_set_only_where_apex_is_missing_holds_the_rewrite_back():
+    from ampfix.engine import fix_source
+
+    source = OPTIONAL.replace("    amp = None\n", "    amp = None\n    use_amp = False\n") + "\n\n" + TRAIN.format(flag="use_amp")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(NOT_AVAILABILITY + "`use_amp` is only set where apex failed to import")

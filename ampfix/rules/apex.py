@@ -37,10 +37,20 @@ OPTIONAL_IMPORT = Rule(
     title="apex.amp import",
     min_torch=None,
     symbols={"apex.amp": None},
+    fix_note=PATTERN_FIX,
     examples=(
         # The optional import: on current apex the handler runs and training silently stays in float32.
         Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", reported="AMP100"),
         Example("import apex.amp\n", reported="AMP100"),
+        # The optional import with its flag, part of the O1 training pattern: removed, the flag always True.
+        Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nuse_amp = amp is not None\n\n\n"
+                "def train(model, opt, x):\n    if use_amp:\n        model, opt = amp.initialize(model, opt)\n"
+                "    loss = model(x)\n    if use_amp:\n        with amp.scale_loss(loss, opt) as scaled:\n"
+                "            scaled.backward()\n    else:\n        loss.backward()\n    opt.step()\n",
+                "import torch\nuse_amp = True\n\n\ndef train(model, opt, x):\n"
+                "    scaler = torch.amp.GradScaler(\"cuda\", enabled=use_amp)\n"
+                "    with torch.autocast(\"cuda\", dtype=torch.float16, enabled=use_amp):\n        loss = model(x)\n"
+                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
         # apex's optimizers and normalization layers still exist: nothing to report.
         Example("from apex.optimizers import FusedAdam\nopt = FusedAdam(params)\n"),
     ),
@@ -274,6 +284,28 @@ CONFIG_SETTINGS: dict[tuple[str, str], Advice] = {
 DEEPSPEED_AMP_KEY = "amp"
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
+
+# `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
+# (its name clash-free): a checkpoint written by apex.amp.state_dict() loads into the GradScaler. apex's dynamic
+# scaler is the GradScaler's defaults (x2 after 2000 clean steps, /2 on overflow), and its count of clean steps
+# since the scale last changed (`unskipped`) is the GradScaler's growth tracker. `{name}`, `{nl}`: the helper's
+# name and the file's line ending.
+SCALER_STATE_HELPER_NAME = "grad_scaler_state"
+SCALER_STATE_HELPER = (
+    "def {name}(state):{nl}"
+    '    """`state` for GradScaler.load_state_dict, also when apex.amp.state_dict() wrote it."""{nl}'
+    '    if "loss_scaler0" not in state:{nl}'
+    "        return state{nl}"
+    '    apex = state["loss_scaler0"]{nl}'
+    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,{nl}'
+    '            "_growth_tracker": apex["unskipped"]}}{nl}'
+)
+
+# The evaluation idiom: a `with` block under one of these, after initialize in its function, ran in O1's mixed
+# precision; the rewrite adds the autocast to it, unless one of the others already is an item of that `with`.
+EVALUATION_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                               "torch.cpu.amp.autocast"})
 
 # apex.amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
