@@ -51,7 +51,8 @@ def scan(source: str) -> Suppressions:
     logical_start: int | None = None
     pending: list[tuple[str, ...]] = []  # directives met in the current logical line
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        # newline=None: a lone CR ends a line, as it does for ast, so the lines numbered agree
+        for token in tokenize.generate_tokens(io.StringIO(source, newline=None).readline):
             kind = token.type
             if kind == tokenize.COMMENT:
                 if _SKIP_FILE.match(token.string) and not token.line[: token.start[1]].strip():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ampfix.cli import app
+from ampfix.engine import Options, fix_source
 from ampfix.suppressions import NONE, scan
 
 
@@ -36,6 +37,20 @@ def test_a_comment_covers_every_line_of_its_statement_and_no_other():
     source = "x = f(\n    1,  # noqa: AMP002\n    2,\n)\ny = 1 + \\\n    2  # noqa\nz = 3\n"
     found = scan(source)
     assert found.lines == {1: ("AMP002",), 2: ("AMP002",), 3: ("AMP002",), 4: ("AMP002",), 5: (), 6: ()}
+
+
+def test_lines_are_numbered_as_ast_numbers_them_whatever_the_line_endings():
+    for newline in ("\n", "\r\n", "\r"):
+        found = scan(newline.join(["x = 1", "# noqa: AMP100", "y = 2  # noqa: AMP101", ""]))
+        assert found.lines == {2: ("AMP100",), 3: ("AMP101",)}, repr(newline)
+
+
+def test_a_directive_in_a_cr_only_file_keeps_its_line_unchanged():
+    source = "import torch\rx = torch.cuda.amp.GradScaler()  # noqa: AMP002\ry = torch.cuda.amp.GradScaler()\r"
+    result = fix_source(source, Options())
+    assert result.new_source == (
+        "import torch\rx = torch.cuda.amp.GradScaler()  # noqa: AMP002\ry = torch.amp.GradScaler(\"cuda\")\r"
+    )
 
 
 def test_skip_file_only_on_a_line_of_its_own():
