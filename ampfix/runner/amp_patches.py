@@ -5,7 +5,8 @@ autocast spellings reach (``torch.autocast``, ``torch.amp.autocast``, the deprec
 ``torch.cuda.amp.autocast`` through ``super().__init__``); likewise ``torch.amp.GradScaler.
 __init__`` for the scalers. The patched constructors record the *requested* arguments, normalised
 (``dtype=None`` becomes the device default), then build the object for the CPU: a region asked
-for on "cuda" runs as CPU autocast in the chosen dtype, a "cuda" GradScaler is a CPU GradScaler.
+for on "cuda" runs as CPU autocast in the chosen dtype, a "cuda" custom_fwd casts its inputs to
+that dtype where it asked for a low-precision one, a "cuda" GradScaler is a CPU GradScaler.
 Recording the request, not what ran, is what lets ``verify`` see a rewrite that changed the
 requested dtype even though the run forces one dtype everywhere.
 """
