@@ -105,6 +105,13 @@ def test_custom_fwd_cast_inputs_keeps_working(custom_function_run: Job) -> None:
     # custom_fwd's own region (autocast off around forward) and custom_bwd's, both made by torch.
     inner_regions = [region for region in report["autocast_regions"] if region["origin"] == "torch"]
     assert sorted((region["enabled"], region["entered"]) for region in inner_regions) == [(False, 5), (False, 5)]
+    # cast_inputs=float32 (this forward must run in full precision) is not the AMP dtype: it stays float32.
+    assert report["custom_fwd"] == [
+        {
+            "device_requested": "cuda", "cast_inputs_requested": "float32", "device_run": "cpu", "cast_inputs": "float32",
+            "file": str(FIXTURES / "custom_function.py"), "line": 14, "count": 1,
+        }
+    ]  # fmt: skip
     assert report["op_dtypes"] == {"bfloat16": 10, "float32": 5}  # linear+gelu per step; mse_loss
     assert report["scaler"]["step"] == 5 and report["optimizer_steps"] == 5
     messages = " ".join(item["message"] for item in report["deprecations"])

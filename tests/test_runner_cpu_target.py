@@ -32,8 +32,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):
     commands = {
         # The engine's rewrite, made here and handed over as a migration.
         "cnn": ["verify", "cnn_amp.py", "--rewritten", str(cnn_rewrite), "--device", "cpu", *CNN_STEPS],
-        # verify makes the rewrite itself.
-        "custom_function": ["verify", "custom_function.py", "--device", "cpu"],
+        # verify makes the rewrite itself: float16 written for CUDA (autocast, custom_fwd's cast_inputs)
+        # becomes bfloat16, which the original's side runs too.
+        "explicit_float16": ["verify", "explicit_float16.py", "--device", "cpu"],
         # A hand migration that moved one autocast to the CPU and left the GradScaler on "cuda".
         "wrong_cpu": ["verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--device", "cpu", *CNN_STEPS],
         # --keep-dtype: verify makes `rewrite --device cpu --keep-dtype`'s rewrite, explicit float16 kept.
@@ -69,15 +70,21 @@ def test_the_engines_cpu_rewrite_of_the_cnn_is_equivalent(jobs: JobPool) -> None
     assert "equivalent" in job.stderr
 
 
-def test_verify_makes_the_cpu_rewrite_itself(jobs: JobPool) -> None:
-    job = jobs.result("custom_function")
+def test_verify_makes_the_cpu_rewrite_itself_and_custom_fwd_casts_in_the_runs_dtype(jobs: JobPool) -> None:
+    job = jobs.result("explicit_float16")
     assert job.returncode == 0, job.stderr
     report = job.report
-    assert report["equivalent"] is True
+    assert report["equivalent"] is True and report["first_difference"] is None
     assert "rewrite: ampfix's own --device cpu, run from a temporary copy" in report["notes"]
     assert _requested_devices(report["rewritten"]) == {"cpu"}
-    assert len(report["rewritten"]["losses"]) == 5
-    assert report["original"]["losses"] == report["rewritten"]["losses"]
+    # The original's custom_fwd asked CUDA for float16 and cast to bfloat16, the run's AMP dtype, as
+    # its autocast regions ran; the rewrite asks the CPU for bfloat16 itself.
+    assert _custom_fwds(report["original"]) == [(14, "cuda", "float16", "cpu", "bfloat16")]
+    assert _custom_fwds(report["rewritten"]) == [(14, "cpu", "bfloat16", "cpu", "bfloat16")]
+    assert _region_dtypes(report["original"]) == [(44, "cuda", "float16", "bfloat16"), (51, "cuda", "float16", "bfloat16")]
+    assert _region_dtypes(report["rewritten"]) == [(44, "cpu", "bfloat16", "bfloat16"), (51, "cpu", "bfloat16", "bfloat16")]
+    assert len(report["original"]["losses"]) == 3
+    assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
 
 
 def test_a_cpu_migration_that_left_the_scaler_on_cuda_is_not_equivalent(jobs: JobPool) -> None:
@@ -100,6 +107,14 @@ def _region_dtypes(report: dict) -> list[tuple[int, str, str, str]]:
     )
 
 
+def _custom_fwds(report: dict) -> list[tuple[int, str, str, str, str]]:
+    """(line, device asked for, cast_inputs asked for, device run, cast_inputs run) of each custom_fwd."""
+    return [
+        (item["line"], item["device_requested"], item["cast_inputs_requested"], item["device_run"], item["cast_inputs"])
+        for item in report["custom_fwd"]
+    ]
+
+
 def test_keep_dtype_holds_the_rewrite_to_an_explicit_float16_kept(jobs: JobPool) -> None:
     job = jobs.result("keep_dtype")
     assert job.returncode == 0, job.stderr
@@ -110,6 +125,9 @@ def test_keep_dtype_holds_the_rewrite_to_an_explicit_float16_kept(jobs: JobPool)
     # CUDA's default on the original's side, runs in the CPU's default.
     assert _region_dtypes(report["original"]) == [(44, "cuda", "float16", "float16"), (51, "cuda", "float16", "bfloat16")]
     assert _region_dtypes(report["rewritten"]) == [(44, "cpu", "float16", "float16"), (51, "cpu", "bfloat16", "bfloat16")]
+    # The float16 written for custom_fwd is kept as written too (--amp-dtype explicit).
+    assert _custom_fwds(report["original"]) == [(14, "cuda", "float16", "cpu", "float16")]
+    assert _custom_fwds(report["rewritten"]) == [(14, "cpu", "float16", "cpu", "float16")]
     assert len(report["original"]["losses"]) == 3
     assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
 

@@ -186,3 +186,66 @@ def test_ddp_and_process_groups_run_on_the_cpu_and_a_bad_call_raises_torchs_own_
     assert result["after"][1].endswith("init_process_group() got an unexpected keyword argument 'no_such_option'")
     assert (result["backend"], result["device_ids"]) == ("gloo", None)
     assert result["unemulated"] == ["NCCL backend (ran with gloo on the CPU)"]
+
+
+# -- autocast, custom_fwd/custom_bwd, GradScaler and clipping: a bad call left to torch -----------------------
+
+AMP_CALLS = """
+import json, tempfile
+import torch
+from ampfix.runner import harness
+from ampfix.runner.config import RunnerConfig
+from ampfix.runner.observe import Recorder
+
+def error_of(call):
+    try:
+        call()
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+
+def forward(ctx, x):
+    return x
+
+parameters = [torch.nn.Parameter(torch.ones(2))]
+bad_calls = [
+    lambda: torch.autocast("cuda", no_such_option=1),
+    lambda: torch.amp.autocast("cuda", torch.float16, True, True, "one too many"),
+    lambda: torch.autocast(device_type=0),
+    lambda: torch.amp.custom_fwd(forward, device_type="cuda", no_such_option=1),
+    lambda: torch.amp.custom_fwd(cast_inputs=torch.float16),
+    lambda: torch.amp.custom_fwd(forward, device_type=0),
+    lambda: torch.amp.custom_bwd(forward, "cuda"),
+    lambda: torch.amp.GradScaler("cuda", no_such_option=1),
+    lambda: torch.nn.utils.clip_grad_norm_(parameters),
+    lambda: torch.nn.utils.clip_grad_value_(parameters, 1.0, no_such_option=1),
+]
+before = [error_of(call) for call in bad_calls]
+recorder = Recorder("main")
+harness.install(torch, recorder, RunnerConfig(out_dir=tempfile.mkdtemp(), verify_observations=True))
+after = [error_of(call) for call in bad_calls]
+print(json.dumps({"before": before, "after": after, "traced": [event["kind"] for event in recorder.trace]}))
+"""
+
+
+def test_amp_patches_leave_a_bad_call_to_torchs_own_error() -> None:
+    completed = subprocess.run([sys.executable, "-c", AMP_CALLS], capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert "could not emulate" not in completed.stderr  # every wrapper was installed
+    result = json.loads(completed.stdout)
+    assert result["after"] == result["before"]
+    # The functions' own messages (a signature's bind would say only "got an unexpected keyword
+    # argument 'no_such_option'", "too many positional arguments", "missing a required argument").
+    assert result["after"] == [
+        "TypeError: autocast.__init__() got an unexpected keyword argument 'no_such_option'",
+        "TypeError: autocast.__init__() takes from 2 to 5 positional arguments but 6 were given",
+        "ValueError: Expected `device_type` of type `str`, got: `<class 'int'>`",
+        "TypeError: custom_fwd() got an unexpected keyword argument 'no_such_option'",
+        "TypeError: custom_fwd() missing 1 required keyword-only argument: 'device_type'",
+        "ValueError: Expected `device_type` of type `str`, got: `<class 'int'>`",
+        "TypeError: custom_bwd() takes from 0 to 1 positional arguments but 2 were given",
+        "TypeError: GradScaler.__init__() got an unexpected keyword argument 'no_such_option'",
+        "TypeError: clip_grad_norm_() missing 1 required positional argument: 'max_norm'",
+        "TypeError: clip_grad_value_() got an unexpected keyword argument 'no_such_option'",
+    ]
+    # The two calls that bind and that torch itself refuses were seen by the wrappers first.
+    assert result["traced"] == ["autocast", "custom_fwd"]

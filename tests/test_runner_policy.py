@@ -293,6 +293,30 @@ def test_a_json_path_that_cannot_be_written_is_refused_before_starting(tmp_path:
         assert f"ampfix {command}: cannot write the report to {target}: {reason}" in " ".join(completed.stderr.split())
 
 
+# -- custom_fwd's cast_inputs under each --amp-dtype ----------------------------------------------------------
+
+F16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
+
+
+@pytest.mark.parametrize(
+    ("amp_dtype", "expected"),
+    [
+        # cast_inputs for "cuda": float16, bfloat16, float32, None
+        ("bfloat16", (BF16, BF16, FP32, None)),
+        ("float16", (F16, F16, FP32, None)),
+        ("keep", (F16, BF16, FP32, None)),
+        ("explicit", (F16, BF16, FP32, None)),  # cast_inputs is always written: kept
+    ],
+)
+def test_a_cuda_custom_fwd_casts_a_low_precision_request_to_the_runs_amp_dtype(amp_dtype: str, expected: tuple) -> None:
+    from ampfix.runner.amp_patches import AmpPlan
+
+    plan = AmpPlan(amp_dtype)
+    assert tuple(plan.run_cast_inputs("cuda", dtype) for dtype in (F16, BF16, FP32, None)) == expected
+    # A custom_fwd the script asked for on the CPU runs as written, as a "cpu" autocast region does.
+    assert plan.run_cast_inputs("cpu", F16) is F16
+
+
 # -- a torch without one of the private names --------------------------------------------------------------
 
 WITHOUT_A_PRIVATE_NAME = """

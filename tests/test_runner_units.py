@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -9,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from ampfix.runner import api, compare, cpu_target, launch
+from ampfix.runner import api, compare, cpu_target, launch, render
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.model import RunReport
-from ampfix.runner.observe import Recorder, RegionKey, Site, event_what
+from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, Site, event_what
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
 
@@ -382,3 +384,28 @@ def test_a_dtype_left_to_the_default_is_marked_and_not_compared() -> None:
     # The same request spelled out (dtype=torch.float16) is the same request.
     spelled = [{key: value for key, value in event.items() if key != "defaulted"} for event in trace]
     assert compare.first_difference(_report(_process(trace=trace)), _report(_process(trace=spelled))) is None
+
+
+def test_custom_fwd_sites_are_counted_with_what_ran_and_traced_as_requested() -> None:
+    site = Site("/x/train.py", 14)
+    recorder = Recorder("main")
+    for _ in range(2):  # two Functions decorated at the same line (a decorator factory)
+        recorder.custom_fwd_created(CustomFwdKey(site, "cuda", "float16", "cpu", "bfloat16"))
+    data = recorder.to_dict("main")
+    # verify compares the request only: the run's dtype is the same forced one on both sides.
+    assert [event["fields"] for event in data["trace"]] == [{"device_type": "cuda", "cast_inputs": "float16"}] * 2
+    other = Recorder("child")
+    other.custom_fwd_created(CustomFwdKey(site, "cuda", None, "cpu", None))
+    report = _report(_process(trace=data["trace"], custom_fwd=data["custom_fwd"]), other.to_dict("SpawnProcess-1"))
+    assert report.custom_fwd == [
+        {"device_requested": "cuda", "cast_inputs_requested": "float16", "device_run": "cpu", "cast_inputs": "bfloat16",
+         "file": "/x/train.py", "line": 14, "count": 2},
+        {"device_requested": "cuda", "cast_inputs_requested": None, "device_run": "cpu", "cast_inputs": None,
+         "file": "/x/train.py", "line": 14, "count": 1},
+    ]  # fmt: skip
+    assert report.to_json()["custom_fwd"] == report.custom_fwd
+    console = Console(file=io.StringIO(), width=200)
+    render.render_run(report, console)
+    assert "custom_fwd           train.py:14 cuda cast_inputs=float16, ran as cpu cast_inputs=bfloat16 (×2)" in (
+        console.file.getvalue()
+    )

@@ -5,7 +5,8 @@ autocast spellings reach (``torch.autocast``, ``torch.amp.autocast``, the deprec
 ``torch.cuda.amp.autocast`` through ``super().__init__``); likewise ``torch.amp.GradScaler.
 __init__`` for the scalers. The patched constructors record the *requested* arguments, normalised
 (``dtype=None`` becomes the device default), then build the object for the CPU: a region asked
-for on "cuda" runs as CPU autocast in the chosen dtype, a "cuda" GradScaler is a CPU GradScaler.
+for on "cuda" runs as CPU autocast in the chosen dtype, a "cuda" custom_fwd casts its inputs to
+that dtype where it asked for a low-precision one, a "cuda" GradScaler is a CPU GradScaler.
 Recording the request, not what ran, is what lets ``verify`` see a rewrite that changed the
 requested dtype even though the run forces one dtype everywhere.
 """
@@ -23,8 +24,8 @@ from typing import Any
 import torch
 
 from ampfix.runner.cuda_autocast import CudaPolicy
-from ampfix.runner.observe import Recorder, RegionKey, dtype_name
-from ampfix.runner.patching import with_arguments_adjusted
+from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
+from ampfix.runner.patching import with_arguments_adjusted, with_call_bound
 from ampfix.runner.sites import find_site
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
@@ -32,6 +33,8 @@ _original_is_autocast_enabled = torch.is_autocast_enabled
 _original_cache_enabled = torch.is_autocast_cache_enabled
 
 FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# Autocast's low precision: a custom_fwd that casts its inputs to one of these asks for it.
+LOW_PRECISION_DTYPES = tuple(FORCED_DTYPES.values())
 
 
 class AmpPlan:
@@ -73,6 +76,15 @@ class AmpPlan:
             # fails on entry exactly as it would on a GPU.
             return "cpu", requested
         return "cpu", self.forced_dtype or requested
+
+    def run_cast_inputs(self, device_type: Any, cast_inputs: Any) -> Any:
+        """What a custom_fwd for ``device_type`` casts its inputs to. For "cuda", a low-precision
+        ``cast_inputs`` asks for autocast's low precision, so it runs in the run's AMP dtype, as a
+        region's written dtype does (kept with --amp-dtype keep or explicit); float32 (a forward
+        that must run in full precision) and every other value stay as written."""
+        if device_type != "cuda" or cast_inputs not in LOW_PRECISION_DTYPES:
+            return cast_inputs
+        return self.forced_dtype or cast_inputs
 
 
 class ActiveRegions:
@@ -141,24 +153,15 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
     autocast = torch.amp.autocast_mode.autocast
     original_init, original_enter, original_exit = autocast.__init__, autocast.__enter__, autocast.__exit__
 
-    signature = inspect.signature(original_init)
-
-    @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return original_init(self, *args, **kwargs)  # raises the constructor's own error
-        bound.apply_defaults()
-        arguments = bound.arguments
-        device_type, dtype = arguments["device_type"], arguments["dtype"]
+    def as_requested_for_the_cpu(arguments: dict[str, Any], construct) -> None:
+        self, device_type, dtype = arguments["self"], arguments["device_type"], arguments["dtype"]
         dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
         request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
         arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
-        unusual_dtype = device_type == "cuda" and arguments["dtype"] not in (torch.bfloat16, torch.float16)
+        unusual_dtype = device_type == "cuda" and arguments["dtype"] not in LOW_PRECISION_DTYPES
         try:
             with _quiet_cpu_dtype_check() if unusual_dtype else contextlib.nullcontext():
-                original_init(*bound.args, **bound.kwargs)
+                construct()
         except Exception:
             # The request is what verify compares: keep it even when torch refuses it.
             recorder.region_created(RegionKey(**request, device_run="-", dtype_run="-", enabled_run=False))
@@ -193,7 +196,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
             if region is not None and stack and stack[-1] is region:
                 stack.pop()
 
-    autocast.__init__ = __init__
+    autocast.__init__ = with_call_bound(original_init, as_requested_for_the_cpu, fill_defaults=True)
     autocast.__enter__ = __enter__
     autocast.__exit__ = __exit__
     for device in ("cuda", "cpu"):
@@ -226,57 +229,57 @@ def install_autocast_state_queries() -> None:
     torch.is_autocast_enabled = is_autocast_enabled
 
 
-def install_custom_fwd_bwd(recorder: Recorder) -> None:
-    """custom_fwd/custom_bwd for "cuda" act on CPU autocast; the requested device_type is recorded."""
-    original_fwd = torch.amp.autocast_mode.custom_fwd
-    original_bwd = torch.amp.autocast_mode.custom_bwd
-    fwd_signature, bwd_signature = inspect.signature(original_fwd), inspect.signature(original_bwd)
+def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:
+    """custom_fwd/custom_bwd for "cuda" act on CPU autocast, custom_fwd's ``cast_inputs`` in the
+    run's dtype (:meth:`AmpPlan.run_cast_inputs`); what the script asked for is recorded."""
 
-    def bound_for_cpu(signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
-        """(the decorated function, the requested device_type, the call bound with that device mapped
-        to the CPU); the call is None when torch would refuse the arguments."""
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError:
-            return None, None, None
-        bound.apply_defaults()
-        function = bound.arguments[next(iter(signature.parameters))]  # None: called with options only
-        requested = bound.arguments.get("device_type")
-        if requested == "cuda":
-            bound.arguments["device_type"] = "cpu"
-        return function, requested, bound
+    def fwd_for_the_cpu(arguments: dict[str, Any]) -> None:
+        requested_device, requested_cast = arguments["device_type"], arguments["cast_inputs"]
+        if requested_device == "cuda":
+            arguments["device_type"] = "cpu"
+            arguments["cast_inputs"] = plan.run_cast_inputs(requested_device, requested_cast)
+        recorder.custom_fwd_created(
+            CustomFwdKey(
+                find_site(),
+                device_requested=str(requested_device),
+                cast_inputs_requested=_dtype_or_none(requested_cast),
+                device_run=str(arguments["device_type"]),
+                cast_inputs_run=_dtype_or_none(arguments["cast_inputs"]),
+            )
+        )
 
-    @functools.wraps(original_fwd)
-    def custom_fwd(*args, **kwargs):
-        fwd, device_type, bound = bound_for_cpu(fwd_signature, args, kwargs)
-        if bound is None:
-            return original_fwd(*args, **kwargs)  # raises torch's own error
-        if fwd is None:
-            return functools.partial(custom_fwd, **_options_only(fwd_signature, kwargs))
-        cast_inputs = bound.arguments.get("cast_inputs")
-        cast = dtype_name(cast_inputs) if cast_inputs is not None else None
-        recorder.custom_amp_decorator("custom_fwd", {"device_type": str(device_type), "cast_inputs": cast}, find_site())
-        return original_fwd(*bound.args, **bound.kwargs)
+    def bwd_for_the_cpu(arguments: dict[str, Any]) -> None:
+        requested_device = arguments["device_type"]
+        if requested_device == "cuda":
+            arguments["device_type"] = "cpu"
+        recorder.custom_amp_decorator("custom_bwd", {"device_type": str(requested_device)}, find_site())
 
-    @functools.wraps(original_bwd)
-    def custom_bwd(*args, **kwargs):
-        bwd, device_type, bound = bound_for_cpu(bwd_signature, args, kwargs)
-        if bound is None:
-            return original_bwd(*args, **kwargs)
-        if bwd is None:
-            return functools.partial(custom_bwd, **_options_only(bwd_signature, kwargs))
-        recorder.custom_amp_decorator("custom_bwd", {"device_type": str(device_type)}, find_site())
-        return original_bwd(*bound.args, **bound.kwargs)
-
+    custom_fwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_fwd, fwd_for_the_cpu)
+    custom_bwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_bwd, bwd_for_the_cpu)
     for module in (torch.amp, torch.amp.autocast_mode):
         module.custom_fwd = custom_fwd
         module.custom_bwd = custom_bwd
 
 
-def _options_only(signature: inspect.Signature, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A decorator called with its options alone (fwd=None): the options, for the call that brings the function."""
-    function_parameter = next(iter(signature.parameters))
-    return {name: value for name, value in kwargs.items() if name != function_parameter}
+def _decorator_for_the_cpu(original, for_the_cpu) -> Any:
+    """``original`` (custom_fwd or custom_bwd) with ``for_the_cpu`` given its arguments once it has the
+    function to decorate. Called with its options alone, it returns itself with those options, as torch
+    does, so the call that brings the function comes back here, still with the script's options."""
+    function_parameter = next(iter(inspect.signature(original).parameters))
+
+    def decorate(arguments: dict[str, Any], call) -> Any:
+        if arguments[function_parameter] is None:
+            options = {name: value for name, value in arguments.items() if name != function_parameter}
+            return functools.partial(decorator, **options)
+        for_the_cpu(arguments)
+        return call()
+
+    decorator = with_call_bound(original, decorate, fill_defaults=True)
+    return decorator
+
+
+def _dtype_or_none(value: Any) -> str | None:
+    return dtype_name(value) if value is not None else None
 
 
 # -- GradScaler ------------------------------------------------------------------------------
@@ -303,24 +306,13 @@ def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss
 
 
 def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
-    original_init = scaler.__init__
-    signature = inspect.signature(original_init)
-
-    @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        site = find_site()
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return original_init(self, *args, **kwargs)  # raises the constructor's own error
-        bound.apply_defaults()
-        arguments = {name: value for name, value in bound.arguments.items() if name != "self"}
-        recorder.scaler_created(_normalised_scaler_arguments(arguments), site)
+    def for_the_cpu(arguments: dict[str, Any]) -> None:
+        settings = {name: value for name, value in arguments.items() if name != "self"}
+        recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
         if arguments["device"] == "cuda":
             arguments["device"] = "cpu"
-        original_init(self, **arguments)
 
-    scaler.__init__ = __init__
+    scaler.__init__ = with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True)
 
 
 def _current_scale(scaler: Any) -> float | None:

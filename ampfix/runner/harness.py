@@ -54,7 +54,7 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary, active)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
-        ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder)),
+        ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder, plan)),
         (
             "GradScaler",
             lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss, scaling),

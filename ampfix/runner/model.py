@@ -37,6 +37,14 @@ class RunReport:
         return [{**region, "process": p["label"]} for p in self.processes for region in p["autocast_regions"]]
 
     @property
+    def custom_fwd(self) -> list[dict[str, Any]]:
+        """Each custom_fwd decoration site: the device and cast_inputs asked for and those that ran."""
+        return _merge_counted(
+            self.processes, "custom_fwd",
+            ("device_requested", "cast_inputs_requested", "device_run", "cast_inputs", "file", "line"),
+        )  # fmt: skip
+
+    @property
     def op_dtypes(self) -> dict[str, int]:
         totals: dict[str, int] = {}
         for process in self.processes:
@@ -87,6 +95,7 @@ class RunReport:
             "exit_code": self.exit_code,
             "error": self.error,
             "autocast_regions": self.autocast_regions,
+            "custom_fwd": self.custom_fwd,
             "op_dtypes": self.op_dtypes,
             "scaler": self.scaler,
             "grad_scalers": self.grad_scalers,

@@ -65,6 +65,20 @@ class RegionKey:
         }
 
 
+@dataclass(frozen=True)
+class CustomFwdKey:
+    """One custom_fwd decoration site: the device and ``cast_inputs`` asked for and those it runs with."""
+
+    site: Site
+    device_requested: str
+    cast_inputs_requested: str | None  # a dtype's name; None: no cast (forward keeps the autocast state)
+    device_run: str
+    cast_inputs_run: str | None
+
+    def request_fields(self) -> dict[str, Any]:
+        return {"device_type": self.device_requested, "cast_inputs": self.cast_inputs_requested}
+
+
 def dtype_name(dtype: Any) -> str:
     """'torch.bfloat16' -> 'bfloat16'; anything that is not a dtype keeps its repr."""
     text = str(dtype)
@@ -80,6 +94,7 @@ class Recorder:
 
     def reset(self) -> None:
         self.regions: dict[RegionKey, int] = {}
+        self.custom_fwds: dict[CustomFwdKey, int] = {}  # -> how many functions that site decorated
         self.op_dtypes: dict[Any, int] = {}
         self.scaler_calls = dict.fromkeys(SCALER_CALLS, 0)
         self.skipped_steps = 0
@@ -129,6 +144,10 @@ class Recorder:
     def custom_amp_decorator(self, name: str, request: dict[str, Any], site: Site) -> None:
         """custom_fwd / custom_bwd and the arguments it was given, by name."""
         self._trace(name, site=site, fields=request)
+
+    def custom_fwd_created(self, key: CustomFwdKey) -> None:
+        self.custom_fwds[key] = self.custom_fwds.get(key, 0) + 1
+        self.custom_amp_decorator("custom_fwd", key.request_fields(), key.site)
 
     def count_op_dtype(self, dtype: Any) -> None:
         self.op_dtypes[dtype] = self.op_dtypes.get(dtype, 0) + 1
@@ -206,7 +225,7 @@ class Recorder:
 
     def is_empty(self) -> bool:
         return not (
-            self.regions or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
+            self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
             or self.losses or self.deprecations or self.unemulated or self.emulated or self.device_queries or self.trace
         )  # fmt: skip
 
@@ -219,6 +238,7 @@ class Recorder:
             "role": self.role,
             "pool_worker": self.pool_worker,
             "autocast_regions": [_region_dict(key, entered) for key, entered in self.regions.items()],
+            "custom_fwd": [_custom_fwd_dict(key, count) for key, count in self.custom_fwds.items()],
             "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
             "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
             "grad_scalers": self.grad_scalers,
@@ -265,6 +285,18 @@ def _region_dict(key: RegionKey, entered: int) -> dict[str, Any]:
         "origin": key.site.origin,
         "file": key.site.file,
         "line": key.site.line,
+    }
+
+
+def _custom_fwd_dict(key: CustomFwdKey, count: int) -> dict[str, Any]:
+    return {
+        "device_requested": key.device_requested,
+        "cast_inputs_requested": key.cast_inputs_requested,
+        "device_run": key.device_run,
+        "cast_inputs": key.cast_inputs_run,
+        "file": key.site.file,
+        "line": key.site.line,
+        "count": count,
     }
 
 

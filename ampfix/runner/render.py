@@ -58,6 +58,13 @@ def _scaler_text(report: RunReport) -> str:
     return f"{text} · skipped steps {calls['skipped_steps']}"
 
 
+def _custom_fwd_text(item: dict[str, Any]) -> str:
+    """'train.py:14 cuda cast_inputs=float16, ran as cpu cast_inputs=bfloat16 (×1)'."""
+    requested = f"{item['device_requested']} cast_inputs={item['cast_inputs_requested']}"
+    ran = f"{item['device_run']} cast_inputs={item['cast_inputs']}"
+    return f"{_where(item['file'], item['line'])} {requested}, ran as {ran} (×{item['count']})"
+
+
 def _facts_grid(report: RunReport) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -71,6 +78,8 @@ def _facts_grid(report: RunReport) -> Table:
         )
         emulating = f" ({scaler['emulating']}, emulated)" if scaler.get("emulating") else ""
         grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}{emulating}: {arguments}")
+    for index, item in enumerate(report.custom_fwd):
+        grid.add_row("custom_fwd" if index == 0 else "", _custom_fwd_text(item))
     grid.add_row("optimizer steps", str(report.optimizer_steps))
     grid.add_row("losses", _losses_text(report.losses))
     # Which path the script took: each device question it asked, and the emulated device's answer.

@@ -12,7 +12,6 @@ ends it with exit status 0, so the counts of one step's calls stay whole (N step
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import threading
 from typing import Any
@@ -21,6 +20,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import with_arguments_adjusted
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
@@ -123,22 +123,15 @@ def install_clipping_hooks(recorder: Recorder, scaling: GradientScaling) -> None
 
 
 def _recorded_clipping(original, name: str, limit_name: str, recorder: Recorder, scaling: GradientScaling):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def clip(*args, **kwargs):
-        try:
-            limit = signature.bind(*args, **kwargs).arguments.get(limit_name)
-        except TypeError:
-            return original(*args, **kwargs)  # raises torch's own error
+    def record(arguments: dict[str, Any]) -> None:
+        limit = arguments[limit_name]
         limit_text = repr(float(limit)) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else repr(limit)
         what = f"{name} {limit_name}={limit_text}"
         if scaling.scale is not None:
             what += f" on gradients still scaled by {scaling.scale!r}"
         recorder.gradients_clipped(what, find_site())
-        return original(*args, **kwargs)
 
-    return clip
+    return with_arguments_adjusted(original, record)
 
 
 class ModelCalls:
