@@ -276,3 +276,41 @@ def test_a_flag_set_only_where_apex_is_missing_holds_the_rewrite_back():
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert initialize.message.endswith(NOT_AVAILABILITY + "`use_amp` is only set where apex failed to import")
+
+
+def test_the_walk_records_the_try_around_each_import_and_whether_the_module_goes_on_without_it():
+    """One record of the optional imports (`ImportRef.tried`, `.optional`), read by detection and by the rewrite's
+    recogniser of yolov5's shape."""
+    from ampfix.bindings import Walker
+
+    source = ("try:\n    from apex import amp\n    import a\nexcept ImportError:\n    amp = None\n"
+              "try:\n    import b\nexcept (AttributeError, ModuleNotFoundError):\n    pass\n"
+              "try:\n    import c\nexcept ImportError:\n    raise SystemExit('needs c')\n"
+              "try:\n    import d\nexcept Exception:\n    d = None\n"
+              "try:\n    import e\nexcept ImportError:\n    raise\nexcept:\n    e = None\n"
+              "try:\n    if x:\n        import f\nexcept ImportError:\n    pass\nelse:\n    import g\n"
+              "try:\n    pass\nexcept ImportError:\n    import h\n"
+              "def train():\n    try:\n        import i\n    except ImportError:\n        i = None\n"
+              "try:\n    import j\nexcept* ImportError:\n    j = None\n")
+    tree = ast.parse(source)
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    found = {imp.node.names[0].name: (imp.tried is not None, imp.optional) for imp in walker.imports}
+    assert found == {"amp": (True, True), "a": (True, True), "b": (True, True), "c": (True, False),
+                     "d": (True, False), "e": (True, True), "f": (False, False), "g": (False, False),
+                     "h": (False, False), "i": (True, True), "j": (True, True)}
+    (amp,) = walker.module_scope.bindings["amp"][:1]
+    assert amp.imported_by is walker.imports[0] and amp.imported_by.tried is tree.body[0]
+
+
+def test_an_optional_apex_import_is_reported_as_such_wherever_it_is_and_a_required_one_is_not():
+    from ampfix.engine import check_source
+
+    optional = ("def main():\n    try:\n        from apex import amp\n    except ImportError:\n        amp = None\n"
+                "    return amp\n")
+    required = "try:\n    from apex import amp\nexcept ImportError:\n    raise SystemExit('install apex')\n"
+    (finding,) = [f for f in check_source(optional).findings if f.line == 3]
+    assert finding.code == "AMP100" and "the `except` branch runs and training silently goes on in float32" \
+        in finding.message
+    (finding,) = check_source(required).findings
+    assert (finding.line, finding.code) == (2, "AMP100") and "silently" not in finding.message
