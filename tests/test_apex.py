@@ -314,3 +314,53 @@ def test_an_optional_apex_import_is_reported_as_such_wherever_it_is_and_a_requir
         in finding.message
     (finding,) = check_source(required).findings
     assert (finding.line, finding.code) == (2, "AMP100") and "silently" not in finding.message
+
+
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"target_torch": (2, 2)}, "needs torch >= 2.3; the target is torch 2.2"),
+    ({"rules": frozenset({"AMP100", "AMP101", "AMP102", "AMP103"})}, "AMP104 is not selected"),
+    # both, each said once (four uses of selected rules need 2.3), in the order of their lines
+    ({"rules": frozenset({"AMP100", "AMP101", "AMP102", "AMP103"}), "target_torch": (2, 2)},
+     "needs torch >= 2.3; the target is torch 2.2; AMP104 is not selected"),
+])
+def test_the_rule_selection_and_the_target_torch_hold_the_rewrite_back_as_for_torchs_own_rules(options, reason):
+    """Weighed where torch's rules are (`Analysis.hold_back`): the rules the rewrite changes need torch 2.3."""
+    from ampfix.engine import fix_source
+    from ampfix.options import Options
+
+    source = SCRIPT.read_text()
+    result = fix_source(source, Options(**options))
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert not initialize.fixed and initialize.message.endswith(f"not rewritten: {reason}"), initialize.message
+    assert fix_source(source, Options(target_torch=(2, 3))).new_source != source
+
+
+def test_an_apex_training_function_for_a_torch_without_native_amp_is_left():
+    """The apex branch of `if torch.__version__ < "1.6": ... else: <native>` exists for a torch that has no
+    torch.amp: rewritten, it would fail there (it was, before the rewrite was weighed by `Analysis.hold_back`)."""
+    from ampfix.engine import fix_source
+
+    source = ("import torch\nfrom apex import amp\n\nif torch.__version__ < \"1.6\":\n"
+              "    def train(model, opt, x):\n        model, opt = amp.initialize(model, opt)\n"
+              "        loss = model(x)\n        with amp.scale_loss(loss, opt) as scaled:\n"
+              "            scaled.backward()\n        opt.step()\n"
+              "else:\n    def train(model, opt, x):\n        loss = model(x)\n        loss.backward()\n"
+              "        opt.step()\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(
+        "not rewritten: inside a branch that tests the torch version; the new name may not exist there")
+    # the same function outside the branch is the pattern
+    unguarded = source.replace('if torch.__version__ < "1.6":\n', "if True:\n")
+    assert fix_source(unguarded).new_source != unguarded
+
+
+def test_the_rules_table_gives_the_torch_the_apex_rewrite_needs():
+    from ampfix.report import rules_json
+
+    rows = json.loads(rules_json())
+    assert {(row["code"], row["min_torch"]) for row in rows if row["code"].startswith("AMP10")} == {
+        ("AMP100", "2.3"), ("AMP101", "2.3"), ("AMP102", "2.3"), ("AMP103", "2.3"), ("AMP104", "2.3"),
+        ("AMP105", "-"), ("AMP106", "-"), ("AMP107", "-"), ("AMP108", "-"), ("AMP109", "-")}
