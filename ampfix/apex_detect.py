@@ -13,7 +13,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ampfix.apex_optional import optional_import
-from ampfix.bindings import Binding, ChainRef, Scope, catches_missing_names
+from ampfix.bindings import Binding, ChainRef, Guards, Scope
 from ampfix.prefilter import mentions_apex
 from ampfix.rules import apex as rules
 from ampfix.rules.base import Rule
@@ -94,34 +94,38 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
                  "or a name also bound otherwise)")
     module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
     if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
-        statement = next((s for s in analysis.tree.body if isinstance(s, ast.ImportFrom)
-                          and s.lineno == binding.line and s.module == "apex" and not s.level
-                          and [a.name for a in s.names] == ["amp"]), None)
+        node = binding.imported_by.node if binding.imported_by is not None else None
+        if isinstance(node, ast.ImportFrom) and node in analysis.tree.body and node.module == "apex" \
+                and not node.level and [a.name for a in node.names] == ["amp"]:
+            statement = node
+    # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
+    reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
     if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
         found = optional_import(analysis.tree, binding, analysis.walker.module_scope)
         if isinstance(found, str):
             not_plain = found
         else:
             optional, statement = found, found.import_node
-    # the uses, and the optional import the rewrite removes (reported as fixed)
-    reported = [(ref.node.lineno, rule) for ref, _, _, rule in uses]
-    if optional is not None:
-        reported.append((optional.import_node.lineno, rules.OPTIONAL_IMPORT))
-    suppressed = sorted({line for line, rule in reported if analysis.suppressions.covers(line, rule.code)})
-    if suppressed:
-        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
-    unselected = sorted({rule.code for _, rule in reported if not analysis.options.reports(rule.code)})
-    if unselected:
-        return f"{', '.join(unselected)} not selected"
-    target = analysis.options.target_torch
-    if target is not None and target < rules.REWRITE_MIN_TORCH:
-        need = ".".join(map(str, rules.REWRITE_MIN_TORCH))
-        return f"torch.amp.GradScaler(\"cuda\") needs torch >= {need}; the target is torch {'.'.join(map(str, target))}"
+            reported.append((found.import_node.lineno, rules.OPTIONAL_IMPORT, binding.guards))
+    held = _held_back(analysis, reported)
+    if held is not None:
+        return held
     if statement is None:
         return not_plain
     from ampfix.apex_rewrite import AmpUse, plan_rewrite
 
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+
+
+def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
+    """Why the rewrite, one decision for all of these (line, rule, branches around it), must not happen, or None: a
+    suppression comment on one of them; else what `Analysis.hold_back` says of each (the rule selection, the rule's
+    minimum torch against --target-torch, version guards), each reason once, in the order of the lines."""
+    suppressed = sorted({line for line, rule, _ in reported if analysis.suppressions.covers(line, rule.code)})
+    if suppressed:
+        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
+    reasons = [analysis.hold_back(rule, guards) for _, rule, guards in sorted(reported, key=lambda r: r[0])]
+    return "; ".join(dict.fromkeys(r for r in reasons if r is not None)) or None
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -211,7 +215,6 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
     """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
     or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
     removes it: `rewritten` holds its message by id() of the import)."""
-    optional = _optional_imports(analysis.tree)
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
             rule = _rule(qname) if _owned(qname) else None
@@ -220,7 +223,7 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
             advice = _advice(qname)
             if id(imp.node) in rewritten:
                 analysis.add_finding(imp.node, rule.code, rewritten[id(imp.node)], fixable=True, will_fix=True)
-            elif id(imp.node) in optional:
+            elif imp.optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")
@@ -242,17 +245,6 @@ def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, u
         if any(id(b) in used and b.line == node.lineno for b in scope.bindings.get(name, [])):
             return True
     return False
-
-
-def _optional_imports(tree: ast.Module) -> set[int]:
-    """id() of the imports in the body of a `try` with a handler that catches ImportError (or everything)
-    and goes on: one that ends in `raise` makes the import required, not optional."""
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and any(
-                catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise) for h in node.handlers):
-            found.update(id(s) for s in node.body if isinstance(s, (ast.Import, ast.ImportFrom)))
-    return found
 
 
 def _may_hold_settings(analysis: Analysis) -> bool:

@@ -33,13 +33,16 @@ class OptionalImport:
 
 
 def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | str:
-    """The module-level `try` that imports apex.amp as `binding`, in the shape above, or why it is not one."""
-    statement = next((s for s in tree.body if isinstance(s, ast.Try) and s.body
-                      and isinstance(s.body[0], ast.ImportFrom) and s.body[0].lineno == binding.line), None)
-    if statement is None:
+    """The module-level `try` that imports apex.amp as `binding`, in the shape above, or why it is not one. The
+    `try` is the one the walk recorded around the import (`ImportRef.tried`, whose `optional` detection reports):
+    this shape is the strict case of that record."""
+    imported = binding.imported_by
+    statement = imported.tried if imported is not None else None
+    if not (isinstance(statement, ast.Try) and statement in tree.body and statement.body[0] is imported.node
+            and isinstance(imported.node, ast.ImportFrom)):
         return ("`from apex import amp` is neither a plain statement at module level nor first in a module-level "
                 "`try` (a conditional import)")
-    import_node, rest = statement.body[0], statement.body[1:]
+    import_node, rest = imported.node, statement.body[1:]
     handler = statement.handlers[0] if len(statement.handlers) == 1 else None
     if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
         return "the optional import is not a plain `from apex import amp`"

@@ -27,7 +27,6 @@ rebuilt, and no string may span the lines that are re-indented.
 from __future__ import annotations
 
 import ast
-import io
 import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING
 from ampfix.analysis import Splice, free_name
 from ampfix.apex_optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.bindings import ChainRef
-from ampfix.locations import first_line
+from ampfix.locations import first_line, tokens
 from ampfix.rules import Target
 from ampfix.rules import apex as rules
 
@@ -550,10 +549,12 @@ def _text(rw: _Rewrite, node: ast.AST) -> str:
 
 
 def _comment_lines(source: str) -> dict[int, str]:
-    """Each line with a comment, and the comment (lines numbered as `ast` does: CR-only endings too)."""
+    """Each line with a comment, and the comment, on the lines `ast` numbers (`locations.tokens`, which
+    `suppressions.scan` reads too). Not scan's run reused: scan tokenizes only text that names a directive, and
+    a shared run would be a second path for what this planner reaches in every other file."""
     found = {}
     try:
-        for token in tokenize.generate_tokens(io.StringIO(source, newline=None).readline):
+        for token in tokens(source):
             if token.type == tokenize.COMMENT:
                 found[token.start[0]] = token.string
     except (tokenize.TokenError, SyntaxError):

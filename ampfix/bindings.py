@@ -67,6 +67,7 @@ class Binding:
     # What was bound, where a version guard may need it: the value of `name = value`, or the
     # FunctionDef of `def name`.
     value: ast.AST | None = None
+    imported_by: ImportRef | None = None  # for imports: the statement that binds it
 
 
 @dataclass(eq=False)
@@ -95,6 +96,14 @@ class ImportRef:
     node: ast.Import | ast.ImportFrom
     scope: Scope
     guards: Guards
+    tried: ast.Try | None = None  # the `try` that holds this import as a statement of its own body
+
+    @property
+    def optional(self) -> bool:
+        """Does the module go on where this import fails? A handler of the `try` around it catches the missing
+        name and does not end in `raise` (one that re-raises makes the import required)."""
+        return self.tried is not None and any(catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise)
+                                              for h in self.tried.handlers)
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -149,23 +158,26 @@ class Walker:
         scope.bind(Binding(node.name, "other", node.lineno))
         self.statements(node.body, Scope("class", scope, node=node))
 
-    def stmt_Import(self, node: ast.Import, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, scope, self.guards))
+    def stmt_Import(self, node: ast.Import, scope: Scope, tried: ast.Try | None = None) -> None:
+        imp = ImportRef(node, scope, self.guards, tried)
+        self.imports.append(imp)
         for i, alias in enumerate(node.names):
             if alias.asname:
                 name, qname = alias.asname, alias.name
             else:
                 name = qname = alias.name.partition(".")[0]
-            scope.bind(Binding(name, "import", node.lineno, qname, self.guards))
+            scope.bind(Binding(name, "import", node.lineno, qname, self.guards, imported_by=imp))
 
-    def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope) -> None:
-        self.imports.append(ImportRef(node, scope, self.guards))
+    def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope, tried: ast.Try | None = None) -> None:
+        imp = ImportRef(node, scope, self.guards, tried)
+        self.imports.append(imp)
         module = "." * node.level + (node.module or "")
         for i, alias in enumerate(node.names):
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
-            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards))
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards,
+                               imported_by=imp))
 
     def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
         scope.global_names.update(node.names)
@@ -209,7 +221,13 @@ class Walker:
         self.guards = outer
 
     def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
-        self.statements(node.body, scope)
+        for stmt in node.body:
+            if isinstance(stmt, ast.Import):
+                self.stmt_Import(stmt, scope, tried=node)
+            elif isinstance(stmt, ast.ImportFrom):
+                self.stmt_ImportFrom(stmt, scope, tried=node)
+            else:
+                self.statement(stmt, scope)
         outer = self.guards
         for handler in node.handlers:
             if handler.type is not None:

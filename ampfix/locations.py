@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import ast
 import io
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import tokenize
 
 
 def source_lines(source: str) -> list[str]:
     """Lines as the tokenizer counts them (str.splitlines would also split on form feeds)."""
     return io.StringIO(source, newline="").readlines()
+
+
+def tokens(source: str) -> Iterator[tokenize.TokenInfo]:
+    """The tokens of `source`, on lines numbered as `ast` and `source_lines` number them: a lone CR ends a line
+    too (`newline=None`; read as it stands, tokenize would see a CR-only file as one line). Raises what
+    tokenize raises on text that does not tokenize."""
+    import tokenize
+
+    return tokenize.generate_tokens(io.StringIO(source, newline=None).readline)
 
 
 class SourceIndex:

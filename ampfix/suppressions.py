@@ -12,10 +12,11 @@ directive at all.
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from dataclasses import dataclass
+
+from ampfix.locations import tokens
 
 # `noqa` as ruff spells it (case-insensitive, codes after a colon, comma- or space-separated).
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]*(?:[\s,]+[A-Z]+[0-9]*)*))?", re.IGNORECASE)
@@ -51,8 +52,7 @@ def scan(source: str) -> Suppressions:
     logical_start: int | None = None
     pending: list[tuple[str, ...]] = []  # directives met in the current logical line
     try:
-        # newline=None: a lone CR ends a line, as it does for ast, so the lines numbered agree
-        for token in tokenize.generate_tokens(io.StringIO(source, newline=None).readline):
+        for token in tokens(source):
             kind = token.type
             if kind == tokenize.COMMENT:
                 if _SKIP_FILE.match(token.string) and not token.line[: token.start[1]].strip():

@@ -276,3 +276,91 @@ def test_a_flag_set_only_where_apex_is_missing_holds_the_rewrite_back():
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert initialize.message.endswith(NOT_AVAILABILITY + "`use_amp` is only set where apex failed to import")
+
+
+def test_the_walk_records_the_try_around_each_import_and_whether_the_module_goes_on_without_it():
+    """One record of the optional imports (`ImportRef.tried`, `.optional`), read by detection and by the rewrite's
+    recogniser of yolov5's shape."""
+    from ampfix.bindings import Walker
+
+    source = ("try:\n    from apex import amp\n    import a\nexcept ImportError:\n    amp = None\n"
+              "try:\n    import b\nexcept (AttributeError, ModuleNotFoundError):\n    pass\n"
+              "try:\n    import c\nexcept ImportError:\n    raise SystemExit('needs c')\n"
+              "try:\n    import d\nexcept Exception:\n    d = None\n"
+              "try:\n    import e\nexcept ImportError:\n    raise\nexcept:\n    e = None\n"
+              "try:\n    if x:\n        import f\nexcept ImportError:\n    pass\nelse:\n    import g\n"
+              "try:\n    pass\nexcept ImportError:\n    import h\n"
+              "def train():\n    try:\n        import i\n    except ImportError:\n        i = None\n"
+              "try:\n    import j\nexcept* ImportError:\n    j = None\n")
+    tree = ast.parse(source)
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    found = {imp.node.names[0].name: (imp.tried is not None, imp.optional) for imp in walker.imports}
+    assert found == {"amp": (True, True), "a": (True, True), "b": (True, True), "c": (True, False),
+                     "d": (True, False), "e": (True, True), "f": (False, False), "g": (False, False),
+                     "h": (False, False), "i": (True, True), "j": (True, True)}
+    (amp,) = walker.module_scope.bindings["amp"][:1]
+    assert amp.imported_by is walker.imports[0] and amp.imported_by.tried is tree.body[0]
+
+
+def test_an_optional_apex_import_is_reported_as_such_wherever_it_is_and_a_required_one_is_not():
+    from ampfix.engine import check_source
+
+    optional = ("def main():\n    try:\n        from apex import amp\n    except ImportError:\n        amp = None\n"
+                "    return amp\n")
+    required = "try:\n    from apex import amp\nexcept ImportError:\n    raise SystemExit('install apex')\n"
+    (finding,) = [f for f in check_source(optional).findings if f.line == 3]
+    assert finding.code == "AMP100" and "the `except` branch runs and training silently goes on in float32" \
+        in finding.message
+    (finding,) = check_source(required).findings
+    assert (finding.line, finding.code) == (2, "AMP100") and "silently" not in finding.message
+
+
+@pytest.mark.parametrize(("options", "reason"), [
+    ({"target_torch": (2, 2)}, "needs torch >= 2.3; the target is torch 2.2"),
+    ({"rules": frozenset({"AMP100", "AMP101", "AMP102", "AMP103"})}, "AMP104 is not selected"),
+    # both, each said once (four uses of selected rules need 2.3), in the order of their lines
+    ({"rules": frozenset({"AMP100", "AMP101", "AMP102", "AMP103"}), "target_torch": (2, 2)},
+     "needs torch >= 2.3; the target is torch 2.2; AMP104 is not selected"),
+])
+def test_the_rule_selection_and_the_target_torch_hold_the_rewrite_back_as_for_torchs_own_rules(options, reason):
+    """Weighed where torch's rules are (`Analysis.hold_back`): the rules the rewrite changes need torch 2.3."""
+    from ampfix.engine import fix_source
+    from ampfix.options import Options
+
+    source = SCRIPT.read_text()
+    result = fix_source(source, Options(**options))
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert not initialize.fixed and initialize.message.endswith(f"not rewritten: {reason}"), initialize.message
+    assert fix_source(source, Options(target_torch=(2, 3))).new_source != source
+
+
+def test_an_apex_training_function_for_a_torch_without_native_amp_is_left():
+    """The apex branch of `if torch.__version__ < "1.6": ... else: <native>` exists for a torch that has no
+    torch.amp: rewritten, it would fail there (it was, before the rewrite was weighed by `Analysis.hold_back`)."""
+    from ampfix.engine import fix_source
+
+    source = ("import torch\nfrom apex import amp\n\nif torch.__version__ < \"1.6\":\n"
+              "    def train(model, opt, x):\n        model, opt = amp.initialize(model, opt)\n"
+              "        loss = model(x)\n        with amp.scale_loss(loss, opt) as scaled:\n"
+              "            scaled.backward()\n        opt.step()\n"
+              "else:\n    def train(model, opt, x):\n        loss = model(x)\n        loss.backward()\n"
+              "        opt.step()\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(
+        "not rewritten: inside a branch that tests the torch version; the new name may not exist there")
+    # the same function outside the branch is the pattern
+    unguarded = source.replace('if torch.__version__ < "1.6":\n', "if True:\n")
+    assert fix_source(unguarded).new_source != unguarded
+
+
+def test_the_rules_table_gives_the_torch_the_apex_rewrite_needs():
+    from ampfix.report import rules_json
+
+    rows = json.loads(rules_json())
+    assert {(row["code"], row["min_torch"]) for row in rows if row["code"].startswith("AMP10")} == {
+        ("AMP100", "2.3"), ("AMP101", "2.3"), ("AMP102", "2.3"), ("AMP103", "2.3"), ("AMP104", "2.3"),
+        ("AMP105", "-"), ("AMP106", "-"), ("AMP107", "-"), ("AMP108", "-"), ("AMP109", "-")}

@@ -45,6 +45,19 @@ def test_lines_are_numbered_as_ast_numbers_them_whatever_the_line_endings():
         assert found.lines == {2: ("AMP100",), 3: ("AMP101",)}, repr(newline)
 
 
+def test_the_one_tokenizer_numbers_lines_as_ast_does_in_mixed_line_endings():
+    """`locations.tokens` is what the suppression scanner and the apex rewrite's comment finder both read."""
+    import ast
+    import tokenize
+
+    from ampfix.locations import tokens
+
+    source = "a = 1\rb = 2  # two\r\nc = 3  # three\nd = 4\r# five\n"
+    comments = {t.start[0]: t.string for t in tokens(source) if t.type == tokenize.COMMENT}
+    assert comments == {2: "# two", 3: "# three", 5: "# five"}
+    assert [statement.lineno for statement in ast.parse(source).body] == [1, 2, 3, 4]
+
+
 def test_a_directive_in_a_cr_only_file_keeps_its_line_unchanged():
     source = "import torch\rx = torch.cuda.amp.GradScaler()  # noqa: AMP002\ry = torch.cuda.amp.GradScaler()\r"
     result = fix_source(source, Options())

@@ -15,6 +15,9 @@ from ampfix.rules.base import Example, Rule
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.apex_rewrite`).
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
+# The oldest torch that pattern's rewrite runs on (torch.amp.GradScaler(device) came in 2.3): the minimum torch of
+# the rules whose names it rewrites, weighed against --target-torch where every rule's is (`Analysis.hold_back`).
+PATTERN_MIN_TORCH = (2, 3)
 
 # The packages whose imports can reach the names below.
 PACKAGES = ("apex", "mmengine")
@@ -35,7 +38,7 @@ class Advice:
 OPTIONAL_IMPORT = Rule(
     code="AMP100",
     title="apex.amp import",
-    min_torch=None,
+    min_torch=PATTERN_MIN_TORCH,
     symbols={"apex.amp": None},
     fix_note=PATTERN_FIX,
     examples=(
@@ -59,7 +62,7 @@ OPTIONAL_IMPORT = Rule(
 INITIALIZE = Rule(
     code="AMP101",
     title="apex.amp.initialize",
-    min_torch=None,
+    min_torch=PATTERN_MIN_TORCH,
     symbols={"apex.amp.initialize": None, "apex.amp.frontend.initialize": None},
     fix_note=PATTERN_FIX,
     examples=(
@@ -81,7 +84,7 @@ INITIALIZE = Rule(
 SCALE_LOSS = Rule(
     code="AMP102",
     title="apex.amp.scale_loss",
-    min_torch=None,
+    min_torch=PATTERN_MIN_TORCH,
     symbols={"apex.amp.scale_loss": None, "apex.amp.handle.scale_loss": None},
     fix_note=PATTERN_FIX,
     examples=(
@@ -95,7 +98,7 @@ SCALE_LOSS = Rule(
 MASTER_PARAMS = Rule(
     code="AMP103",
     title="apex.amp.master_params",
-    min_torch=None,
+    min_torch=PATTERN_MIN_TORCH,
     symbols={"apex.amp.master_params": None},
     fix_note=PATTERN_FIX,
     examples=(
@@ -107,7 +110,7 @@ MASTER_PARAMS = Rule(
 STATE = Rule(
     code="AMP104",
     title="apex.amp state_dict",
-    min_torch=None,
+    min_torch=PATTERN_MIN_TORCH,
     symbols={"apex.amp.state_dict": None, "apex.amp.load_state_dict": None},
     fix_note=PATTERN_FIX,
     examples=(
@@ -195,9 +198,6 @@ APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_
                                 INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
 
 REMOVED = "removed from apex in 2025"
-
-# The oldest torch the rewrite's output runs on: torch.amp.GradScaler(device) came in 2.3.
-REWRITE_MIN_TORCH = (2, 3)
 
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
 ADVICE: dict[str, Advice] = {

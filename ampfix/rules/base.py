@@ -53,7 +53,7 @@ class Example:
 class Rule:
     code: str
     title: str
-    min_torch: TorchVersion | None  # None: there is nothing to migrate to
+    min_torch: TorchVersion | None  # the oldest torch its fix runs on (--target-torch); None: nothing to migrate to
     # old qualified name -> its torch.amp twin; None where there is no twin.
     symbols: dict[str, Target | None]
     shape: CallShape | None = None  # None: a pure rename, valid in every context
