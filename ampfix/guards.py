@@ -30,7 +30,7 @@ from ampfix.version_tests import UNKNOWN, BoolOp, Comparison, Literal, Not, Pars
 
 IF_REASON = "inside a branch that tests the {package} version; the new name may not exist there"
 FALLBACK_REASON = "in the fallback of a `try` that imports the new API; the old name is what it falls back to"
-DEAD_REASON = "in the branch for {branch} (line {line}), which the target {package} ({target}) never runs"
+DEAD_REASON = "in the branch {branch}, which the target {package} ({target}) never runs"
 
 _INTROSPECTION = frozenset({"hasattr", "getattr"})
 _METADATA_VERSION = frozenset({"importlib.metadata.version", "importlib_metadata.version"})
@@ -102,12 +102,14 @@ class GuardJudge:
         return False, None
 
     def dead_reason(self, guard: Guard, test: Test) -> str:
-        branch = version_tests.describe(test, guard.taken)
-        if branch is None:
-            branch = f"`{ast.unparse(guard.node)}` {'true' if guard.taken else 'false'}"
+        line = guard.node.lineno  # type: ignore[attr-defined]
+        condition = version_tests.describe(test, guard.taken)
+        if condition is not None:
+            branch = f"for {condition} (line {line})"
+        else:
+            branch = f"where the test on line {line} is {'true' if guard.taken else 'false'}"
         target = "the newest" if self.target is None else f"{'.'.join(map(str, self.target))} or newer"
-        return DEAD_REASON.format(branch=branch, line=guard.node.lineno, package=self.family.package,  # type: ignore[attr-defined]
-                                  target=target)
+        return DEAD_REASON.format(branch=branch, package=self.family.package, target=target)
 
     # a test decided from structure -------------------------------------------------------------
     def version_test(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> Test:
