@@ -19,7 +19,7 @@ import bisect
 import functools
 from dataclasses import dataclass, field, replace
 
-from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts
+from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts, resolved
 from ampfix.guards import GuardJudge
 from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
@@ -350,14 +350,7 @@ class Analysis:
 
     def resolve_value(self, node: ast.expr, scope) -> str | None:
         """The qualified name a dotted name in an argument spells through an import, or None."""
-        parts = dotted_parts(node)
-        if parts is None:
-            return None
-        _, bindings = scope.lookup(parts[0])
-        qnames = {b.qname for b in bindings}
-        if not bindings or len(qnames) != 1 or any(b.kind != "import" for b in bindings):
-            return None
-        return ".".join((bindings[0].qname or "", *parts[1:]))
+        return resolved(node, scope)
 
     def spell_value(self, node: ast.expr, scope, new: str) -> str | None:
         """`new` spelled through the binding `node` used (`th.half` -> `th.bfloat16`), or None."""

@@ -379,6 +379,19 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     return tuple(reversed(parts))
 
 
+def resolved(node: ast.expr, scope: Scope) -> str | None:
+    """The qualified name a dotted name spells where every binding of its head is the same import
+    (what a decision reads must mean one thing), or None."""
+    parts = dotted_parts(node)
+    if parts is None:
+        return None
+    _, bindings = scope.lookup(parts[0])
+    qnames = {b.qname if b.kind == "import" else None for b in bindings}
+    if len(qnames) != 1 or None in qnames:
+        return None
+    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
+
+
 def _is_none_test(node: ast.Compare) -> bool:
     """`X is None`, `X is not None`, `X == None`, `X != None` (either side): the answer does not
     depend on what X's signature is."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 
 from ampfix import version_tests
-from ampfix.bindings import Binding, Guard, Guards, Scope, dotted_parts
+from ampfix.bindings import Binding, Guard, Guards, Scope, dotted_parts, resolved
 from ampfix.rules import Family
 from ampfix.version_tests import UNKNOWN, BoolOp, Comparison, Literal, Not, Parser, Test
 
@@ -44,19 +44,6 @@ def qualify(node: ast.expr, scope: Scope) -> str | None:
     _, bindings = scope.lookup(parts[0])
     imported = next((b.qname for b in bindings if b.kind == "import" and b.qname), None)
     return None if imported is None else ".".join((imported, *parts[1:]))
-
-
-def resolved(node: ast.expr, scope: Scope) -> str | None:
-    """Like `qualify`, where every binding of the head is the same import: what a decided test reads
-    must mean one thing."""
-    parts = dotted_parts(node)
-    if parts is None:
-        return None
-    _, bindings = scope.lookup(parts[0])
-    qnames = {b.qname if b.kind == "import" else None for b in bindings}
-    if len(qnames) != 1 or None in qnames:
-        return None
-    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
 
 
 class GuardJudge:
