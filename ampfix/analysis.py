@@ -19,7 +19,7 @@ import bisect
 import functools
 from dataclasses import dataclass, field, replace
 
-from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts
+from ampfix.bindings import Binding, ChainRef, Guards, Walker, dotted_parts, resolved
 from ampfix.guards import GuardJudge
 from ampfix.locations import SourceIndex, source_lines, statement_groups
 from ampfix.options import Options
@@ -174,7 +174,7 @@ class Analysis:
         self.lines = self.index.lines
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
-        self.judge = GuardJudge(family)
+        self.judge = GuardJudge(family, options.target_torch)
         self.findings: list[PlannedFinding] = []
         self.edits: list[Edit] = []
         self.needs_functools = False
@@ -350,14 +350,7 @@ class Analysis:
 
     def resolve_value(self, node: ast.expr, scope) -> str | None:
         """The qualified name a dotted name in an argument spells through an import, or None."""
-        parts = dotted_parts(node)
-        if parts is None:
-            return None
-        _, bindings = scope.lookup(parts[0])
-        qnames = {b.qname for b in bindings}
-        if not bindings or len(qnames) != 1 or any(b.kind != "import" for b in bindings):
-            return None
-        return ".".join((bindings[0].qname or "", *parts[1:]))
+        return resolved(node, scope)
 
     def spell_value(self, node: ast.expr, scope, new: str) -> str | None:
         """`new` spelled through the binding `node` used (`th.half` -> `th.bfloat16`), or None."""
@@ -397,6 +390,9 @@ class Analysis:
         if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
             return None  # a binding, not a use
         scope, bindings = ref.scope.lookup(ref.parts[0])
+        if self.judge.dead(ref.guards) is None:
+            # A binding in a branch the target torch never runs does not reach a use it runs.
+            bindings = self.judge.live(bindings) or bindings
         imports = [b for b in bindings if b.kind == "import" and self.family.owns(b.qname)]
         if not imports:
             return None
@@ -419,9 +415,12 @@ class Analysis:
         ref, full = use.ref, use.full
         symbol = self.family.symbol(full)
         if use.conflicting:
+            code = symbol[1].code if symbol else NO_TWIN_CODE
+            dead = self.judge.dead(ref.guards)
+            if dead is not None:
+                return Decision(code, f"`{full}` left: {dead}")
             lines = sorted({b.line for b in ref.scope.lookup(ref.parts[0])[1]})
-            return Decision(symbol[1].code if symbol else NO_TWIN_CODE,
-                            f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
+            return Decision(code, f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
                             "rewriting one use would break the others")
         if symbol is None or not self.family.exists(full):
             return Decision(NO_TWIN_CODE, f"{self.family.unknown(full)}; there is nothing to migrate it to")

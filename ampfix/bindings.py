@@ -45,13 +45,16 @@ class Scope:
 class Guard:
     """A branch that may exist for another torch version; `ampfix.guards` decides whether it does.
 
-    kind "if": the statements under an `if` (both branches), `node` its test.
+    kind "if": the statements under one branch of an `if`, `node` its test; `taken` says which
+    branch: True for the body (run where the test holds), False for the `else` (and an `elif`, which
+    is an `if` inside that `else`).
     kind "fallback": the handlers of a `try` that catch ImportError/AttributeError, `node` the `try`.
     """
 
     kind: str
     node: ast.AST
     scope: Scope
+    taken: bool = True
 
 
 Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
@@ -63,7 +66,7 @@ class Binding:
     kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
     line: int
     qname: str | None = None  # for imports: what the name refers to
-    guards: Guards = ()
+    guards: Guards = ()  # the branches the binding is made in
     # What was bound, where a version guard may need it: the value of `name = value`, or the
     # FunctionDef of `def name`.
     value: ast.AST | None = None
@@ -143,7 +146,7 @@ class Walker:
         self.arguments(node.args, scope, inner)
         if node.returns is not None:
             self.annotation(node.returns, scope)
-        scope.bind(Binding(node.name, "other", node.lineno, value=node))
+        scope.bind(Binding(node.name, "other", node.lineno, guards=self.guards, value=node))
         self.statements(node.body, inner)
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
@@ -155,7 +158,7 @@ class Walker:
             self.expr(base, scope, "base", node)
         for keyword in node.keywords:
             self.expr(keyword.value, scope, "value", keyword)
-        scope.bind(Binding(node.name, "other", node.lineno))
+        scope.bind(Binding(node.name, "other", node.lineno, guards=self.guards))
         self.statements(node.body, Scope("class", scope, node=node))
 
     def stmt_Import(self, node: ast.Import, scope: Scope, tried: ast.Try | None = None) -> None:
@@ -186,7 +189,7 @@ class Walker:
         placeholder = isinstance(node.value, ast.Constant) and node.value.value is None
         for target in node.targets:
             if placeholder and isinstance(target, ast.Name):
-                scope.bind(Binding(target.id, "none", target.lineno))
+                scope.bind(Binding(target.id, "none", target.lineno, guards=self.guards))
             elif isinstance(target, ast.Name):
                 self.store_name(target, scope, node, node.value)
             else:
@@ -203,7 +206,7 @@ class Walker:
             self.expr(node.value, scope, "value", node)
 
     def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
-        scope.bind(Binding(target.id, "other", target.lineno, value=value))
+        scope.bind(Binding(target.id, "other", target.lineno, guards=self.guards, value=value))
         self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
 
     def stmt_If(self, node: ast.If, scope: Scope) -> None:
@@ -211,8 +214,9 @@ class Walker:
         outer = self.guards
         while True:
             self.expr(node.test, scope, "value", node)
-            self.guards = (*self.guards, Guard("if", node.test, scope))
+            self.guards = (*self.guards, Guard("if", node.test, scope, taken=True))
             self.statements(node.body, scope)
+            self.guards = (*self.guards[:-1], Guard("if", node.test, scope, taken=False))
             if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
                 node = node.orelse[0]
                 continue
@@ -309,7 +313,7 @@ class Walker:
             parts = dotted_parts(node)
             if parts is not None:
                 if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                    scope.bind(Binding(node.id, "other", node.lineno))
+                    scope.bind(Binding(node.id, "other", node.lineno, guards=self.guards))
                 self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
                 return []
             return [(node.value, scope, "value", node, annotation)]  # type: ignore[union-attr]
@@ -391,6 +395,19 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
         return None
     parts.append(node.id)
     return tuple(reversed(parts))
+
+
+def resolved(node: ast.expr, scope: Scope) -> str | None:
+    """The qualified name a dotted name spells where every binding of its head is the same import
+    (what a decision reads must mean one thing), or None."""
+    parts = dotted_parts(node)
+    if parts is None:
+        return None
+    _, bindings = scope.lookup(parts[0])
+    qnames = {b.qname if b.kind == "import" else None for b in bindings}
+    if len(qnames) != 1 or None in qnames:
+        return None
+    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
 
 
 def _is_none_test(node: ast.Compare) -> bool:

@@ -76,7 +76,8 @@ UnsafeOpt = Annotated[Optional[bool], typer.Option(
 TargetOpt = Annotated[
     Optional[str],
     typer.Option("--target-torch", metavar="X.Y",
-                 help="Oldest torch the code must run on; rules needing newer torch are only reported."),
+                 help="Oldest torch the code must run on: rules needing newer torch are only reported, and "
+                      "version tests are decided for it (default: the newest torch)."),
 ]
 SelectOpt = Annotated[Optional[str], typer.Option(
     "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]

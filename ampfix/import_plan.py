@@ -44,9 +44,21 @@ def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str |
     if suppressed is not None:
         return f"`{name}` is {suppressed}"
     _, bindings = imp.scope.lookup(name)
-    if any(b.kind != "none" and b.qname != qname for b in bindings):
+    if any(b.kind != "none" and b.qname != qname for b in analysis.judge.live(bindings)):
         return f"`{name}` is bound to several things"
     return None
+
+
+def _dead_twins(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str:
+    """What the finding of a moved import says of the other things its name is bound to in branches
+    the target never runs: they stay as they are, and no longer match the rewritten uses."""
+    notes = []
+    for binding in imp.scope.lookup(name)[1]:
+        dead = analysis.judge.dead(binding.guards) if binding.kind != "none" and binding.qname != qname else None
+        if dead is not None:
+            notes.append(f"; the `{name}` bound on line {binding.line}, {dead}, is left as it is and no longer "
+                         "matches the rewritten uses")
+    return "".join(notes)
 
 
 def _plan_import_from(analysis: Analysis, imp: ImportRef) -> None:
@@ -56,6 +68,7 @@ def _plan_import_from(analysis: Analysis, imp: ImportRef) -> None:
     if node.level or not node.module or not family.owns(node.module):
         return
     migrated: list[int] = []
+    notes: list[str] = []
     kept: list[int] = []
     new_modules: set[str] = set()
     for i, alias in enumerate(node.names):
@@ -81,13 +94,14 @@ def _plan_import_from(analysis: Analysis, imp: ImportRef) -> None:
             continue
         migrated.append(i)
         new_modules.add(family.renamed(qname).rpartition(".")[0])
+        notes.append(_dead_twins(analysis, imp, alias.asname or alias.name, qname))
     if not migrated or len(new_modules) != 1:  # several new modules cannot happen with today's rules; never guess
         return
     (new_module,) = new_modules
     analysis.add_edit(node, "ImportFrom", "", ImportEdit(new_module=new_module, kept_aliases=tuple(kept)))
     names = ", ".join(node.names[i].name for i in migrated)
     analysis.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import {names}` -> "
-                         f"`from {new_module} import {names}`", fixable=True, will_fix=True)
+                         f"`from {new_module} import {names}`{''.join(notes)}", fixable=True, will_fix=True)
 
 
 def _plan_import(analysis: Analysis, imp: ImportRef, plain_imports: dict[int, set[str]]) -> None:

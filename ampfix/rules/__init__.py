@@ -31,6 +31,7 @@ TORCH_AMP = Family(
     rules=TORCH_RULES,
     # torch's own version; `torch.version.cuda` / `.hip` describe the build, not the API.
     version_names=("torch.__version__", "torch.version.__version__", "torch.version.git_version"),
+    release_names=("torch.__version__", "torch.version.__version__"),
     distribution="torch",
     new_api=("torch.amp", "torch.autocast"),
     # CPU float16 autocast runs, but far slower than bfloat16, and some CPU ops refuse it.

@@ -84,6 +84,9 @@ class Family:
     rules: tuple[Rule, ...]
     # What a version guard tests: qualified names of the package's version (and everything below them)...
     version_names: tuple[str, ...] = ()
+    # ...the names holding the release string itself, that a version parser reads (a version test
+    # decided at the target compares one of them with a literal)...
+    release_names: tuple[str, ...] = ()
     # ...and the distribution whose installed version `importlib.metadata.version(...)` reads.
     distribution: str | None = None
     # Names of the new API: a `try` that imports one of these falls back to the old API in its handlers.

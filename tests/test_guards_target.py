@@ -1,0 +1,206 @@
+"""Version guards decided at the target torch (`--target-torch`; none given: the newest torch).
+
+The fixtures under fixtures/guards/ are fixed with the default options; here the same shapes are run
+under targets that flip the decision, and the messages are asserted word for word.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from ampfix import version_tests
+from ampfix.engine import check_source, fix_source
+from ampfix.options import Options
+from ampfix.version_tests import LOOSE, PACKAGING, BoolOp, Comparison, Literal, Not
+from fixture_cases import FIXTURES
+
+ESPNET = (FIXTURES / "guards" / "espnet_fallback.in.py").read_text(encoding="utf-8")
+ESPNET_OUT = (FIXTURES / "guards" / "espnet_fallback.out.py").read_text(encoding="utf-8")
+
+
+def messages(source: str, options: Options = Options()) -> list[tuple[int, str, bool]]:
+    return [(f.line, f.message, f.fixed) for f in fix_source(source, options).findings]
+
+
+def test_espnet_fallback_is_migrated_and_the_dead_fallback_named():
+    assert messages(ESPNET) == [
+        (9, "`from torch.cuda.amp import autocast` -> `from torch.amp import autocast`; the `autocast` bound on "
+            "line 13, in the branch for torch < 1.6.0 (line 8), which the target torch (the newest) never runs, "
+            "is left as it is and no longer matches the rewritten uses", True),
+        (18, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", positional '
+             "arguments named enabled", True),
+        (23, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"', True),
+    ]
+    assert fix_source(ESPNET_OUT).new_source == ESPNET_OUT  # a second run changes nothing
+
+
+def test_espnet_fallback_at_a_target_that_never_runs_the_fallback():
+    result = fix_source(ESPNET, Options(target_torch=(1, 10)))
+    assert result.new_source == ESPNET_OUT
+    assert "which the target torch (1.10 or newer) never runs" in result.findings[0].message
+
+
+def test_espnet_fallback_at_a_target_that_still_runs_the_fallback_is_left():
+    # Torch 1.5 runs the `else`, so `autocast` is two things there; and the new name needs 1.10.
+    result = fix_source(ESPNET, Options(target_torch=(1, 5)))
+    assert result.new_source == ESPNET
+    assert messages(ESPNET, Options(target_torch=(1, 5))) == [
+        (9, "`torch.cuda.amp.autocast` import left: needs torch >= 1.10; the target is torch 1.5", False),
+        (18, "`autocast` is bound to several things (lines 9, 13); rewriting one use would break the others", False),
+        (23, "`autocast` is bound to several things (lines 9, 13); rewriting one use would break the others", False),
+    ]
+
+
+BELOW_2_0 = """\
+import torch
+from packaging import version
+
+if version.parse(torch.__version__) < version.parse("2.0"):
+    ctx = torch.cuda.amp.autocast(True)
+"""
+BELOW_2_0_FIXED = BELOW_2_0.replace('torch.cuda.amp.autocast(True)', 'torch.amp.autocast("cuda", enabled=True)')
+
+
+@pytest.mark.parametrize(("target", "expected", "message"), [
+    (None, BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
+                      "torch (the newest) never runs"),
+    ((2, 0), BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
+                        "torch (2.0 or newer) never runs"),
+    # torch 1.12 and 1.13 run the branch, and have the new name (1.10): migrated as unguarded code is.
+    ((1, 12), BELOW_2_0_FIXED, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
+                               "positional arguments named enabled"),
+    # Below the rule's minimum the rule holds it back, branch or not.
+    ((1, 8), BELOW_2_0, "`torch.cuda.amp.autocast` left: needs torch >= 1.10; the target is torch 1.8"),
+])
+def test_the_target_decides_the_branch(target, expected, message):
+    result = fix_source(BELOW_2_0, Options(target_torch=target))
+    assert result.new_source == expected
+    (finding,) = result.findings
+    assert finding.message == message
+    assert finding.fixed == (expected != BELOW_2_0)
+
+
+def test_a_live_branch_does_not_lift_the_rules_minimum():
+    source = ("import torch\nfrom packaging import version\n\n"
+              "if version.parse(torch.__version__) >= version.parse('2.3'):\n    s = torch.cuda.amp.GradScaler()\n")
+    (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
+    assert finding.message == "`torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.0"
+    assert fix_source(source, Options(target_torch=(2, 3))).new_source == source.replace(
+        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+
+
+@pytest.mark.parametrize(("parser", "fixed"), [
+    # LooseVersion("2.0") < LooseVersion("2.0.0"): every torch from 2.0.0 on passes, the `else` is dead.
+    ("from distutils.version import LooseVersion as V", False),
+    # packaging reads "2.0" as 2.0.0: torch 2.0.0 fails the test and runs the `else`.
+    ("from packaging.version import Version as V", True),
+])
+def test_each_parser_orders_versions_its_own_way(parser, fixed):
+    source = (f"import torch\n{parser}\n\nif V(torch.__version__) > V('2.0'):\n    pass\n"
+              "else:\n    ctx = torch.cuda.amp.autocast(True)\n")
+    (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
+    assert finding.fixed is fixed, finding.message
+
+
+def test_a_use_in_a_dead_branch_is_reported_as_dead_even_where_its_name_is_bound_twice():
+    source = """\
+import torch
+from packaging.version import parse as V
+
+if V(torch.__version__) >= V("1.6.0"):
+    from torch.cuda.amp import autocast
+else:
+    def autocast(enabled=True):
+        return None
+    with autocast(False):
+        pass
+"""
+    assert messages(source)[-1] == (
+        9, "`torch.cuda.amp.autocast` left: in the branch for torch < 1.6.0 (line 4), which the target torch "
+           "(the newest) never runs", False)
+
+
+def test_a_name_bound_only_in_a_dead_branch_still_reports_its_use():
+    source = """\
+import torch
+from packaging.version import parse as V
+
+if V(torch.__version__) < V("1.6.0"):
+    from torch.cuda.amp import autocast
+with autocast():
+    pass
+"""
+    result = check_source(source)
+    assert [(f.line, f.fixable) for f in result.findings] == [(5, False), (6, False)]
+    assert "in the branch for torch < 1.6.0 (line 4)" in result.findings[0].message
+
+
+def test_an_undecided_part_is_no_matter_where_the_decided_part_settles_the_test():
+    source = """\
+import torch
+from packaging.version import parse as V
+
+if use_amp and V(torch.__version__) < V("1.6.0"):
+    a = torch.cuda.amp.autocast(True)
+if use_amp or V(torch.__version__) >= V("1.6.0"):
+    pass
+else:
+    b = torch.cuda.amp.autocast(True)
+if use_amp and V(torch.__version__) >= V("1.6.0"):
+    c = torch.cuda.amp.autocast(True)
+"""
+    assert [(line, message.partition(": ")[2], fixed) for line, message, fixed in messages(source)] == [
+        (5, "in the branch where the test on line 4 is true, which the target torch (the newest) never runs", False),
+        (9, "in the branch where the test on line 6 is false, which the target torch (the newest) never runs", False),
+        (11, "inside a branch that tests the torch version; the new name may not exist there", False),
+    ]
+
+
+def _compiled(test: str) -> version_tests.Test:
+    """A test built as `ampfix.guards` builds it, from `V(torch.__version__)` and `V("x.y")`."""
+    from ampfix.bindings import Walker
+    from ampfix.guards import GuardJudge
+    from ampfix.rules import TORCH_AMP
+
+    tree = ast.parse(f"import torch\nfrom packaging.version import parse as V\nTEST = {test}\n")
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    return GuardJudge(TORCH_AMP).version_test(tree.body[-1].value, walker.module_scope, frozenset())
+
+
+TV = "V(torch.__version__)"
+
+
+@pytest.mark.parametrize(("test", "target", "values"), [
+    (f'{TV} >= V("1.6")', None, {True}),
+    (f'{TV} < V("1.6")', None, {False}),
+    (f'V("1.6") > {TV}', None, {False}),
+    (f'{TV} == V("2.1")', None, {False}),
+    (f'{TV} != V("2.1")', None, {True}),
+    (f'{TV} >= V("2.1")', (2, 0), {True, False}),
+    (f'{TV} >= V("2.1")', (2, 1), {True}),
+    (f'{TV} == V("2.1.0")', (2, 1), {True, False}),
+    (f'{TV} == V("2.1")', (2, 2), {False}),
+    (f'V("1.10") <= {TV} < V("2.0")', (1, 12), {True, False}),
+    (f'V("1.10") <= {TV} < V("2.0")', (2, 0), {False}),
+    (f'not {TV} < V("2.0")', (2, 0), {True}),
+    (f'{TV} >= V("1.6") and {TV} < V("1.10")', (1, 10), {False}),
+    (f'{TV} >= V("1.6") and flag', None, {None}),
+    (f'{TV} < V("1.6") and flag', None, {False}),
+    (f'{TV} >= V("1.6") or flag', None, {True}),
+    (f'{TV} >= "1.6"', None, {None}),  # a string comparison: not decided
+    (f'{TV} >= V("1.6.0rc1")', None, {None}),  # a pre-release literal: not modelled
+    (f'{TV} >= V("1.6.0.1")', None, {None}),  # four parts: not a torch release
+])
+def test_outcomes(test, target, values):
+    assert version_tests.outcomes(_compiled(test), target) == values
+
+
+def test_comparison_at_a_version_follows_the_parser():
+    loose = Comparison(LOOSE, (None, Literal("1.6", (1, 6))), (">",))
+    padded = Comparison(PACKAGING, (None, Literal("1.6", (1, 6))), (">",))
+    assert loose.at((1, 6, 0)) and not padded.at((1, 6, 0))
+    assert version_tests.describe(Not(padded), True) == "torch <= 1.6"
+    assert version_tests.describe(BoolOp(True, (padded, padded)), True) is None
