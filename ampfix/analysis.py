@@ -556,6 +556,9 @@ class Analysis:
             return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
                           f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
         message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
+        if _identity_matters(ref):
+            return leave(message + "; it stands where the class itself is looked up or compared (a dict key, a "
+                         "set element, a comparison), which a functools.partial is not")
         if shape.partial_keeps_meaning:
             args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
             return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
@@ -734,3 +737,14 @@ def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppr
 
 __all__ = ["Analysis", "CallEdit", "ChainEdit", "Edit", "ImportEdit", "Plan", "PlannedFinding", "Splice", "analyze",
            "source_lines"]
+
+
+def _identity_matters(ref: ChainRef) -> bool:
+    """Is the reference a dict key, a set element or an operand of a comparison? There the class is
+    looked up or compared (`{GradScaler: save_hook}[type(obj)]`), and no stand-in keeps its meaning."""
+    parent, node = ref.parent, ref.node
+    if isinstance(parent, ast.Dict):
+        return any(key is node for key in parent.keys)
+    if isinstance(parent, ast.DictComp):
+        return parent.key is node
+    return isinstance(parent, (ast.Set, ast.Compare))
