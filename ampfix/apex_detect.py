@@ -38,7 +38,7 @@ def _longest(table: dict, qname: str) -> str | None:
     return None
 
 
-def _rule(qname: str) -> Rule | None:
+def rule_of(qname: str) -> Rule | None:
     name = _longest(_CODES, qname)
     return None if name is None else _CODES[name]
 
@@ -62,7 +62,7 @@ def plan_apex(analysis: Analysis) -> None:
             binding = _apex_binding(ref)
             if binding is not None:
                 full = ".".join((binding.qname or "", *ref.parts[1:]))
-                rule = _rule(full)
+                rule = rule_of(full)
                 if rule is not None:
                     used.add(id(binding))
                     uses.append((ref, binding, full, rule))
@@ -217,7 +217,7 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
     removes it: `rewritten` holds its message by id() of the import)."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
-            rule = _rule(qname) if _owned(qname) else None
+            rule = rule_of(qname) if _owned(qname) else None
             if rule is None:
                 continue
             advice = _advice(qname)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ampfix.analysis import Splice, free_name
+from ampfix.apex_detect import rule_of
 from ampfix.apex_optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.bindings import ChainRef
 from ampfix.locations import first_line, tokens
@@ -447,9 +448,7 @@ def _lines(numbers: list[int]) -> str:
 
 
 def _rule_code(full: str) -> str:
-    from ampfix.apex_detect import _rule
-
-    rule = _rule(full)
+    rule = rule_of(full)
     return rule.code if rule is not None else ""
 
 
