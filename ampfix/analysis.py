@@ -174,7 +174,7 @@ class Analysis:
         self.lines = self.index.lines
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
-        self.judge = GuardJudge(family, options.target_torch)
+        self.judge = GuardJudge(family, options.target_torch, imports_move=self.try_imports_move)
         self.findings: list[PlannedFinding] = []
         self.edits: list[Edit] = []
         self.needs_functools = False
@@ -218,6 +218,13 @@ class Analysis:
             package = self.family.package
             return f"needs {package} >= {need}; the target is {package} {have}"
         return self.judge.reason(guards)
+
+    def try_imports_move(self, node: ast.Try) -> bool:
+        """Is the body of this `try` only imports of deprecated names that all move to their twins?"""
+        from ampfix.import_plan import moves_by_rules
+
+        imports = [imp for imp in self.walker.imports if imp.tried is node]
+        return len(imports) == len(node.body) and all(moves_by_rules(self, imp) for imp in imports)
 
     def device_text(self, target: Target) -> str:
         """The device argument of a new call: the old name's own, or the device target for CUDA."""

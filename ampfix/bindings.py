@@ -48,13 +48,15 @@ class Guard:
     kind "if": the statements under one branch of an `if`, `node` its test; `taken` says which
     branch: True for the body (run where the test holds), False for the `else` (and an `elif`, which
     is an `if` inside that `else`).
-    kind "fallback": the handlers of a `try` that catch ImportError/AttributeError, `node` the `try`.
+    kind "fallback": one handler of a `try` that catches ImportError/AttributeError, `node` the `try`,
+    `handler` that handler.
     """
 
     kind: str
     node: ast.AST
     scope: Scope
     taken: bool = True
+    handler: ast.ExceptHandler | None = None
 
 
 Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
@@ -117,6 +119,7 @@ _FEATURE_CHECK_FUNCS = frozenset({"hasattr"})
 _NONE_TESTS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
 # What a `try` catches when its handlers are a fallback for a torch that lacks a name.
 _FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError"})
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
 class Walker:
@@ -239,7 +242,7 @@ class Walker:
             if handler.name:
                 scope.bind(Binding(handler.name, "other", handler.lineno))
             if catches_missing_names(handler):
-                self.guards = (*outer, Guard("fallback", node, scope))
+                self.guards = (*outer, Guard("fallback", node, scope, handler=handler))
             self.statements(handler.body, scope)
             self.guards = outer
         self.statements(node.orelse, scope)
@@ -423,5 +426,15 @@ def catches_missing_names(handler: ast.ExceptHandler) -> bool:
     caught = handler.type
     if caught is None:
         return True
-    names = caught.elts if isinstance(caught, ast.Tuple) else [caught]
-    return any(isinstance(n, ast.Name) and n.id in _FALLBACK_ERRORS for n in names)
+    return any(isinstance(n, ast.Name) and n.id in _FALLBACK_ERRORS for n in _caught(caught))
+
+
+def catches_only_failed_imports(handler: ast.ExceptHandler) -> bool:
+    """`except ImportError:`, `except (ImportError, ModuleNotFoundError):`: a handler that nothing but a
+    failed import runs."""
+    caught = handler.type
+    return caught is not None and all(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in _caught(caught))
+
+
+def _caught(caught: ast.expr) -> list[ast.expr]:
+    return caught.elts if isinstance(caught, ast.Tuple) else [caught]

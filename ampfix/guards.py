@@ -16,21 +16,28 @@ Names resolve through the file's bindings: `hasattr(args, "use_amp")` tests an a
 An `if` guard is decided at the target torch (`Options.target_torch`; None: the newest) where its test
 is made of comparisons of the version with a literal (`ampfix.version_tests`): a branch the target
 never runs is dead (left, and said so), a branch it runs holds nothing back (the rewrite of unguarded
-code already assumes the target). Every other guard holds its branches back.
+code already assumes the target). So is an `except ImportError` handler of a `try` whose body is only
+imports of deprecated names that all move to twins the target has (nemo's `try: from torch.cuda.amp
+import autocast` / `except ImportError: def autocast(...)`): rewritten, the imports cannot fail there,
+so the target never runs the handler. Which imports move is the caller's to say (`imports_move`: the
+rules, the options and the branches around the `try`). Every other guard holds its branches back.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from ampfix import version_tests
-from ampfix.bindings import Binding, Guard, Guards, Scope, dotted_parts, resolved
+from ampfix.bindings import Binding, Guard, Guards, Scope, catches_only_failed_imports, dotted_parts, resolved
 from ampfix.rules import Family
 from ampfix.version_tests import UNKNOWN, BoolOp, Comparison, Literal, Not, Parser, Test
 
 IF_REASON = "inside a branch that tests the {package} version; the new name may not exist there"
 FALLBACK_REASON = "in the fallback of a `try` that imports the new API; the old name is what it falls back to"
 DEAD_REASON = "in the branch {branch}, which the target {package} ({target}) never runs"
+DEAD_HANDLER_REASON = ("in the handler `except {caught}` (line {line}), which the target {package} ({target}) "
+                       "never runs once the `try` imports the new names")
 
 _INTROSPECTION = frozenset({"hasattr", "getattr"})
 _METADATA_VERSION = frozenset({"importlib.metadata.version", "importlib_metadata.version"})
@@ -47,9 +54,13 @@ def qualify(node: ast.expr, scope: Scope) -> str | None:
 
 
 class GuardJudge:
-    def __init__(self, family: Family, target: tuple[int, int] | None = None) -> None:
+    def __init__(self, family: Family, target: tuple[int, int] | None = None,
+                 imports_move: Callable[[ast.Try], bool] | None = None) -> None:
         self.family = family
         self.target = target
+        # Is the body of this `try` only imports that all move to twins the target has? None: never asked,
+        # every handler holds its code back.
+        self.imports_move = imports_move
         # id(guard) -> (dead, why the branch holds its code back or None)
         self.verdicts: dict[int, tuple[bool, str | None]] = {}
         self.tests: dict[int, Test] = {}
@@ -75,7 +86,7 @@ class GuardJudge:
 
     def _judge(self, guard: Guard) -> tuple[bool, str | None]:
         if guard.kind != "if":
-            return False, FALLBACK_REASON if self.tries_new_api(guard.node, guard.scope) else None  # type: ignore[arg-type]
+            return self.judge_handler(guard)
         test = self.tests.get(id(guard.node))
         if test is None:
             test = self.tests[id(guard.node)] = self.version_test(guard.node, guard.scope, frozenset())  # type: ignore[arg-type]
@@ -95,8 +106,19 @@ class GuardJudge:
             branch = f"for {condition} (line {line})"
         else:
             branch = f"where the test on line {line} is {'true' if guard.taken else 'false'}"
-        target = "the newest" if self.target is None else f"{'.'.join(map(str, self.target))} or newer"
-        return DEAD_REASON.format(branch=branch, package=self.family.package, target=target)
+        return DEAD_REASON.format(branch=branch, package=self.family.package, target=self.target_text())
+
+    def judge_handler(self, guard: Guard) -> tuple[bool, str | None]:
+        node, handler = guard.node, guard.handler
+        assert isinstance(node, ast.Try) and handler is not None
+        if catches_only_failed_imports(handler) and self.imports_move is not None and self.imports_move(node):
+            caught = ast.unparse(handler.type)  # type: ignore[arg-type]
+            return True, DEAD_HANDLER_REASON.format(caught=caught, line=handler.lineno, package=self.family.package,
+                                                    target=self.target_text())
+        return False, FALLBACK_REASON if self.tries_new_api(node, guard.scope) else None
+
+    def target_text(self) -> str:
+        return "the newest" if self.target is None else f"{'.'.join(map(str, self.target))} or newer"
 
     # a test decided from structure -------------------------------------------------------------
     def version_test(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> Test:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ampfix.analysis import MODULE_PATH_CODE, NO_TWIN_CODE, ImportEdit
 from ampfix.bindings import ImportRef, Scope
-from ampfix.suppression_plan import import_suppressed
+from ampfix.suppression_plan import deprecated_aliases, import_suppressed
 
 if TYPE_CHECKING:
     from ampfix.analysis import Analysis
@@ -26,15 +26,40 @@ def plan_imports(analysis: Analysis) -> None:
             _plan_import(analysis, imp, plain_imports)
 
 
-def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str | None:
-    """Why the import binding `name` cannot move to its twin, or None."""
+def moves_by_rules(analysis: Analysis, imp: ImportRef) -> bool:
+    """Does every name `imp` imports move to a twin the target has, as far as the rules, the options, the
+    branches around it and its comments say (its uses are not asked)?"""
+    aliases = list(deprecated_aliases(analysis, imp))
+    return len(aliases) == len(imp.node.names) and all(
+        not import_suppressed(analysis, alias, qname)
+        and (_twin_blocker if bound is not None else _package_import_blocker)(analysis, imp, qname) is None
+        for alias, qname, bound in aliases)
+
+
+def _twin_blocker(analysis: Analysis, imp: ImportRef, qname: str) -> str | None:
+    """Why the rules and options do not move the imported `qname` to its twin, or None."""
     family = analysis.family
     symbol = family.symbol(qname)
     if symbol is None or not family.exists(qname):
         return family.unknown(qname)
     if symbol[2] is None or symbol[0] != qname:
         return f"`{qname}` has no {family.twin_namespace} twin"
-    held_back = analysis.hold_back(symbol[1], imp.guards)
+    return analysis.hold_back(symbol[1], imp.guards)
+
+
+def _package_import_blocker(analysis: Analysis, imp: ImportRef, qname: str) -> str | None:
+    """Why `import torch.cuda.amp` (binding the package itself) does not become `import torch.amp`, or None."""
+    family = analysis.family
+    symbol = family.symbol(qname)
+    if not (symbol and symbol[2] and symbol[0] == qname):
+        return f"no {family.twin_namespace} twin"
+    module_rule = family.symbol(next(iter(family.roots)))
+    return analysis.hold_back(module_rule[1] if module_rule else None, imp.guards)
+
+
+def _blocker(analysis: Analysis, imp: ImportRef, name: str, qname: str) -> str | None:
+    """Why the import binding `name` cannot move to its twin, or None."""
+    held_back = _twin_blocker(analysis, imp, qname)
     if held_back is not None:
         return held_back
     blocker = analysis.blocked_groups.get((id(imp.scope), name))
@@ -109,16 +134,13 @@ def _plan_import(analysis: Analysis, imp: ImportRef, plain_imports: dict[int, se
     node = imp.node
     renamed: dict[int, str] = {}
     removed: list[int] = []
-    module_rule = family.symbol(next(iter(family.roots)))
     for i, alias in enumerate(node.names):
         if family.deprecated_root(alias.name) is None or import_suppressed(analysis, alias, alias.name):
             continue
         if alias.asname:
             reason = _blocker(analysis, imp, alias.asname, alias.name)
         else:  # binds the package itself; `import torch` already loads both paths
-            symbol = family.symbol(alias.name)
-            reason = None if symbol and symbol[2] and symbol[0] == alias.name else f"no {family.twin_namespace} twin"
-            reason = reason or analysis.hold_back(module_rule[1] if module_rule else None, imp.guards)
+            reason = _package_import_blocker(analysis, imp, alias.name)
         if reason is not None:
             analysis.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` left: {reason}", fixable=False)
             continue

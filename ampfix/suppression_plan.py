@@ -22,7 +22,7 @@ def suppress_uses(analysis: Analysis, decided: list[tuple[Use, Decision]]) -> li
     """`decided` without the suppressed uses; the groups they (or their imports) hold are noted in
     `analysis.suppressed_groups`."""
     for imp in analysis.walker.imports:
-        aliases = list(_deprecated_aliases(analysis, imp))
+        aliases = list(deprecated_aliases(analysis, imp))
         # One suppressed name holds the whole statement: split, the names moved to a new line
         # would lose the comment, and the next run would migrate them.
         if any(import_suppressed(analysis, alias, qname) for alias, qname, _ in aliases):
@@ -50,7 +50,7 @@ def import_suppressed(analysis: Analysis, alias: ast.alias, qname: str) -> bool:
     return any(analysis.suppressions.covers(line, code) for code in codes)
 
 
-def _deprecated_aliases(analysis: Analysis, imp: ImportRef):
+def deprecated_aliases(analysis: Analysis, imp: ImportRef):
     """(alias, qualified name, name it binds as a group, or None) for each deprecated name imported."""
     family = analysis.family
     node = imp.node

@@ -5,7 +5,8 @@ A case is ``fixtures/<area>/<name>.in.py`` with its expected output ``<name>.out
 A case without ``.out.py`` must come out unchanged, byte for byte.
 ``fixtures/run/`` and ``fixtures/demo/`` belong to other tests and are not cases here.
 
-The options a case is fixed with are its area's (``AREA_OPTIONS``; an area not listed there: the defaults).
+The options a case is fixed with are its area's (``AREA_OPTIONS``; an area not listed there: the defaults),
+updated by its own (``CASE_OPTIONS``, for a case that shows what one option changes next to its area's cases).
 
 A case whose first line is exactly ``# fixture: not-runnable (<reason>)`` is not executed by the torch oracle
 (tests/test_equivalence.py).
@@ -29,6 +30,10 @@ AREA_OPTIONS: dict[str, dict[str, object]] = {
     "device_cpu": {"device": "cpu"},
     "device_auto": {"device": "auto"},
     "device_expr": {"device_expr": "cfg.device_type"},
+}
+# The cases fixed with other options than their area's: case id -> keyword arguments of ampfix's Options.
+CASE_OPTIONS: dict[str, dict[str, object]] = {
+    "guards/nemo_fallback_old_target": {"target_torch": (2, 2)},
 }
 # The areas whose CUDA code moves to the CPU when run on this machine (the oracle's expectation differs).
 CPU_TARGET_AREAS = {"device_cpu": "cpu", "device_auto": "auto"}
@@ -75,7 +80,7 @@ class Case:
     @property
     def options(self) -> dict[str, object]:
         """The keyword arguments of ampfix's Options this case is fixed with."""
-        return AREA_OPTIONS.get(self.area, {})
+        return {**AREA_OPTIONS.get(self.area, {}), **CASE_OPTIONS.get(self.id, {})}
 
     def expected_findings(self) -> list[tuple[int, str, bool]] | None:
         """The ``.findings`` file as sorted ``(line, code, fixed)``; None when the case has none."""

@@ -3,7 +3,9 @@
 
 Cases live in ``fixtures/<area>/`` (see tests/fixture_cases.py); each runs with its area's options
 (``fixture_cases.AREA_OPTIONS``: ``fixtures/unsafe_fixes/`` with ``unsafe_fixes=True``, ``fixtures/device_cpu/``
-with ``device="cpu"``, ...), every other area with the default options.
+with ``device="cpu"``, ...), every other area with the default options; a case listed in
+``fixture_cases.CASE_OPTIONS`` with those updated by its own (``guards/nemo_fallback_old_target``:
+``--target-torch 2.2``).
 """
 
 from __future__ import annotations

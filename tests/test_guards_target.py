@@ -204,3 +204,131 @@ def test_comparison_at_a_version_follows_the_parser():
     assert loose.at((1, 6, 0)) and not padded.at((1, 6, 0))
     assert version_tests.describe(Not(padded), True) == "torch <= 1.6"
     assert version_tests.describe(BoolOp(True, (padded, padded)), True) is None
+
+
+# `try: <old import> / except ImportError: <fallback>` (nemo) --------------------------------------------
+
+NEMO = (FIXTURES / "guards" / "nemo_fallback.in.py").read_text(encoding="utf-8")
+NEMO_OUT = (FIXTURES / "guards" / "nemo_fallback.out.py").read_text(encoding="utf-8")
+NEMO_USES = [
+    (17, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"', True),
+    (22, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"', True),
+]
+
+
+def test_nemo_fallback_is_migrated_and_the_dead_handler_named():
+    assert messages(NEMO) == [
+        (7, "`from torch.cuda.amp import autocast` -> `from torch.amp import autocast`; the `autocast` bound on "
+            "line 12, in the handler `except ImportError` (line 8), which the target torch (the newest) never runs "
+            "once the `try` imports the new names, is left as it is and no longer matches the rewritten uses", True),
+        *NEMO_USES,
+    ]
+    assert fix_source(NEMO).new_source == NEMO_OUT
+    # The rewritten `try` imports the new API: its handler is the fallback for an older torch, as before.
+    assert fix_source(NEMO_OUT).new_source == NEMO_OUT
+    assert fix_source(NEMO_OUT).findings == ()
+
+
+def test_nemo_fallback_at_the_rules_minimum_is_migrated():
+    result = fix_source(NEMO, Options(target_torch=(1, 10)))
+    assert result.new_source == NEMO_OUT
+    assert "which the target torch (1.10 or newer) never runs once the `try` imports" in result.findings[0].message
+
+
+def test_nemo_fallback_below_the_rules_minimum_is_left():
+    # torch.amp.autocast is 1.10: at 1.5 the import stays, so the handler can run and `autocast` is two things.
+    result = fix_source(NEMO, Options(target_torch=(1, 5)))
+    assert result.new_source == NEMO
+    assert messages(NEMO, Options(target_torch=(1, 5))) == [
+        (7, "`torch.cuda.amp.autocast` import left: needs torch >= 1.10; the target is torch 1.5", False),
+        (17, "`autocast` is bound to several things (lines 7, 12); rewriting one use would break the others", False),
+        (22, "`autocast` is bound to several things (lines 7, 12); rewriting one use would break the others", False),
+    ]
+
+
+def _try(body: str, caught: str = "ImportError") -> str:
+    return (f"import torch\n\ntry:\n{body}except {caught}:\n    def autocast(enabled=None):\n        return None\n\n"
+            "with autocast():\n    pass\n")
+
+
+BOUND_TWICE = "`autocast` is bound to several things (lines {}, {}); rewriting one use would break the others"
+
+
+@pytest.mark.parametrize(("body", "caught"), [
+    # anything but deprecated imports in the body: it can fail on any torch
+    ("    from torch.cuda.amp import autocast\n    import megatron\n", "ImportError"),
+    ("    from torch.cuda.amp import autocast\n    torch.ones(1)\n", "ImportError"),
+    ("    from torch.amp import GradScaler\n    from torch.cuda.amp import autocast\n", "ImportError"),
+    # a name with no twin stays imported from the old module
+    ("    from torch.cuda.amp import autocast, common\n", "ImportError"),
+    # a handler that more than a failed import runs
+    ("    from torch.cuda.amp import autocast\n", "Exception"),
+    ("    from torch.cuda.amp import autocast\n", "(ImportError, AttributeError)"),
+])
+def test_a_try_that_can_fail_on_the_target_keeps_its_handler_live(body, caught):
+    source = _try(body, caught)
+    lines = source.splitlines()
+    import_line = next(n for n, line in enumerate(lines, 1) if "import autocast" in line)
+    result = fix_source(source)
+    assert result.new_source == source
+    (use,) = [f for f in result.findings if f.line == lines.index("with autocast():") + 1]
+    assert use.message == BOUND_TWICE.format(import_line, lines.index("    def autocast(enabled=None):") + 1)
+    assert not use.fixed
+
+
+@pytest.mark.parametrize(("body", "caught", "out"), [
+    ("    from torch.cuda.amp import autocast\n", "ModuleNotFoundError", "    from torch.amp import autocast\n"),
+    ("    from torch.cuda.amp import autocast\n", "(ImportError, ModuleNotFoundError)",
+     "    from torch.amp import autocast\n"),
+    ("    import torch.cuda.amp\n    from torch.cuda.amp import autocast\n", "ImportError",
+     "    import torch.amp\n    from torch.amp import autocast\n"),
+    ("    from torch.cuda.amp import autocast\n    from torch.cuda.amp import GradScaler as Scaler\n", "ImportError",
+     "    from torch.amp import autocast\n    from torch.amp import GradScaler as Scaler\n"),
+])
+def test_a_try_of_deprecated_imports_that_all_move_has_a_dead_handler(body, caught, out):
+    source = _try(body, caught)
+    result = fix_source(source)
+    assert result.new_source == _try(out, caught).replace("with autocast():", 'with autocast("cuda"):')
+    handler_line = 3 + body.count("\n") + 1
+    (note,) = [f.message for f in result.findings if "import autocast` ->" in f.message]
+    assert note.endswith(f"; the `autocast` bound on line {handler_line + 1}, in the handler `except {caught}` "
+                         f"(line {handler_line}), which the target torch (the newest) never runs once the `try` "
+                         "imports the new names, is left as it is and no longer matches the rewritten uses")
+
+
+def test_a_deprecated_use_in_a_dead_handler_is_left_and_said_so():
+    source = ("import torch\n\ntry:\n    from torch.cuda.amp import autocast\nexcept ImportError:\n"
+              "    autocast = torch.cpu.amp.autocast\n\nwith autocast():\n    pass\n")
+    result = fix_source(source)
+    assert result.new_source == source.replace("from torch.cuda.amp", "from torch.amp").replace(
+        "with autocast():", 'with autocast("cuda"):')
+    assert [(f.line, f.message, f.fixed) for f in result.findings][1] == (
+        6, "`torch.cpu.amp.autocast` left: in the handler `except ImportError` (line 5), which the target torch "
+           "(the newest) never runs once the `try` imports the new names", False)
+
+
+def test_a_try_under_an_undecided_guard_keeps_its_handler_live():
+    # The import is held back by the `hasattr` guard, so it is not rewritten and the handler can run.
+    source = ("import torch\n\nif hasattr(torch, 'npu'):\n    try:\n        from torch.cuda.amp import autocast\n"
+              "    except ImportError:\n        def autocast(enabled=None):\n            return None\n"
+              "    with autocast():\n        pass\n")
+    assert messages(source) == [
+        (5, "`torch.cuda.amp.autocast` import left: inside a branch that tests the torch version; the new name "
+            "may not exist there", False),
+        (9, BOUND_TWICE.format(5, 7), False),
+    ]
+
+
+def test_a_suppressed_import_keeps_its_handler_live():
+    source = _try("    from torch.cuda.amp import autocast  # noqa: AMP010\n")
+    assert fix_source(source).new_source == source
+    assert messages(source) == [(9, BOUND_TWICE.format(4, 6), False)]
+
+
+def test_the_new_api_fallback_keeps_its_reason():
+    from ampfix.guards import FALLBACK_REASON
+
+    source = ("import torch\n\ntry:\n    from torch.amp import GradScaler\nexcept ImportError:\n"
+              "    from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")
+    assert fix_source(source).new_source == source
+    assert messages(source)[0] == (6, f"`torch.cuda.amp.GradScaler` import left: {FALLBACK_REASON}", False)
