@@ -167,7 +167,7 @@ class Walker:
     def stmt_Import(self, node: ast.Import, scope: Scope, tried: ast.Try | None = None) -> None:
         imp = ImportRef(node, scope, self.guards, tried)
         self.imports.append(imp)
-        for i, alias in enumerate(node.names):
+        for alias in node.names:
             if alias.asname:
                 name, qname = alias.asname, alias.name
             else:
@@ -178,7 +178,7 @@ class Walker:
         imp = ImportRef(node, scope, self.guards, tried)
         self.imports.append(imp)
         module = "." * node.level + (node.module or "")
-        for i, alias in enumerate(node.names):
+        for alias in node.names:
             if alias.name == "*":
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
