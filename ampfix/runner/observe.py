@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,7 +268,8 @@ class Recorder:
 
     def write(self, out_dir: str, label: str) -> None:
         path = os.path.join(out_dir, f"process-{os.getpid()}.json")
-        temporary = path + ".tmp"
+        # One temporary file per writing thread: a worker's SIGTERM watcher may write while its exit does.
+        temporary = f"{path}.{threading.get_ident()}.tmp"
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(self.to_dict(label), handle)
         os.replace(temporary, path)  # the parent never reads half a file
