@@ -55,7 +55,7 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
         return ("the optional import's `except` does more than set `amp = None` and flags False, pass or print "
                 "(removing it would drop that)")
     others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
-    if not all(b.kind == "none" and _within(handler, b.line) for b in others):
+    if not all(b.kind == "none" and _made_in(handler, b) for b in others):
         return f"`{binding.name}` is also bound to something else"
     return OptionalImport(statement, import_node, binding.name, tuple(rest))  # type: ignore[arg-type]
 
@@ -98,7 +98,7 @@ def flag_reason(test: ast.expr, optional: OptionalImport, scope: Scope) -> str |
     if not bindings:
         return f"`{test.id}` is never bound"
     handler = optional.statement.handlers[0]
-    in_handler = [found is _module(scope) and _within(handler, b.line) for b in bindings]
+    in_handler = [found is _module(scope) and _made_in(handler, b) for b in bindings]
     for binding, handled in zip(bindings, in_handler):
         value = binding.value
         if binding.kind != "other" or not isinstance(value, ast.expr):
@@ -115,8 +115,9 @@ def flag_reason(test: ast.expr, optional: OptionalImport, scope: Scope) -> str |
     return None
 
 
-def _within(handler: ast.ExceptHandler, line: int) -> bool:
-    return handler.body[0].lineno <= line <= (handler.end_lineno or line)
+def _made_in(handler: ast.ExceptHandler, binding: Binding) -> bool:
+    """Was `binding` made under `handler`? The walk records the handler among the binding's branches."""
+    return any(guard.handler is handler for guard in binding.guards)
 
 
 def _module(scope: Scope) -> Scope:
