@@ -429,11 +429,15 @@ class Analysis:
             lines = sorted({b.line for b in ref.scope.lookup(ref.parts[0])[1]})
             return Decision(code, f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
                             "rewriting one use would break the others")
-        if symbol is None or not self.family.exists(full):
-            return Decision(NO_TWIN_CODE, f"{self.family.unknown(full)}; there is nothing to migrate it to")
+        missing = self.family.missing_twin(full)
+        if missing is not None:
+            listed_by, why = missing
+            if listed_by is None:
+                return Decision(NO_TWIN_CODE, f"{why}; there is nothing to migrate it to")
+            return Decision(listed_by.code, why)
+        assert symbol is not None
         name, rule, target = symbol
-        if target is None:
-            return Decision(rule.code, f"`{full}` has no {self.family.twin_namespace} twin")
+        assert target is not None
         rest = full[len(name):]
         new_name = target.new + rest
         suggestion = new_name if rest or ref.role in ("type", "none_test") else self.suggest(rule, target, new_name)

@@ -39,20 +39,18 @@ def moves_by_rules(analysis: Analysis, imp: ImportRef) -> bool:
 def _twin_blocker(analysis: Analysis, imp: ImportRef, qname: str) -> str | None:
     """Why the rules and options do not move the imported `qname` to its twin, or None."""
     family = analysis.family
-    symbol = family.symbol(qname)
-    if symbol is None or not family.exists(qname):
-        return family.unknown(qname)
-    if symbol[2] is None or symbol[0] != qname:
-        return f"`{qname}` has no {family.twin_namespace} twin"
-    return analysis.hold_back(symbol[1], imp.guards)
+    missing = family.missing_twin(qname, exact=True)
+    if missing is not None:
+        return missing[1]
+    return analysis.hold_back(family.symbol(qname)[1], imp.guards)  # type: ignore[index]
 
 
 def _package_import_blocker(analysis: Analysis, imp: ImportRef, qname: str) -> str | None:
     """Why `import torch.cuda.amp` (binding the package itself) does not become `import torch.amp`, or None."""
     family = analysis.family
-    symbol = family.symbol(qname)
-    if not (symbol and symbol[2] and symbol[0] == qname):
-        return f"no {family.twin_namespace} twin"
+    missing = family.missing_twin(qname, exact=True)
+    if missing is not None:
+        return missing[1]
     module_rule = family.symbol(next(iter(family.roots)))
     return analysis.hold_back(module_rule[1] if module_rule else None, imp.guards)
 

@@ -151,6 +151,18 @@ class Family:
         name, _, target = symbol
         return name == qname or target is None or not target.module
 
+    def missing_twin(self, qname: str, *, exact: bool = False) -> tuple[Rule | None, str] | None:
+        """Why `qname` has nothing to move to, with the rule that lists it (None: not a name torch
+        defines), or None when it has a twin. `exact`: `qname` itself must be a listed name, as an
+        import binds it, not a member below one (`torch.cuda.amp.GradScaler.step`)."""
+        symbol = self.symbol(qname)
+        if symbol is None or not self.exists(qname):
+            return None, self.unknown(qname)
+        name, rule, target = symbol
+        if target is None or (exact and name != qname):
+            return rule, f"`{qname}` has no {self.twin_namespace} twin"
+        return None
+
     def unknown(self, qname: str) -> str:
         """What to say of a name `exists` does not know: the members of a deprecated root are all
         listed in the rules; a submodule may have held private names the rules do not list."""
