@@ -199,6 +199,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     # scale_loss -> scaler.scale(loss).backward(...), the statements before it under autocast
     regions: list[tuple[int, int]] = []
     blocks: set[int] = set()
+    backward_statements: list[ast.stmt] = []
     autocast = f"torch.autocast({device}, dtype={dtype}" + (
         f", enabled={_text(rw, enabled)})" if enabled is not None else ")")
     for use in scale_losses:
@@ -216,6 +217,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             _plain_backward_else(guard, with_node, loss, backward)
             flags.append(guard.test.id)
         statement = guard if guarded else with_node
+        backward_statements.append(statement)
         block, position = _block_of(rw, statement)
         # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
         begin = block.index(init_statement) + 1 if init_statement in block else 0
@@ -249,6 +251,7 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
 
     # clipping over master_params directly before a step -> unscale_, then clipping over param_groups
     step_lines = {s.lineno for s in steps}
+    unscaled_steps: set[int] = set()
     for use in clips:
         call = _call_of(use)
         if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Name)
@@ -272,6 +275,34 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         rw.splices.append((at, at, f"{_indent(lines, statement.lineno)}{SCALER}.unscale_({opt_name}){newline}"))
         rw.messages[id(use.ref)] = (f"`{amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, then "
                                     "clipping over the optimizer's param_groups (what master_params iterated)")
+        unscaled_steps.add(following.lineno)
+
+    # Gradients read between a backward and its step (clipping over any parameters, a `.grad`): apex had
+    # unscaled them when scale_loss exited, the scaler keeps them scaled until its step. In the step's own
+    # block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
+    # allows); read in the micro-steps of an accumulation, they cannot be unscaled yet.
+    unscaled_at: list[int] = []
+    for step in steps:
+        if step.lineno in unscaled_steps:
+            continue
+        block, position = _block_of(rw, step)
+        begin = next((block.index(s) + 1 for s in backward_statements if s in block), 0)
+        readers = [s for s in block[begin:position] if _reads_gradients(rw, s, scope)]
+        if readers:
+            first = readers[0]
+            _starts_its_line(rw, first)
+            at = index.line_start(first_line(first))
+            rw.splices.append((at, at, f"{_indent(lines, first.lineno)}{SCALER}.unscale_({opt_name}){newline}"))
+            unscaled_at.append(first.lineno)
+    for statement in backward_statements:
+        block, position = _block_of(rw, statement)
+        if any(step in block for step in steps):
+            continue  # the step's own block: above
+        for later in block[position + 1:]:
+            if not any(isinstance(node, ast.Expr) and node in steps for node in ast.walk(later)) \
+                    and _reads_gradients(rw, later, scope):
+                raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
+                                    "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
 
     # amp.state_dict() / amp.load_state_dict(...) -> the scaler's; what is loaded goes through a helper that
     # also reads apex's format
@@ -346,7 +377,9 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             "of their own)")
     rw.messages[id(init_use.ref)] = (
         f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
-        f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`" + note)
+        f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`"
+        + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(unscaled_at)} (apex had "
+           "unscaled them when scale_loss exited)" if unscaled_at else "") + note)
 
 
 def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
@@ -500,6 +533,16 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
            for n in ast.walk(a)):
         raise NotMechanical("the scaled loss is used again in the backward call")
     return call.args[0]
+
+
+def _reads_gradients(rw: _Rewrite, statement: ast.stmt, scope) -> bool:
+    """Does `statement` read gradients: a `.grad`, or a call of torch's gradient clipping?"""
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, ast.Call) and rw.analysis.resolve_value(node.func, scope) in rules.GRADIENT_CLIPPING:
+            return True
+    return False
 
 
 def _is_step(node: ast.AST, opt_name: str) -> bool:

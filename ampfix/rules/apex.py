@@ -307,6 +307,12 @@ EVALUATION_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
 AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
                                "torch.cpu.amp.autocast"})
 
+# torch's gradient clipping: between a backward and its step it reads gradients apex had unscaled and a
+# GradScaler has not yet, so the rewrite puts `scaler.unscale_(optimizer)` before it.
+GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                               "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
+                               "torch.nn.utils.clip_grad.clip_grad_value_"})
+
 # apex.amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
                      "keep_batchnorm_fp32", "master_weights", "loss_scale")
