@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -70,25 +70,25 @@ class OutputFormat(str, enum.Enum):
 
 PathsArg = Annotated[list[Path], typer.Argument(
     metavar="PATH", help="Files or folders (folders: every *.py below); `-` reads stdin.")]
-UnsafeOpt = Annotated[Optional[bool], typer.Option(
+UnsafeOpt = Annotated[bool | None, typer.Option(
     "--unsafe-fixes/--no-unsafe-fixes", show_default=False,
     help="Also apply fixes that may change meaning (default: `unsafe-fixes` in [tool.ampfix], else off).")]
 TargetOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--target-torch", metavar="X.Y",
                  help="Oldest torch the code must run on: rules needing newer torch are only reported, and "
                       "version tests are decided for it (default: the newest torch)."),
 ]
-SelectOpt = Annotated[Optional[str], typer.Option(
+SelectOpt = Annotated[str | None, typer.Option(
     "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
-IgnoreOpt = Annotated[Optional[str], typer.Option(
+IgnoreOpt = Annotated[str | None, typer.Option(
     "--ignore", metavar="CODES", help="Leave these rules out: codes or prefixes, comma-separated.")]
-DeviceOpt = Annotated[Optional[str], typer.Option(
+DeviceOpt = Annotated[str | None, typer.Option(
     "--device", metavar="cuda|cpu|auto",
     help="Where CUDA code goes: cuda (default, as written), cpu, or auto (a device chosen when it runs).")]
-DeviceExprOpt = Annotated[Optional[str], typer.Option(
+DeviceExprOpt = Annotated[str | None, typer.Option(
     "--device-expr", metavar="EXPR", help="Your own device expression at every CUDA site (\"cfg.device_type\").")]
-KeepDtypeOpt = Annotated[Optional[bool], typer.Option(
+KeepDtypeOpt = Annotated[bool | None, typer.Option(
     "--keep-dtype/--no-keep-dtype", show_default=False,
     help="With --device cpu, keep an explicit float16 (default: it becomes bfloat16).")]
 FormatOpt = Annotated[OutputFormat, typer.Option(
@@ -99,7 +99,7 @@ ForceExcludeOpt = Annotated[bool, typer.Option(
     "--force-exclude", help="Apply the configured excludes to files named on the command line too.")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
-StdinNameOpt = Annotated[Optional[str], typer.Option(
+StdinNameOpt = Annotated[str | None, typer.Option(
     "--stdin-filename", metavar="PATH",
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
 
@@ -111,7 +111,7 @@ def _setting(key: str, value: object) -> object:
     try:
         return KEYS[key][1](value)
     except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint=f"--{key}")
+        raise typer.BadParameter(str(error), param_hint=f"--{key}") from error
 
 
 def _codes(value: str) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from ampfix.config import ConfigError, Settings, enabled_rules, load
 from ampfix.options import Options

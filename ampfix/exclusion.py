@@ -10,7 +10,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 # Folders never descended into unless `exclude` replaces this list: tool caches, installed
 # packages, build output. Version-control data is skipped whatever the configuration.

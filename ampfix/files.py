@@ -13,7 +13,7 @@ import sys
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.exclusion import GITIGNORE, Exclusions, FolderFilter

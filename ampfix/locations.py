@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ast
 import io
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 if TYPE_CHECKING:
     import tokenize

@@ -19,7 +19,8 @@ import bisect
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.locations import source_lines

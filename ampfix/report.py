@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.files import READ_ERROR_CODE, WRITE_ERROR_CODE

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
         import libcst
 
         def work(data: bytes) -> None:
-            libcst.parse_module(data).code  # bytes: LibCST detects the encoding, as a tool must
+            _ = libcst.parse_module(data).code  # bytes: LibCST detects the encoding, as a tool must
     else:
         import ast
 

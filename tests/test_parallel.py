@@ -94,7 +94,7 @@ def test_the_collector_is_back_on_after_each_file(tree: Path):
     import gc
 
     seen = []
-    for result in files.process_paths([tree], Options(), "check", jobs=1):
+    for _result in files.process_paths([tree], Options(), "check", jobs=1):
         seen.append(gc.isenabled())
     assert seen and all(seen) and gc.isenabled()
 

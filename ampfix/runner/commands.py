@@ -15,7 +15,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -47,7 +47,7 @@ VERIFY_TIMEOUT_S = 600.0
 
 ScriptArgument = Annotated[Path, typer.Argument(help="The script to run (as __main__).", show_default=False)]
 MaxStepsOption = Annotated[
-    Optional[int], typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
+    int | None, typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
 ]
 _AMP_DTYPE_HELP = (
     'The dtype "cuda" autocast runs in on the CPU; keep: the requested one; explicit: the one the script gives, '
@@ -60,7 +60,7 @@ _AUTOCAST_POLICY_HELP = (
 AutocastPolicyOption = Annotated[AutocastPolicy, typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP)]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for torch, random, numpy and PYTHONHASHSEED.")]
 ThreadsOption = Annotated[int, typer.Option("--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
-JsonOption = Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON to this file.")]
+JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON to this file.")]
 
 
 TimeoutOption = Annotated[
@@ -159,7 +159,7 @@ def verify_command(
     ctx: typer.Context,
     script: ScriptArgument,
     rewritten: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--rewritten", help="A hand migration to check instead of ampfix's own rewrite."),
     ] = None,
     device: Annotated[
@@ -180,10 +180,10 @@ def verify_command(
     max_steps: MaxStepsOption = None,
     # None: not given; the default depends on --device (see _verify_run_options).
     amp_dtype: Annotated[
-        Optional[AmpDtype], typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="bfloat16")
+        AmpDtype | None, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="bfloat16")
     ] = None,
     autocast_policy: Annotated[
-        Optional[AutocastPolicy],
+        AutocastPolicy | None,
         typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP, show_default="cuda; cpu with --device cpu"),
     ] = None,
     seed: SeedOption = 0,
