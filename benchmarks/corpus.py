@@ -7,7 +7,7 @@
 
 Each package==version below is fetched once with `pip download --no-deps` into
 benchmarks/.corpus/downloads/ (gitignored), and its .py files are unpacked into
-benchmarks/.corpus/src/. Every .py file is then decoded as `ampfix.files` decodes it and run
+benchmarks/.corpus/src/. Every .py file is then decoded as `ampfix.io.files` decodes it and run
 through the engine in this process (`ampfix.engine.fix_source`, default safe options), then once
 more on its output.
 
@@ -361,7 +361,7 @@ class PackageResult:
 
 def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
     from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
-    from ampfix.files import _encoding  # the CLI's decoding: BOM, coding cookie
+    from ampfix.io.files import _encoding  # the CLI's decoding: BOM, coding cookie
 
     data = path.read_bytes()
     try:
@@ -453,7 +453,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
 
 
 def measure_package(name: str, tree: Path, options) -> PackageResult:
-    from ampfix.files import FileResult, discover
+    from ampfix.io.files import FileResult, discover
 
     result = PackageResult(name)
     for path in discover([tree]):
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every result and detail here")
     args = parser.parse_args(argv)
 
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     options = Options(unsafe_fixes=args.unsafe_fixes)
     chosen = [(req, kind) for req, kind in PACKAGES

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix.cli import app
+from ampfix.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "data" / "apex_o1_train.py"
@@ -96,7 +96,7 @@ def test_a_comment_on_a_rebuilt_line_holds_the_rewrite_back_whatever_the_line_en
 
 def test_the_device_options_reach_the_scaler_and_autocast():
     from ampfix.engine import fix_source
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     source = SCRIPT.read_text()
     cpu = fix_source(source, Options(device="cpu")).new_source
@@ -281,7 +281,7 @@ def test_a_flag_set_only_where_apex_is_missing_holds_the_rewrite_back():
 def test_the_walk_records_the_try_around_each_import_and_whether_the_module_goes_on_without_it():
     """One record of the optional imports (`ImportRef.tried`, `.optional`), read by detection and by the rewrite's
     recogniser of yolov5's shape."""
-    from ampfix.bindings import Walker
+    from ampfix.syntax.bindings import Walker
 
     source = ("try:\n    from apex import amp\n    import a\nexcept ImportError:\n    amp = None\n"
               "try:\n    import b\nexcept (AttributeError, ModuleNotFoundError):\n    pass\n"
@@ -326,7 +326,7 @@ def test_an_optional_apex_import_is_reported_as_such_wherever_it_is_and_a_requir
 def test_the_rule_selection_and_the_target_torch_hold_the_rewrite_back_as_for_torchs_own_rules(options, reason):
     """Weighed where torch's rules are (`Analysis.hold_back`): the rules the rewrite changes need torch 2.3."""
     from ampfix.engine import fix_source
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     source = SCRIPT.read_text()
     result = fix_source(source, Options(**options))
@@ -358,7 +358,7 @@ def test_an_apex_training_function_for_a_torch_without_native_amp_is_left():
 
 
 def test_the_rules_table_gives_the_torch_the_apex_rewrite_needs():
-    from ampfix.report import rules_json
+    from ampfix.cli.report import rules_json
 
     rows = json.loads(rules_json())
     assert {(row["code"], row["min_torch"]) for row in rows if row["code"].startswith("AMP10")} == {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix.cli import app
+from ampfix.cli.app import app
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'
@@ -233,7 +233,7 @@ def test_rules_fix_column_tells_calls_from_references():
     source = ("import torch\nA = torch.cuda.amp.autocast\nS = torch.cuda.amp.GradScaler\n"
               "F = torch.cuda.amp.custom_fwd\n")
     from ampfix.engine import fix_source
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     safe, unsafe = fix_source(source), fix_source(source, Options(unsafe_fixes=True))
     assert [f.fixed for f in safe.findings] == [False, False, False]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix import console
-from ampfix.cli import app
-from ampfix.config import enabled_rules
+from ampfix.cli import console
+from ampfix.cli.app import app
+from ampfix.io.config import enabled_rules
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix.cli import app
+from ampfix.cli.app import app
 from ampfix.engine import check_source, fix_source
-from ampfix.options import Options
+from ampfix.core.options import Options
 
 SOURCE = (
     "import torch\n"

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-import ampfix.apply
-from ampfix import analysis
+import ampfix.engine.apply
+from ampfix.engine import analysis
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
 
 SOURCE = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
@@ -35,7 +35,7 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
 
 def test_new_text_that_would_not_parse_is_never_returned(monkeypatch: pytest.MonkeyPatch):
     broken = "with torch.amp.autocast('cuda'\n"
-    monkeypatch.setattr(ampfix.apply, "apply_plan", lambda source, plan: broken)
+    monkeypatch.setattr(ampfix.engine.apply, "apply_plan", lambda source, plan: broken)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error is not None and "SyntaxError" in result.error
@@ -72,7 +72,7 @@ def test_columns_count_characters_not_bytes():
 
 
 def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     source = "import torch\na = torch.cuda.amp.autocast()\nb = torch.cpu.amp.autocast()\n"
     result = fix_source(source, Options(device_expr="device.type"))
@@ -82,7 +82,7 @@ def test_a_custom_cuda_device_expression_is_used_for_cuda_rules_only():
 
 
 def test_real_version_guards_are_reported_with_the_guard_as_reason():
-    from ampfix.guards import FALLBACK_REASON, IF_REASON
+    from ampfix.syntax.guards import FALLBACK_REASON, IF_REASON
     from fixture_cases import FIXTURES
 
     source = (FIXTURES / "guards" / "real_guards.in.py").read_text(encoding="utf-8")
@@ -114,7 +114,7 @@ def test_a_name_torch_never_had_is_reported_without_a_suggestion():
 
 
 def test_a_feature_check_follows_the_target_torch_of_the_name_it_asks_for():
-    from ampfix.options import Options
+    from ampfix.core.options import Options
 
     source = 'import torch\na = hasattr(torch.cuda.amp, "autocast")\nb = hasattr(torch.cuda.amp, "GradScaler")\n'
     result = fix_source(source, Options(target_torch=(2, 2)))

@@ -35,7 +35,7 @@ import pytest
 
 from fixture_cases import CASE_IDS, CASES, CPU_TARGET_AREAS, ROOT, Case
 
-from ampfix.rules import ALL_RULES
+from ampfix.families import ALL_RULES
 
 import torch  # noqa: F401,E402 - a test dependency: its absence must fail the run, not skip it
 

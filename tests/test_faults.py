@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix import files
-from ampfix.cli import app
-from ampfix.options import Options
+from ampfix.io import files
+from ampfix.cli.app import app
+from ampfix.core.options import Options
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'
@@ -520,7 +520,8 @@ def test_the_engine_keeps_a_final_cr_and_adds_none(source: str, expected: str):
 CTRL_C_AT = """
 import os, signal, sys
 from pathlib import Path
-from ampfix import console, files
+from ampfix.cli import console
+from ampfix.io import files
 real_process_file = files.process_file
 
 def process_file(path, *args, **kwargs):
@@ -582,8 +583,8 @@ def test_ctrl_c_in_a_pooled_run_lists_exactly_the_files_written(tmp_path: Path):
 
 WORKERS_THEN_WAIT = """
 import multiprocessing, sys, time
-from ampfix import files
-from ampfix.options import Options
+from ampfix.io import files
+from ampfix.core.options import Options
 if sys.argv[2] == "watcher":  # as where there is no prctl: a thread in each worker watches the parent
     files._signal_on_parent_death = lambda signum: False
 results = files.process_paths([sys.argv[1]], Options(), "check", jobs=2)

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from ampfix.cli import app
-from ampfix.rules import ALL_RULES
+from ampfix.cli.app import app
+from ampfix.families import ALL_RULES
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'

@@ -10,10 +10,10 @@ import ast
 
 import pytest
 
-from ampfix import version_tests
+from ampfix.syntax import version_tests
 from ampfix.engine import check_source, fix_source
-from ampfix.options import Options
-from ampfix.version_tests import LOOSE, PACKAGING, BoolOp, Comparison, Literal, Not
+from ampfix.core.options import Options
+from ampfix.syntax.version_tests import LOOSE, PACKAGING, BoolOp, Comparison, Literal, Not
 from fixture_cases import FIXTURES
 
 ESPNET = (FIXTURES / "guards" / "espnet_fallback.in.py").read_text(encoding="utf-8")
@@ -159,10 +159,10 @@ if use_amp and V(torch.__version__) >= V("1.6.0"):
 
 
 def _compiled(test: str) -> version_tests.Test:
-    """A test built as `ampfix.guards` builds it, from `V(torch.__version__)` and `V("x.y")`."""
-    from ampfix.bindings import Walker
-    from ampfix.guards import GuardJudge
-    from ampfix.rules import TORCH_AMP
+    """A test built as `ampfix.syntax.guards` builds it, from `V(torch.__version__)` and `V("x.y")`."""
+    from ampfix.syntax.bindings import Walker
+    from ampfix.syntax.guards import GuardJudge
+    from ampfix.families import TORCH_AMP
 
     tree = ast.parse(f"import torch\nfrom packaging.version import parse as V\nTEST = {test}\n")
     walker = Walker()
@@ -326,7 +326,7 @@ def test_a_suppressed_import_keeps_its_handler_live():
 
 
 def test_the_new_api_fallback_keeps_its_reason():
-    from ampfix.guards import FALLBACK_REASON
+    from ampfix.syntax.guards import FALLBACK_REASON
 
     source = ("import torch\n\ntry:\n    from torch.amp import GradScaler\nexcept ImportError:\n"
               "    from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")

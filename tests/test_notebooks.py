@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from ampfix.cli import app
-from ampfix.notebooks import masked_cell, process_notebook
-from ampfix.options import Options
+from ampfix.cli.app import app
+from ampfix.io.notebooks import masked_cell, process_notebook
+from ampfix.core.options import Options
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
 CASES = sorted(NOTEBOOKS.glob("*.in.ipynb"))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ampfix import files
-from ampfix.options import Options
+from ampfix.io import files
+from ampfix.core.options import Options
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast({arg}):\n    x = {i}\n"
 CLEAN_CANDIDATE = "import torch\n# amp is on by default\nwith torch.amp.autocast('cuda'):\n    x = {i}\n"

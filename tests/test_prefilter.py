@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ampfix.analysis import analyze
+from ampfix.engine.analysis import analyze
 from ampfix.engine import check_source
-from ampfix.files import process_file
-from ampfix.options import Options
-from ampfix.prefilter import could_hold_deprecated_use
-from ampfix.rules import ALL_RULES
+from ampfix.io.files import process_file
+from ampfix.core.options import Options
+from ampfix.syntax.prefilter import could_hold_deprecated_use
+from ampfix.families import ALL_RULES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

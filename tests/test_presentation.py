@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix import console
-from ampfix.cli import app
+from ampfix.cli import console
+from ampfix.cli.app import app
 
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 OTHER = "import torch\ns = torch.cuda.amp.GradScaler()\n"

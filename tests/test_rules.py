@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from ampfix.rules import TORCH_AMP
+from ampfix.families import TORCH_AMP
 from ampfix.engine import fix_source
-from ampfix.options import Options
-from ampfix.rules import ALL_RULES
+from ampfix.core.options import Options
+from ampfix.families import ALL_RULES
 
 EXAMPLES = [
     pytest.param(rule, example, id=f"{rule.code}-{i}")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ampfix import console
-from ampfix.cli import app
+from ampfix.cli import console
+from ampfix.cli.app import app
 
 CLEAN = "import os\n\n\ndef f(x):\n    return os.path.join(x, 'a')\n"
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
@@ -41,7 +41,7 @@ def _imported(entry: str, args: list[str]) -> list[str]:
 def test_the_cli_checks_a_clean_file_without_libcst_or_rich(tmp_path: Path, args: list[str]):
     (tmp_path / "clean.py").write_text(CLEAN)
     args = [a.format(file=tmp_path / "clean.py") for a in args]
-    imported = _imported("from ampfix.cli import main", args)
+    imported = _imported("from ampfix.cli.app import main", args)
     assert not {"libcst", "rich", "torch"} & set(imported), imported
 
 

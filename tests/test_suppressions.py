@@ -9,9 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from ampfix.cli import app
+from ampfix.cli.app import app
 from ampfix.engine import Options, fix_source
-from ampfix.suppressions import NONE, scan
+from ampfix.syntax.suppressions import NONE, scan
 
 
 def test_codes_prefixes_and_bare_directives():
@@ -50,7 +50,7 @@ def test_the_one_tokenizer_numbers_lines_as_ast_does_in_mixed_line_endings():
     import ast
     import tokenize
 
-    from ampfix.locations import tokens
+    from ampfix.core.locations import tokens
 
     source = "a = 1\rb = 2  # two\r\nc = 3  # three\nd = 4\r# five\n"
     comments = {t.start[0]: t.string for t in tokens(source) if t.type == tokenize.COMMENT}
@@ -121,7 +121,7 @@ try:
     main()
 except SystemExit:
     pass
-print("LOADED", "ampfix.suppressions" in sys.modules)
+print("LOADED", "ampfix.syntax.suppressions" in sys.modules)
 """
 
 

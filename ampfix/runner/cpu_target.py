@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ampfix.rules import TORCH_AMP, Rule, autocast, custom_bwd, custom_fwd, grad_scaler
+from ampfix.core.rules import Rule
+from ampfix.families import TORCH_AMP
+from ampfix.families.torch_amp import autocast, custom_bwd, custom_fwd, grad_scaler
 from ampfix.runner.model import RunReport
 
 # A trace event the rewrite retargets -> the field that holds its device, and the rule whose call

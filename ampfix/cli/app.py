@@ -1,0 +1,199 @@
+"""The command line: parses flags, renders, picks exit codes. The work is in engine/files/runner."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from ampfix import __version__
+from ampfix.cli.console import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fast_path, run_files
+
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "app", "main"]
+
+# `run` and `verify` are registered on first use: the runner's commands import rich, which
+# `check` and `rewrite` never need (they print plain text, and start-up is paid per commit).
+_RUNNER_COMMANDS = {"run": "run_command", "verify": "verify_command"}
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _runner_command(name: str):
+    from ampfix.runner import commands
+
+    single = typer.Typer(add_completion=False, rich_markup_mode=None)
+    single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))
+    return typer.main.get_command(single)
+
+
+class _Group(TyperGroup):
+    def _load(self, name: str) -> None:
+        if name in _RUNNER_COMMANDS and name not in self.commands:
+            self.commands[name] = _runner_command(name)
+
+    def list_commands(self, ctx) -> list[str]:
+        for name in _RUNNER_COMMANDS:
+            self._load(name)
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, cmd_name: str):
+        self._load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] not in self.commands:  # an unknown name: suggest among every command
+            for name in _RUNNER_COMMANDS:
+                self._load(name)
+        return super().resolve_command(ctx, args)
+
+
+# Plain help, as click prints it: typer's rich panels label every flag `<bool>`, and read
+# `[tool.ampfix]` in a help text as markup.
+app = typer.Typer(
+    cls=_Group,
+    add_completion=False,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="Migrate deprecated torch.cuda.amp / torch.cpu.amp to torch.amp; run CUDA scripts on CPU.",
+)
+
+
+class OutputFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+    sarif = "sarif"
+
+
+PathsArg = Annotated[list[Path], typer.Argument(
+    metavar="PATH", help="Files or folders (folders: every *.py below); `-` reads stdin.")]
+UnsafeOpt = Annotated[bool | None, typer.Option(
+    "--unsafe-fixes/--no-unsafe-fixes", show_default=False,
+    help="Also apply fixes that may change meaning (default: `unsafe-fixes` in [tool.ampfix], else off).")]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option("--target-torch", metavar="X.Y",
+                 help="Oldest torch the code must run on: rules needing newer torch are only reported, and "
+                      "version tests are decided for it (default: the newest torch)."),
+]
+SelectOpt = Annotated[str | None, typer.Option(
+    "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
+IgnoreOpt = Annotated[str | None, typer.Option(
+    "--ignore", metavar="CODES", help="Leave these rules out: codes or prefixes, comma-separated.")]
+DeviceOpt = Annotated[str | None, typer.Option(
+    "--device", metavar="cuda|cpu|auto",
+    help="Where CUDA code goes: cuda (default, as written), cpu, or auto (a device chosen when it runs).")]
+DeviceExprOpt = Annotated[str | None, typer.Option(
+    "--device-expr", metavar="EXPR", help="Your own device expression at every CUDA site (\"cfg.device_type\").")]
+KeepDtypeOpt = Annotated[bool | None, typer.Option(
+    "--keep-dtype/--no-keep-dtype", show_default=False,
+    help="With --device cpu, keep an explicit float16 (default: it becomes bfloat16).")]
+FormatOpt = Annotated[OutputFormat, typer.Option(
+    "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
+ExitZeroOpt = Annotated[bool, typer.Option(
+    "--exit-zero", help="Exit 0 even when there are findings (2 still means an error).")]
+ForceExcludeOpt = Annotated[bool, typer.Option(
+    "--force-exclude", help="Apply the configured excludes to files named on the command line too.")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
+StdinNameOpt = Annotated[str | None, typer.Option(
+    "--stdin-filename", metavar="PATH",
+    help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
+
+
+def _setting(key: str, value: object) -> object:
+    """A flag's value, parsed and checked as the [tool.ampfix] key of the same name is."""
+    from ampfix.io.config import KEYS
+
+    try:
+        return KEYS[key][1](value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=f"--{key}") from error
+
+
+def _codes(value: str) -> list[str]:
+    return [code.strip() for code in value.split(",") if code.strip()]
+
+
+def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
+               ignore: str | None, device: str | None = None, device_expr: str | None = None,
+               keep_dtype: bool | None = None) -> dict[str, object]:
+    """The settings given as flags: they win over [tool.ampfix]."""
+    given: dict[str, object] = {}
+    if device is not None:
+        given["device"] = _setting("device", device)
+    if device_expr is not None:
+        given["device_expr"] = _setting("device-expr", device_expr)
+    if keep_dtype is not None:
+        given["keep_dtype"] = keep_dtype
+    if unsafe_fixes is not None:
+        given["unsafe_fixes"] = unsafe_fixes
+    if target_torch is not None:
+        given["target_torch"] = _setting("target-torch", target_torch)
+    if select is not None:
+        given["select"] = _setting("select", _codes(select))
+    if ignore is not None:
+        given["ignore"] = _setting("ignore", _codes(ignore))
+    return given
+
+
+@app.command()
+def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
+          target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
+          exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
+          stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
+          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+    """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
+    raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
+
+
+@app.command()
+def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="Print a diff; write nothing.")] = False,
+            output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
+            target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
+            exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
+            stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
+            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+    """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
+    mode = "diff" if diff else "rewrite"
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
+    raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
+
+
+class TableFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+def rules(output_format: Annotated[TableFormat, typer.Option("--output-format", help="text, or json.")]
+          = TableFormat.text) -> None:
+    """The rule table: code, old -> new, minimum torch, fix."""
+    from ampfix.cli import report
+
+    text = report.rules_json() if output_format is TableFormat.json else report.rules_text()
+    sys.stdout.write(text + "\n")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"ampfix {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False) -> None:
+    pass
+
+
+def main() -> None:
+    code = fast_path(sys.argv[1:])  # `ampfix check FILES`: the typer defaults, without parsing
+    if code is not None:
+        sys.exit(code)
+    app()

@@ -1,0 +1,294 @@
+"""Renderers: results in, text out. Plain text unless a terminal asks for colour; never prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
+from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE
+
+if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: `check` does not import it
+    from ampfix.engine import Finding
+    from ampfix.io.files import FileResult
+    from ampfix.core.rules import Rule, Target
+
+
+# Errors (internal, syntax, read, write) carry no rewrite to suggest.
+_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE, WRITE_ERROR_CODE})
+# What the error codes mean, for formats that describe every code they use (SARIF).
+ERROR_TITLES = {
+    INTERNAL_ERROR_CODE: "internal error: the file was left unchanged",
+    SYNTAX_ERROR_CODE: "the file does not parse",
+    READ_ERROR_CODE: "the file or folder cannot be read, the file is not valid in its encoding or not a regular file",
+    WRITE_ERROR_CODE: "the rewrite could not be written: the file was left as it was",
+}
+
+
+_STYLES = {"bold": "1", "red": "31", "green": "32", "yellow": "33", "dim": "2"}
+
+
+def paint(text: str, style: str, colour: bool) -> str:
+    """`text` in an ANSI style when `colour` (a terminal, NO_COLOR unset), else as it is."""
+    return f"\033[{_STYLES[style]}m{text}\033[0m" if colour else text
+
+
+def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[str]:
+    lines = []
+    for finding in result.findings:
+        if mode == "check":
+            mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
+        else:
+            done = "would fix" if mode == "diff" else "fixed"
+            mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
+        where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
+        code = paint(finding.code, "green" if finding.fixed else "red", colour)
+        lines.append(f"{where} {code}{mark} {_message(finding)}")
+    return lines
+
+
+def _place(finding: Finding) -> str:
+    """`line:col`, or `cell N:line:col` in a notebook."""
+    cell = "" if finding.cell is None else f"cell {finding.cell}:"
+    return f"{cell}{finding.line}:{finding.col}"
+
+
+def _message(finding: Finding) -> str:
+    """The message, with the suggested rewrite when a person has to finish the job."""
+    needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
+    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
+        return f"{finding.message}; suggested: {finding.suggestion}"
+    return finding.message
+
+
+def summary(results: Sequence[FileResult], mode: str) -> str:
+    findings = [f for r in results for f in r.findings]
+    errors = sum(1 for r in results if r.error)
+    # A file that could not be processed has an error finding; a notebook one per cell.
+    error_findings = sum(1 for f in findings if f.code in ERROR_TITLES)
+    fixed = sum(1 for f in findings if f.fixed)
+    left = len(findings) - fixed
+    parts = []
+    if mode == "check":
+        safe = sum(1 for f in findings if f.fixable and not f.unsafe)
+        unsafe = sum(1 for f in findings if f.fixable and f.unsafe)
+        parts.append(f"{_count(len(findings) - error_findings, 'finding')}"
+                     f" ({safe} fixable with `ampfix rewrite`, {unsafe} more with --unsafe-fixes)")
+    else:
+        changed = sum(1 for r in results if r.changed)
+        verb = "would rewrite" if mode == "diff" else "rewrote"
+        parts.append(f"{verb} {_count(changed, 'file')} ({_count(fixed, 'fix', 'fixes')})")
+        parts.append(f"{_count(left - error_findings, 'finding')} left")
+    if errors:
+        parts.append(f"{_count(errors, 'file')} could not be processed")
+    return "; ".join(parts) + "."
+
+
+def terminal_summary(results: Sequence[FileResult], mode: str, scanned: int, seconds: float) -> str:
+    """What a person at a terminal also gets: files scanned, changed, findings by rule, errors."""
+    verb = {"check": "checked", "diff": "would change", "rewrite": "changed"}[mode]
+    changed = sum(1 for r in results if r.changed)
+    errors = sum(1 for r in results if r.error)
+    by_rule: dict[str, int] = {}
+    for result in results:
+        for finding in result.findings:
+            if finding.code not in ERROR_TITLES:  # errors are counted on their own
+                by_rule[finding.code] = by_rule.get(finding.code, 0) + 1
+    parts = [f"scanned {_count(scanned, 'file')} in {seconds:.1f} s"]
+    if mode != "check":
+        parts.append(f"{verb} {_count(changed, 'file')}")
+    parts.append("findings by rule: " + (", ".join(f"{code} {n}" for code, n in sorted(by_rule.items())) or "none"))
+    parts.append(_count(errors, "error"))
+    return "; ".join(parts)
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def findings_json(results: Iterable[FileResult]) -> str:
+    rows = [
+        {
+            "path": r.path,
+            **({} if f.cell is None else {"cell": f.cell}),  # a notebook's: line and col are within it
+            "line": f.line,
+            "col": f.col,
+            "code": f.code,
+            "message": f.message,
+            "fixable": f.fixable,
+            "unsafe": f.unsafe,
+            "fixed": f.fixed,
+            "suggestion": f.suggestion,
+        }
+        for r in results
+        for f in r.findings
+    ]
+    import json
+
+    return json.dumps(rows, indent=2)
+
+
+def _version(version: tuple[int, int] | None) -> str:
+    return "-" if version is None else ".".join(map(str, version))
+
+
+def _fix(rule: Rule, target: Target | None) -> str:
+    """What `rewrite` does with the name: calls and type positions, then a reference without a call."""
+    if rule.fix_note is not None:
+        return rule.fix_note
+    if target is None:
+        return "report only"
+    if rule.device_target_only:
+        return "safe; with --device cpu|auto or --device-expr only"
+    if target.module:
+        return "safe; as a value report only"
+    if rule.shape is None:
+        return "safe"
+    return "safe; references " + ("unsafe" if rule.shape.partial_keeps_meaning else "report only")
+
+
+RULES_LEGEND = (
+    "fix: `safe` is what `ampfix rewrite` does to calls, imports and type positions (annotations,\n"
+    "isinstance); `references` are uses without a call (`f = torch.cuda.amp.GradScaler`): `unsafe` ones\n"
+    "are rewritten with --unsafe-fixes (to functools.partial), `report only` ones are left to a person."
+)
+
+
+def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
+    rows = []
+    for rule in rules:
+        for old, target in rule.symbols.items():
+            if target is None:
+                new = "(no twin)"
+            else:
+                device = f'"{target.device}"' if target.device else ""
+                if rule.shape and rule.shape.device_keyword:
+                    device = f"{rule.shape.device_keyword}={device}"
+                new = f"{target.new}({device})" if rule.shape and device else target.new
+                if rule.device_target_only:
+                    new = f"{target.new}(<the device target>)"
+            rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
+                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target)})
+    return rows
+
+
+def _all_rules() -> Sequence[Rule]:
+    from ampfix.families import ALL_RULES
+
+    return ALL_RULES
+
+
+def rules_text(rules: Sequence[Rule] | None = None) -> str:
+    rows = _rule_rows(_all_rules() if rules is None else rules)
+    headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+    widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
+    lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * widths[k] for k in headers))
+    return "\n".join([*lines, "", RULES_LEGEND])
+
+
+def rules_json(rules: Sequence[Rule] | None = None) -> str:
+    import json
+
+    return json.dumps(_rule_rows(_all_rules() if rules is None else rules), indent=2)
+
+
+# GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(results: Iterable[FileResult]) -> str:
+    """One `::error` line per finding (a `::notice` for one `rewrite` fixed), shown on the diff."""
+    lines = []
+    for result in results:
+        for finding in result.findings:
+            level = "notice" if finding.fixed else "error"
+            message = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            if finding.cell is None:
+                where = f"line={finding.line},col={finding.col}"
+            else:  # the notebook file's line that holds the cell's line; the cell's place in the message
+                where = f"line={finding.file_line}"
+                message = f"{_place(finding)}: {message}"
+            lines.append(f"::{level} file={_escape_property(result.path)},{where},"
+                         f"title={_escape_property(finding.code)}::{_escape_data(message)}")
+    return "".join(line + "\n" for line in lines)
+
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def sarif(results: Iterable[FileResult]) -> str:
+    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding."""
+    import json
+
+    from ampfix import __version__
+
+    descriptors = [_sarif_rule(rule) for rule in _all_rules()]
+    descriptors += [{"id": code, "name": "error", "shortDescription": {"text": title},
+                     "defaultConfiguration": {"level": "error"}} for code, title in ERROR_TITLES.items()]
+    index = {descriptor["id"]: i for i, descriptor in enumerate(descriptors)}
+    sarif_results = []
+    for result in results:
+        for finding in result.findings:
+            text = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
+            properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
+                                             "fixed": finding.fixed}
+            if finding.cell is not None:  # the notebook file's line; the cell's place in the message and properties
+                region = {"startLine": finding.file_line or 1}
+                text = f"{_place(finding)}: {text}"
+                properties.update(cell=finding.cell, cellLine=finding.line, cellColumn=finding.col)
+            sarif_results.append({
+                "ruleId": finding.code,
+                "ruleIndex": index[finding.code],
+                "level": "note" if finding.fixed else "error",
+                "kind": "pass" if finding.fixed else "fail",
+                "message": {"text": text},
+                "locations": [{"physicalLocation": {
+                    "artifactLocation": {"uri": _uri(result.path)},
+                    "region": region,
+                }}],
+                "properties": properties,
+            })
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "ampfix", "version": __version__, "rules": descriptors}},
+            # Finding columns count characters (code points), not SARIF's default UTF-16 units.
+            "columnKind": "unicodeCodePoints",
+            "results": sarif_results,
+        }],
+    }
+    return json.dumps(log, indent=2)
+
+
+def _sarif_rule(rule: Rule) -> dict[str, object]:
+    rows = _rule_rows([rule])
+    mappings = "; ".join(f"{row['old']} -> {row['new']}" for row in rows)
+    minimum = _version(rule.min_torch)
+    return {
+        "id": rule.code,
+        "name": rule.title,
+        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({r["old"] for r in rows}))},
+        "fullDescription": {"text": f"{mappings} (needs torch >= {minimum})" if rule.min_torch else mappings},
+        "defaultConfiguration": {"level": "error"},
+        # What `rewrite` does, per old name (as `ampfix rules` says it).
+        "properties": {"minimumTorch": minimum, "fix": {str(row["old"]): row["fix"] for row in rows}},
+    }
+
+
+def _uri(path: str) -> str:
+    """A relative path stays relative (code scanning resolves it from the checkout); others become file URIs."""
+    import os
+    from pathlib import Path
+    from urllib.parse import quote
+
+    if os.path.isabs(path):
+        return Path(path).as_uri()
+    return quote(path.replace(os.sep, "/"))

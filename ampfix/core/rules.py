@@ -1,0 +1,172 @@
+"""The shape of a migration rule. Rules are data; `ampfix.engine.analysis` applies them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+TorchVersion = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """How the arguments of a call move from the old signature to the new one."""
+
+    # Parameters of the old callable that may be passed positionally, in order.
+    old_params: tuple[str, ...]
+    # Where the device goes: a positional index among the arguments, or a keyword name.
+    device_position: int | None = None
+    device_keyword: str | None = None
+    # The new signature puts other parameters where the old positionals were: name them.
+    positionals_to_keywords: bool = False
+    # A bare `@name` decorator may become `@name(<device>)` (custom_fwd/custom_bwd).
+    bare_decorator_ok: bool = False
+    # `functools.partial(new, <device>)` behaves like the old callable for every call,
+    # so a non-called reference can be rewritten to it (an unsafe fix: the object is not the same).
+    partial_keeps_meaning: bool = False
+    # Parameters holding a dtype chosen for CUDA: moving the call to the CPU makes float16 there
+    # bfloat16 (CPU float16 autocast runs, but far slower, and some CPU ops refuse it).
+    cuda_dtype_params: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Target:
+    new: str  # qualified name in torch.amp
+    device: str | None = None  # "cuda" or "cpu": the device the old name implied
+    # A module: its object has no drop-in twin as a value (`return torch.cuda.amp`), only as a path.
+    module: bool = False
+    # The old name is gone from torch since this version (code using it runs only on older torch).
+    old_removed_in: TorchVersion | None = None
+
+
+@dataclass(frozen=True)
+class Example:
+    before: str
+    after: str | None = None  # None: left unchanged
+    unsafe_fixes: bool = False
+    # Left unchanged and reported under this code; None with `after` None: nothing to report.
+    reported: str | None = None
+    device: str = "cuda"  # the device target (`--device`) the example is rewritten with
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    title: str
+    min_torch: TorchVersion | None  # the oldest torch its fix runs on (--target-torch); None: nothing to migrate to
+    # old qualified name -> its torch.amp twin; None where there is no twin.
+    symbols: dict[str, Target | None]
+    shape: CallShape | None = None  # None: a pure rename, valid in every context
+    # Its names are already migrated: it only moves their literal "cuda" under a device target.
+    device_target_only: bool = False
+    examples: tuple[Example, ...] = field(default=(), repr=False)
+    # What `rewrite` does where the symbols alone do not say (a rewrite of a whole pattern, not of a name).
+    fix_note: str | None = None
+
+    @property
+    def fixable(self) -> bool:
+        return any(target is not None for target in self.symbols.values())
+
+
+@dataclass(frozen=True)
+class Family:
+    """One migration family: the deprecated namespaces, where they moved, and the rules that say how.
+
+    Everything the analysis knows about torch's AMP API lives here or in the rules; another family
+    (apex.amp) is another instance, not edits in the analysis.
+    """
+
+    package: str  # the top-level package whose imports can reach the deprecated names
+    # deprecated namespace -> the namespace its twins live in
+    roots: dict[str, str]
+    # keywords that already give a call its device: such a call is left alone
+    device_keywords: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    # What a version guard tests: qualified names of the package's version (and everything below them)...
+    version_names: tuple[str, ...] = ()
+    # ...the names holding the release string itself, that a version parser reads (a version test
+    # decided at the target compares one of them with a literal)...
+    release_names: tuple[str, ...] = ()
+    # ...and the distribution whose installed version `importlib.metadata.version(...)` reads.
+    distribution: str | None = None
+    # Names of the new API: a `try` that imports one of these falls back to the old API in its handlers.
+    new_api: tuple[str, ...] = ()
+    # Moving CUDA code elsewhere (`--device`): dtypes chosen for CUDA and what they become on the CPU...
+    cpu_dtypes: dict[str, str] = field(default_factory=dict)
+    # ...the call that tells whether CUDA is there, for a device chosen when the code runs...
+    cuda_available: str | None = None
+    # ...and the class whose `.type` gives a device type from a str or a device object.
+    device_class: str | None = None
+
+    @cached_property
+    def _symbols(self) -> dict[str, tuple[Rule, Target | None]]:
+        return {name: (rule, target) for rule in self.rules for name, target in rule.symbols.items()}
+
+    def owns(self, qname: str | None) -> bool:
+        """Can `qname` lead to this family's names (it lies in the package)?"""
+        return qname is not None and (qname == self.package or qname.startswith(self.package + "."))
+
+    @cached_property
+    def twin_namespace(self) -> str:
+        """Where the twins live, for messages (`torch.amp`)."""
+        return " / ".join(sorted(set(self.roots.values())))
+
+    def is_version(self, qname: str | None) -> bool:
+        return qname is not None and any(qname == v or qname.startswith(v + ".") for v in self.version_names)
+
+    def is_new_api(self, qname: str | None) -> bool:
+        return qname is not None and any(qname == n or qname.startswith(n + ".") for n in self.new_api)
+
+    def deprecated_root(self, qname: str) -> str | None:
+        for root in self.roots:
+            if qname == root or qname.startswith(root + "."):
+                return root
+        return None
+
+    def renamed(self, qname: str) -> str:
+        """`qname` with its deprecated root replaced by the new one (unchanged outside the roots)."""
+        root = self.deprecated_root(qname)
+        return qname if root is None else self.roots[root] + qname[len(root):]
+
+    def symbol(self, qname: str) -> tuple[str, Rule, Target | None] | None:
+        """The longest prefix of `qname` that a rule names: (that name, its rule, its target)."""
+        table = self._symbols
+        found = table.get(qname)
+        if found is not None:
+            return qname, found[0], found[1]
+        parts = qname.split(".")
+        for n in range(len(parts) - 1, 0, -1):
+            name = ".".join(parts[:n])
+            found = table.get(name)
+            if found is not None:
+                return name, found[0], found[1]
+        return None
+
+    def exists(self, qname: str) -> bool:
+        """Does torch define `qname` below a deprecated root? Names below a module the rules list but
+        that no rule names (apex's `amp.scale_loss` spelled `torch.cuda.amp.scale_loss`) do not."""
+        symbol = self.symbol(qname)
+        if symbol is None:
+            return False
+        name, _, target = symbol
+        return name == qname or target is None or not target.module
+
+    def missing_twin(self, qname: str, *, exact: bool = False) -> tuple[Rule | None, str] | None:
+        """Why `qname` has nothing to move to, with the rule that lists it (None: not a name torch
+        defines), or None when it has a twin. `exact`: `qname` itself must be a listed name, as an
+        import binds it, not a member below one (`torch.cuda.amp.GradScaler.step`)."""
+        symbol = self.symbol(qname)
+        if symbol is None or not self.exists(qname):
+            return None, self.unknown(qname)
+        name, rule, target = symbol
+        if target is None or (exact and name != qname):
+            return rule, f"`{qname}` has no {self.twin_namespace} twin"
+        return None
+
+    def unknown(self, qname: str) -> str:
+        """What to say of a name `exists` does not know: the members of a deprecated root are all
+        listed in the rules; a submodule may have held private names the rules do not list."""
+        parent = qname.rpartition(".")[0]
+        if parent in self.roots or self.symbol(qname) is None:
+            return f"`{qname}` is not a name {self.package} defines"
+        return f"`{qname}` is not a name ampfix knows in `{parent}`"

@@ -1,0 +1,591 @@
+"""Apply a `Plan` with LibCST, re-printing only what changes.
+
+Every edit carries the character span of the `ast` node it was decided on. The applier parses, with
+LibCST, only the line groups of top-level statements that hold edits (`Plan.statements`), finds each
+edit's node in that small tree by its position (one lean printing pass that counts characters,
+`_Spans`), and checks that it is the node the analysis saw (its type and, NFKC-normalised, its name
+or value). Expression edits then re-print only the outermost node that changes (the dotted name, or
+the call whose arguments change) and splice it over its own text; edits that change statements (an
+import split or removed, `import functools` added) re-print their fragment. The rest of the file is
+never parsed by LibCST nor printed.
+
+Any disagreement raises `PlanMismatch` naming the line: the engine then leaves the whole file
+untouched (an edit dropped in one statement could strand a use whose import moved in another).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import unicodedata
+
+import libcst as cst
+from libcst import MaybeSentinel
+# The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
+from libcst._nodes.internal import CodegenState
+
+from ampfix.engine.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
+
+
+class PlanMismatch(Exception):
+    """The CST does not match what the analysis planned: an internal error, never a guess."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(f"line {line}: {message}")
+        self.line = line
+
+
+def apply_plan(source: str, plan: Plan) -> str:
+    pieces: list[str] = []
+    done = 0
+    for start, end, edits in _fragments(plan):
+        head = plan.head_statements if start == 0 and plan.head_end is not None else ()
+        pieces.append(source[done:start])
+        if not head and all(isinstance(edit.change, Splice) for edit in edits):
+            pieces.append(_splice(source, start, end, edits))
+        else:
+            pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        done = end
+    pieces.append(source[done:])
+    return "".join(pieces)
+
+
+def _splice(source: str, start: int, end: int, splices: list[Edit]) -> str:
+    pieces: list[str] = []
+    done = start
+    for edit in sorted(splices, key=lambda e: (e.start, e.end)):
+        if edit.start < done:
+            raise PlanMismatch("text splices overlap", edit.line)
+        pieces.append(source[done:edit.start])
+        pieces.append(edit.change.text)  # type: ignore[union-attr]
+        done = edit.end
+    pieces.append(source[done:end])
+    return "".join(pieces)
+
+
+def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
+    """The line groups to re-print, merged where they touch, each with its edits."""
+    starts = [start for start, _ in plan.statements]
+    wanted: dict[int, list[Edit]] = {}
+    for edit in plan.edits:
+        i = bisect.bisect_right(starts, edit.start) - 1
+        if i < 0 or edit.end > plan.statements[i][1]:
+            raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
+        wanted.setdefault(i, []).append(edit)
+    ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
+    if plan.head_end is not None:
+        ranges.insert(0, (0, plan.head_end, []))
+    merged: list[tuple[int, int, list[Edit]]] = []
+    for start, end, edits in ranges:
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            merged[-1] = (last[0], max(end, last[1]), last[2] + edits)
+        else:
+            merged.append((start, end, list(edits)))
+    return merged
+
+
+_NODE_TYPES = {
+    "Name": cst.Name,
+    "Attribute": cst.Attribute,
+    "SimpleString": cst.SimpleString,
+    "Import": cst.Import,
+    "ImportFrom": cst.ImportFrom,
+}
+
+
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[str, ...]) -> str:
+    splices = [edit for edit in edits if isinstance(edit.change, Splice)]
+    edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        line = edits[0].line if edits else 1
+        raise PlanMismatch(f"LibCST cannot parse the statement: {error.message}", line) from error
+    if text.endswith("\r") and not module.has_trailing_newline:
+        # LibCST's native parser counts only "\n" as a final newline: a statement re-printed from a
+        # file with old Mac line endings (CR only) would lose its "\r", and the next line join it.
+        module = module.with_changes(has_trailing_newline=True)
+    located, spans = _locate(module, offset, edits)
+    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
+    statements_change = bool(head) or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    if statements_change and splices:
+        raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
+    if statements_change:  # an import split or removed, a line added: the fragment is re-printed
+        new_module = module.visit(applier)
+        if head:
+            new_module = _insert_after_imports(new_module, head)
+        # Every statement removed: an empty module would still print a line break.
+        new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
+    else:
+        new_text = _apply_by_node(module, text, located, spans, applier, splices, offset)
+    if applier.applied != len(edits):
+        missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
+        raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
+    return new_text
+
+
+def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], spans: _Spans,
+                   applier: _Applier, splices: list[Edit], offset: int) -> str:
+    """Expression edits: re-print only the outermost nodes that change (the chain, or the call
+    whose arguments change) and splice each over its own extent in the fragment's text."""
+    roots: dict[int, tuple[cst.CSTNode, tuple[str, ...]]] = {}
+    for node_id, edit in located.items():
+        node = spans.nodes[node_id]
+        root = node
+        if isinstance(edit.change, ChainEdit) and edit.change.call is not None:
+            root = spans.calls.get(node_id)  # type: ignore[assignment]
+            if root is None:
+                raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
+        roots[id(root)] = (root, spans.fstring_quotes[node_id])
+    # Text splices (`ampfix.families.apex.rewrite`) go between the re-printed roots: an insertion at a root's start
+    # goes first; a splice that overlaps a root is a mismatch.
+    changes: list[tuple[int, int, int, cst.CSTNode | Edit, tuple[str, ...]]] = [
+        (*spans.extent[id(root)], 1, root, quotes) for root, quotes in roots.values()]
+    changes += [(edit.start - offset, edit.end - offset, 0, edit, ()) for edit in splices]
+    pieces: list[str] = []
+    done = 0
+    for start, end, _, change, quotes in sorted(changes, key=lambda item: item[:3]):
+        if isinstance(change, Edit):
+            if start < done:
+                raise PlanMismatch("a text splice overlaps another edit", change.line)
+            pieces.append(text[done:start])
+            pieces.append(change.change.text)  # type: ignore[union-attr]
+            done = end
+            continue
+        if start < done:
+            continue  # inside a root already re-printed, which applied its edits too
+        applier.fstring_quotes = list(quotes)
+        pieces.append(text[done:start])
+        pieces.append(_print(module, _apply_to_root(change, applier, spans), spans.indents[id(change)]))
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _print(module: cst.Module, node: cst.CSTNode, indent_tokens: tuple[str, ...]) -> str:
+    """A node's text where it stands: a line break inside its parentheses is followed by the
+    indentation of the block around it, which the printer takes from its state."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
+                         indent_tokens=list(indent_tokens))
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+def _apply_to_root(root: cst.CSTNode, applier: _Applier, spans: _Spans) -> cst.CSTNode:
+    """The root with its edits applied: directly when its only edit is its own (the common case:
+    a visit of the whole subtree costs more than printing it), else by visiting it."""
+    start, end = spans.extent[id(root)]
+    i = bisect.bisect_left(applier.starts, start)
+    alone = i + 1 == len(applier.starts) or applier.starts[i + 1] >= end
+    if alone and isinstance(root, (cst.Name, cst.Attribute)):
+        return applier.replace_chain(root, root)
+    if alone and isinstance(root, cst.Call):
+        return applier.leave_Call(root, root.with_changes(func=applier.replace_chain(root.func, root.func)))
+    return root.visit(applier)
+
+
+class _Spans(CodegenState):
+    """A printing pass that records character offsets instead of keeping text: each node's extent
+    (whitespace it owns included), and the syntactic extent of the node types edits are keyed on
+    (what `ast` calls the node's position: without its parentheses). LibCST's PositionProvider
+    computes line/column objects for every node and costs more than the parse."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.stack: list[int] = []
+        self.extent: dict[int, tuple[int, int]] = {}
+        self.syntactic: dict[tuple[int, int], list[cst.CSTNode]] = {}
+        # For the located node types: the node by id, the call it is the callee of, the quotes of
+        # the f-strings around it.
+        self.nodes: dict[int, cst.CSTNode] = {}
+        self.calls: dict[int, cst.Call] = {}
+        self.indents: dict[int, tuple[str, ...]] = {}  # the block indentation around a located node or call
+        self.fstring_quotes: dict[int, tuple[str, ...]] = {}
+        self.quotes: tuple[str, ...] = ()
+
+    def add_indent_tokens(self) -> None:
+        self.offset += sum(len(token) for token in self.indent_tokens)
+
+    def add_token(self, value: str) -> None:
+        self.offset += len(value)
+
+    def pop_trailing_newline(self) -> None:
+        pass  # only the end of the text moves; every offset recorded stays right
+
+    # This runs for every node: exact types, not isinstance (LibCST's node classes are ABCs), and
+    # extents kept only for the nodes an edit can be spliced at or visited through.
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        kind = type(node)
+        if kind in _TRACKED_TYPES:
+            self.stack.append(self.offset)
+            if kind in _ROOT_TYPES:
+                self.indents[id(node)] = tuple(self.indent_tokens)
+            if kind in _LOCATED_TYPES:
+                key = id(node)
+                self.nodes[key] = node
+                self.fstring_quotes[key] = self.quotes
+            elif kind is cst.FormattedString:
+                self.quotes = (*self.quotes, node.quote)  # type: ignore[attr-defined]
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        kind = type(node)
+        if kind in _TRACKED_TYPES:
+            self.extent[id(node)] = (self.stack.pop(), self.offset)
+            if kind is cst.Call:
+                self.calls[id(node.func)] = node  # type: ignore[attr-defined]
+            elif kind is cst.FormattedString:
+                self.quotes = self.quotes[:-1]
+
+    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+                                  end_node: cst.CSTNode | None = None) -> _Syntactic:
+        return _Syntactic(self, node)
+
+
+class _Syntactic:
+    """The context LibCST's printer opens around a node's syntactic extent (a plain class: a
+    generator-based context manager per node cost a fifth of the pass)."""
+
+    __slots__ = ("spans", "node", "start")
+
+    def __init__(self, spans: _Spans, node: cst.CSTNode) -> None:
+        self.spans, self.node = spans, node
+
+    def __enter__(self) -> None:
+        self.start = self.spans.offset
+
+    def __exit__(self, *exc: object) -> None:
+        if type(self.node) in _LOCATED_TYPES:
+            self.spans.syntactic.setdefault((self.start, self.spans.offset), []).append(self.node)
+
+
+_LOCATED_TYPES = frozenset(_NODE_TYPES.values())
+_ROOT_TYPES = _LOCATED_TYPES | {cst.Call}
+_TRACKED_TYPES = _LOCATED_TYPES | {cst.Call, cst.FormattedString, cst.SimpleStatementLine, cst.SimpleStatementSuite,
+                                   cst.IndentedBlock, cst.FunctionDef, cst.ClassDef, cst.If, cst.For, cst.While,
+                                   cst.With, cst.Try, cst.Expr, cst.Assign, cst.Return}
+
+
+def _locate(module: cst.Module, offset: int, edits: list[Edit]) -> tuple[dict[int, Edit], _Spans]:
+    """id(CST node) -> its edit, each found at the edit's span and checked against what it spells."""
+    spans = _Spans(module)
+    module._codegen(spans)
+    located: dict[int, Edit] = {}
+    for edit in edits:
+        candidates = spans.syntactic.get((edit.start - offset, edit.end - offset), [])
+        node = next((n for n in candidates if _spells(n, edit)), None)
+        if node is None:
+            seen = ", ".join(type(n).__name__ for n in candidates) or "nothing"
+            raise PlanMismatch(f"the analysis saw {edit.node} `{edit.text}` where LibCST has {seen}", edit.line)
+        located[id(node)] = edit
+    return located, spans
+
+
+def _spells(node: cst.CSTNode, edit: Edit) -> bool:
+    if not isinstance(node, _NODE_TYPES[edit.node]):
+        return False
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        dotted = _dotted(node)
+        return dotted is not None and unicodedata.normalize("NFKC", dotted) == edit.text
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value == edit.text
+    return True
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int]) -> None:
+        super().__init__()
+        self.located = located
+        self.extent = extent
+        self.starts = starts  # where the edits begin, sorted
+        self.skipped: set[int] = set()
+        self.applied = 0
+        self.applied_edits: set[int] = set()
+        self.split_lines: dict[int, cst.ImportFrom] = {}  # id(original ImportFrom) -> kept part
+        # The quotes of the f-strings around the current node: a string put inside one must not
+        # use its quote character (Python < 3.12 ends the f-string there).
+        self.fstring_quotes: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Only the nodes around an edit are visited: the rest is kept as it is.
+        extent = self.extent.get(id(node))
+        if extent is not None:
+            i = bisect.bisect_left(self.starts, extent[0])
+            if i == len(self.starts) or self.starts[i] >= extent[1]:
+                self.skipped.add(id(node))
+                return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        if id(original_node) in self.skipped:
+            return updated_node
+        return super().on_leave(original_node, updated_node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        self.fstring_quotes.append(node.quote)
+
+    def leave_FormattedString(self, original_node: cst.FormattedString,
+                              updated_node: cst.FormattedString) -> cst.FormattedString:
+        self.fstring_quotes.pop()
+        return updated_node
+
+    def expression(self, text: str, line: int) -> cst.BaseExpression:
+        """`text` parsed, its string literals re-quoted to fit inside the f-strings around it."""
+        node = _parsed_expression(text)
+        if not self.fstring_quotes:
+            return node
+        taken = {quote[0] for quote in self.fstring_quotes}
+        free = [q for q in ('"', "'") if q not in taken]
+        if not free:
+            raise PlanMismatch("no quote character is free inside these nested f-strings", line)
+        return node.visit(_Requote(free[0], line))
+
+    def take(self, node: cst.CSTNode) -> Edit | None:
+        edit = self.located.get(id(node))
+        if edit is not None:
+            self.applied += 1
+            self.applied_edits.add(id(edit))
+        return edit
+
+    def chain_edit(self, node: cst.CSTNode) -> ChainEdit | None:
+        edit = self.located.get(id(node))
+        return edit.change if edit is not None and isinstance(edit.change, ChainEdit) else None
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
+        return self.replace_chain(original_node, updated_node)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.replace_chain(original_node, updated_node)
+
+    def replace_chain(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        located = self.take(original)
+        if located is None:
+            return updated
+        edit = located.change
+        assert isinstance(edit, ChainEdit)
+        result = updated
+        if edit.new_dotted is not None:
+            result = _dotted_node(edit.new_dotted).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        if edit.decorator_call is not None:
+            call = _parsed_expression(f"_({edit.decorator_call})")
+            assert isinstance(call, cst.Call)
+            result = call.with_changes(func=result)
+        if edit.partial_args is not None:
+            bare = result.with_changes(lpar=(), rpar=())
+            partial = self.expression(f"functools.partial(_, {edit.partial_args})", located.line)
+            assert isinstance(partial, cst.Call)
+            args = [partial.args[0].with_changes(value=bare), *partial.args[1:]]
+            result = partial.with_changes(args=args, lpar=updated.lpar, rpar=updated.rpar)
+        return result
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        edit = self.chain_edit(original_node.func)
+        if edit is None or edit.call is None:
+            return updated_node
+        device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
+        return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
+
+    # strings -------------------------------------------------------------------------------
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        located = self.take(original_node)
+        if located is None:
+            return updated_node
+        if isinstance(located.change, ValueEdit):
+            value = self.expression(located.change.text, located.line)
+            return value.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        assert isinstance(located.change, str)
+        return updated_node.with_changes(value=located.change)
+
+    # imports -------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def import_edit(self, node: cst.CSTNode) -> ImportEdit | None:
+        located = self.take(node)
+        if located is None:
+            return None
+        assert isinstance(located.change, ImportEdit)
+        return located.change
+
+    def leave_Import(self, original_node: cst.Import, updated_node: cst.Import):
+        edit = self.import_edit(original_node)
+        if edit is None:
+            return updated_node
+        names = list(updated_node.names)
+        for i, new_name in edit.renamed_aliases.items():
+            names[i] = names[i].with_changes(name=_dotted_node(new_name))
+        kept = [name for i, name in enumerate(names) if i not in edit.removed_aliases]
+        if not kept:
+            return cst.RemoveFromParent()
+        return updated_node.with_changes(names=_without_trailing_comma(kept, names))
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom, updated_node: cst.ImportFrom) -> cst.ImportFrom:
+        edit = self.import_edit(original_node)
+        if edit is None or edit.new_module is None:
+            return updated_node
+        if not edit.kept_aliases:
+            return updated_node.with_changes(module=_dotted_node(edit.new_module))
+        if isinstance(updated_node.names, cst.ImportStar):
+            raise PlanMismatch("a star import cannot be split", self.located[id(original_node)].line)
+        names = list(updated_node.names)
+        migrated = [n for i, n in enumerate(names) if i not in edit.kept_aliases]
+        kept = [n for i, n in enumerate(names) if i in edit.kept_aliases]
+        self.split_lines[id(original_node)] = updated_node.with_changes(
+            names=_without_trailing_comma(kept, names), lpar=None, rpar=None,
+            whitespace_after_import=cst.SimpleWhitespace(" "),
+        )
+        return updated_node.with_changes(module=_dotted_node(edit.new_module),
+                                         names=_without_trailing_comma(migrated, names))
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine,
+                                  updated_node: cst.SimpleStatementLine):
+        splits = [self.split_lines.pop(id(s)) for s in original_node.body if id(s) in self.split_lines]
+        if not splits:
+            return updated_node
+        extra = [cst.SimpleStatementLine(body=[kept]) for kept in splits]
+        return cst.FlattenSentinel([updated_node, *extra])
+
+    def leave_SimpleStatementSuite(self, original_node: cst.SimpleStatementSuite,
+                                   updated_node: cst.SimpleStatementSuite):
+        body: list[cst.BaseSmallStatement] = []
+        for original, updated in zip(original_node.body, updated_node.body):
+            body.append(updated)
+            kept = self.split_lines.pop(id(original), None)
+            if kept is not None:
+                body.append(kept)
+        return updated_node.with_changes(body=body)
+
+
+def _dotted_node(dotted: str) -> cst.Attribute | cst.Name:
+    head, *rest = dotted.split(".")
+    node: cst.Attribute | cst.Name = cst.Name(head)
+    for part in rest:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
+    return node
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_expression(text: str) -> cst.BaseExpression:
+    """The few texts inserted (the device, `functools.partial(...)`) parsed once: LibCST nodes are
+    immutable, so one may stand in several places."""
+    return cst.parse_expression(text)
+
+
+def _without_trailing_comma(chosen: list[cst.ImportAlias], every: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
+    """Keep the user's commas, but the last chosen alias ends like the original last one."""
+    if not chosen:
+        return chosen
+    last_original = every[-1]
+    chosen = list(chosen)
+    if chosen[-1] is not last_original:
+        trailing = last_original.comma
+        if isinstance(trailing, MaybeSentinel):
+            chosen[-1] = chosen[-1].with_changes(comma=MaybeSentinel.DEFAULT)
+        else:
+            chosen[-1] = chosen[-1].with_changes(comma=trailing)
+    return chosen
+
+
+class _Requote(cst.CSTTransformer):
+    def __init__(self, quote: str, line: int) -> None:
+        super().__init__()
+        self.quote, self.line = quote, line
+
+    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+        if updated_node.quote[0] == self.quote:
+            return updated_node
+        value = updated_node.evaluated_value
+        if not isinstance(value, str) or "\\" in updated_node.value or self.quote in value \
+                or updated_node.prefix or len(updated_node.quote) != 1:
+            raise PlanMismatch("a string inserted into an f-string cannot change its quotes", self.line)
+        return updated_node.with_changes(value=f"{self.quote}{value}{self.quote}")
+
+
+def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression) -> list[cst.Arg]:
+    args = list(call.args)
+    # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
+    positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
+    for i, name in enumerate(edit.keywords_for_positionals):
+        args[i] = args[i].with_changes(
+            keyword=cst.Name(name),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                  whitespace_after=cst.SimpleWhitespace("")),
+        )
+    if edit.device_keyword is not None:
+        device_arg = cst.Arg(
+            value=device_value, keyword=cst.Name(edit.device_keyword),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                  whitespace_after=cst.SimpleWhitespace("")),
+        )
+        position = positional_count
+    else:
+        device_arg = cst.Arg(value=device_value)
+        position = edit.device_position or 0
+    return _insert_argument(args, position, device_arg)
+
+
+def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:
+    # The new argument shares a line with its neighbour: the user's line breaks and comments
+    # stay exactly where they were.
+    separator = cst.SimpleWhitespace(" ")
+    if position < len(args):
+        args.insert(position, new.with_changes(comma=cst.Comma(whitespace_after=separator)))
+        return args
+    if args:  # appending after the last argument
+        last = args[-1]
+        if isinstance(last.comma, MaybeSentinel):
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(new)
+        else:  # keep the user's trailing comma (and its line break) after the new last argument
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator))
+            args.append(new.with_changes(comma=last.comma))
+        return args
+    return [new]
+
+
+def _insert_after_imports(module: cst.Module, statements: tuple[str, ...]) -> cst.Module:
+    """`statements` (`import functools`, a device name) on the lines after the imports that open the
+    module (after its docstring).
+
+    Written by hand rather than with LibCST's AddImportsVisitor, which also adds a blank line.
+    """
+    body = list(module.body)
+    index = 0
+    for i, statement in enumerate(body):
+        if isinstance(statement, cst.SimpleStatementLine) and (
+            all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
+            or (i == 0 and _is_docstring(statement))
+        ):
+            index = i + 1
+        else:
+            break
+    new_lines = [cst.parse_statement(statement + "\n") for statement in statements]
+    if index < len(body) and index == 0:
+        # Comments just above the first statement stay above the code they describe.
+        new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
+        body[0] = body[0].with_changes(leading_lines=())
+    body[index:index] = new_lines
+    return module.with_changes(body=body)
+
+
+def _is_docstring(line: cst.SimpleStatementLine) -> bool:
+    return len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and isinstance(
+        line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+__all__ = ["PlanMismatch", "apply_plan"]

@@ -1,0 +1,271 @@
+"""Find every use of NVIDIA apex's removed mixed precision (`apex.amp`, `apex.fp16_utils`, `apex.parallel`) and
+the framework settings that select it; report each with its reason and the native pattern (`ampfix.families.apex.rules`).
+
+Names are resolved through the file's own imports, scope by scope, on the walk `ampfix.engine.analysis` already made:
+`import apex; apex.amp.initialize(...)`, `from apex import amp as a; a.scale_loss(...)` and
+`from apex.parallel import DistributedDataParallel as DDP; DDP(m)` are found, a local `amp` is not. apex's
+other packages (optimizers, normalization) still exist and are left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ampfix.families.apex.optional import optional_import
+from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
+from ampfix.syntax.prefilter import mentions_apex
+from ampfix.families.apex import rules
+from ampfix.core.rules import Rule
+
+if TYPE_CHECKING:
+    from ampfix.engine.analysis import Analysis
+
+_CODES: dict[str, Rule] = {name: rule for rule in rules.APEX_RULES for name in rule.symbols}
+
+
+def _owned(qname: str | None) -> bool:
+    return qname is not None and any(qname == p or qname.startswith(p + ".") for p in rules.PACKAGES)
+
+
+def _longest(table: dict, qname: str) -> str | None:
+    """The longest dotted prefix of `qname` that `table` holds."""
+    parts = qname.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in table:
+            return name
+    return None
+
+
+def rule_of(qname: str) -> Rule | None:
+    name = _longest(_CODES, qname)
+    return None if name is None else _CODES[name]
+
+
+def _advice(qname: str) -> rules.Advice:
+    name = _longest(rules.ADVICE, qname)
+    assert name is not None, qname  # every rule's symbol lies below an advised name
+    return rules.ADVICE[name]
+
+
+def plan_apex(analysis: Analysis) -> None:
+    """Add a finding for every apex use in the module `analysis` walked."""
+    walker = analysis.walker
+    used: set[int] = set()  # id() of the import bindings some reported use goes through
+    apex_imported = False
+    for imp in walker.imports:
+        apex_imported |= any(_owned(q) for q in _import_qnames(imp.node))
+    if apex_imported:
+        uses: list[tuple[ChainRef, Binding, str, Rule]] = []
+        for ref in walker.chains:
+            binding = _apex_binding(ref)
+            if binding is not None:
+                full = ".".join((binding.qname or "", *ref.parts[1:]))
+                rule = rule_of(full)
+                if rule is not None:
+                    used.add(id(binding))
+                    uses.append((ref, binding, full, rule))
+            elif rules.AMP_STASH in ref.parts[1:]:
+                _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
+        rewritten = _plan_rewrite(analysis, uses)
+        # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
+        says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
+        for ref, _, full, rule in uses:
+            if isinstance(rewritten, dict):
+                analysis.add_finding(ref.node, rule.code, rewritten[id(ref)], fixable=True, will_fix=True)
+            else:
+                not_rewritten = rewritten if rule is says_why else ""
+                _report_use(analysis, ref, rule, full, not_rewritten)
+        _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
+    if apex_imported or _may_hold_settings(analysis):
+        _report_settings(analysis)
+
+
+def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+    """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
+    `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
+    amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
+                if full == "apex.amp" or full.startswith("apex.amp.")]
+    bindings = {id(binding): binding for _, binding, _ in amp_uses}
+    binding = next(iter(bindings.values()), None)
+    statement = optional = None
+    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
+                 "or a name also bound otherwise)")
+    module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
+    if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
+        node = binding.imported_by.node if binding.imported_by is not None else None
+        if isinstance(node, ast.ImportFrom) and node in analysis.tree.body and node.module == "apex" \
+                and not node.level and [a.name for a in node.names] == ["amp"]:
+            statement = node
+    # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
+    reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
+    if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
+        found = optional_import(analysis.tree, binding, analysis.walker.module_scope)
+        if isinstance(found, str):
+            not_plain = found
+        else:
+            optional, statement = found, found.import_node
+            reported.append((found.import_node.lineno, rules.OPTIONAL_IMPORT, binding.guards))
+    held = _held_back(analysis, reported)
+    if held is not None:
+        return held
+    if statement is None:
+        return not_plain
+    from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
+
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+
+
+def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
+    """Why the rewrite, one decision for all of these (line, rule, branches around it), must not happen, or None: a
+    suppression comment on one of them; else what `Analysis.hold_back` says of each (the rule selection, the rule's
+    minimum torch against --target-torch, version guards), each reason once, in the order of the lines."""
+    suppressed = sorted({line for line, rule, _ in reported if analysis.suppressions.covers(line, rule.code)})
+    if suppressed:
+        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
+    reasons = [analysis.hold_back(rule, guards) for _, rule, guards in sorted(reported, key=lambda r: r[0])]
+    return "; ".join(dict.fromkeys(r for r in reasons if r is not None)) or None
+
+
+def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level or node.module is None:
+        return []
+    return [f"{node.module}.{alias.name}" for alias in node.names]
+
+
+def _apex_binding(ref: ChainRef) -> Binding | None:
+    """The apex import the head of `ref` is bound by in its scope, or None."""
+    if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
+        return None  # a binding, not a use
+    _, bindings = ref.scope.lookup(ref.parts[0])
+    return next((b for b in bindings if b.kind == "import" and _owned(b.qname)), None)
+
+
+def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
+    message = advice.reason + (f"; {detail}" if detail else "")
+    analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
+
+
+def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
+    notes = []
+    call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
+    if rule is rules.INITIALIZE and call is not None:
+        notes.append(_initialize_detail(call))
+    elif rule is rules.SCALE_LOSS and call is not None:
+        notes.append(_scale_loss_detail(call))
+    if not_rewritten:
+        notes.append(f"not rewritten: {not_rewritten}")
+    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n))
+
+
+def _argument(call: ast.Call, name: str, params: tuple[str, ...]) -> ast.expr | None:
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    index = params.index(name)
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    if len(positional) == len(call.args) and index < len(positional):
+        return positional[index]
+    return None
+
+
+def _initialize_detail(call: ast.Call) -> str:
+    """What in this initialize call is more than O1 (named, so a person knows what native AMP drops)."""
+    notes = []
+    opt_level = _argument(call, "opt_level", rules.INITIALIZE_PARAMS)
+    if opt_level is None:
+        has_unpacking = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords)
+        level = None if has_unpacking else rules.INITIALIZE_DEFAULT_OPT_LEVEL
+    elif isinstance(opt_level, ast.Constant) and isinstance(opt_level.value, str):
+        level = opt_level.value
+    else:
+        level = None
+    if level is None:
+        notes.append("opt_level is not a literal here: O1 (what native autocast does) cannot be told from O2")
+    elif level in rules.OPT_LEVELS:
+        notes.append(rules.OPT_LEVELS[level])
+    else:
+        notes.append(f"opt_level {level!r} is not one apex defines")
+    for keyword in call.keywords:
+        if keyword.arg in rules.INITIALIZE_KEYWORDS:
+            notes.append(rules.INITIALIZE_KEYWORDS[keyword.arg])
+    loss_scale = _argument(call, "loss_scale", rules.INITIALIZE_PARAMS)
+    if loss_scale is not None and not (isinstance(loss_scale, ast.Constant) and loss_scale.value == "dynamic"):
+        notes.append("a static loss_scale never changes and skips no step: GradScaler(init_scale=...) still "
+                     "halves its scale and skips the step on overflow")
+    return "; ".join(notes)
+
+
+def _scale_loss_detail(call: ast.Call) -> str:
+    notes = []
+    keywords = {k.arg for k in call.keywords}
+    if "loss_id" in keywords or len(call.args) > 2:
+        notes.append("loss_id selects one of several loss scales: one GradScaler serves every loss with one scale")
+    if "delay_unscale" in keywords:
+        notes.append("delay_unscale has no native twin and needs none: scaled gradients accumulate until "
+                     "scaler.step(optimizer) at the accumulation boundary")
+    return "; ".join(notes)
+
+
+def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str]) -> None:
+    """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
+    or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
+    removes it: `rewritten` holds its message by id() of the import)."""
+    for imp in analysis.walker.imports:
+        for qname in _import_qnames(imp.node):
+            rule = rule_of(qname) if _owned(qname) else None
+            if rule is None:
+                continue
+            advice = _advice(qname)
+            if id(imp.node) in rewritten:
+                analysis.add_finding(imp.node, rule.code, rewritten[id(imp.node)], fixable=True, will_fix=True)
+            elif imp.optional:
+                _report(analysis, imp.node, rule, advice,
+                        "where the import fails (current apex), the `except` branch runs and training silently "
+                        "goes on in float32; torch.amp is always there, so import nothing instead")
+            elif not _binding_used(imp.scope, imp.node, qname, used):
+                _report(analysis, imp.node, rule, advice)
+
+
+def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, used: set[int]) -> bool:
+    """Does a reported use go through the name this import binds for `qname`?"""
+    for alias in node.names:
+        if isinstance(node, ast.Import):
+            if alias.name != qname:
+                continue
+            name = alias.asname or alias.name.partition(".")[0]
+        elif f"{node.module}.{alias.name}" == qname:
+            name = alias.asname or alias.name
+        else:
+            continue
+        if any(id(b) in used and b.line == node.lineno for b in scope.bindings.get(name, [])):
+            return True
+    return False
+
+
+def _may_hold_settings(analysis: Analysis) -> bool:
+    """A framework setting selecting apex spells `apex`/`Apex`, or DeepSpeed's key "amp" (a recorded string)."""
+    return mentions_apex(analysis.index.text) or any(
+        ref.node.value == rules.DEEPSPEED_AMP_KEY for ref in analysis.walker.strings)
+
+
+def _report_settings(analysis: Analysis) -> None:
+    for node in ast.walk(analysis.tree):
+        if isinstance(node, ast.Call):
+            pairs = [(k.arg, k.value, k.value) for k in node.keywords if k.arg is not None]
+        elif isinstance(node, ast.Dict):
+            pairs = [(k.value, v, k) for k, v in zip(node.keys, node.values)
+                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        else:
+            continue
+        for key, value, where in pairs:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                advice = rules.CONFIG_SETTINGS.get((key, value.value))
+                if advice is not None:
+                    _report(analysis, where, rules.FRAMEWORK_CONFIG, advice)
+            elif key == rules.DEEPSPEED_AMP_KEY and isinstance(node, ast.Dict) and isinstance(value, ast.Dict):
+                _report(analysis, where, rules.FRAMEWORK_CONFIG, rules.DEEPSPEED_ADVICE)

@@ -1,0 +1,126 @@
+"""yolov5's optional apex import, recognised from its structure so that the O1 rewrite (`ampfix.families.apex.rewrite`)
+can remove it with mixed precision left on:
+
+    mixed_precision = True                    (a flag: every binding True, the handler's False, or
+    try:                                       `amp is not None`; so it is True exactly where apex imported)
+        from apex import amp
+        has_apex = True                       (the try may also set flags True after the import)
+    except ImportError:
+        amp = None                            (the handler only sets `amp = None`, flags False,
+        mixed_precision = False                passes or prints)
+    ...
+        if mixed_precision:                   (a guard: a flag as the whole test)
+            model, optimizer = amp.initialize(...)
+
+Once the rewrite has removed the `try`, each flag is True wherever it is bound: it was True on the path where apex
+imported, which is the path the rewrite keeps, so `if flag:` around apex's calls still holds where it held then.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ampfix.syntax.bindings import Binding, Scope, catches_missing_names
+
+
+@dataclass(frozen=True)
+class OptionalImport:
+    statement: ast.Try  # at module level; removed whole by the rewrite
+    import_node: ast.ImportFrom  # `from apex import amp`, the first statement of its body
+    amp_name: str  # the name the import binds
+    flags_set: tuple[ast.Assign, ...]  # `FLAG = True` after the import in the try's body: kept where the try was
+
+
+def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | str:
+    """The module-level `try` that imports apex.amp as `binding`, in the shape above, or why it is not one. The
+    `try` is the one the walk recorded around the import (`ImportRef.tried`, whose `optional` detection reports):
+    this shape is the strict case of that record."""
+    imported = binding.imported_by
+    statement = imported.tried if imported is not None else None
+    if not (isinstance(statement, ast.Try) and statement in tree.body and statement.body[0] is imported.node
+            and isinstance(imported.node, ast.ImportFrom)):
+        return ("`from apex import amp` is neither a plain statement at module level nor first in a module-level "
+                "`try` (a conditional import)")
+    import_node, rest = imported.node, statement.body[1:]
+    handler = statement.handlers[0] if len(statement.handlers) == 1 else None
+    if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
+        return "the optional import is not a plain `from apex import amp`"
+    if statement.orelse or statement.finalbody or handler is None or handler.name is not None \
+            or not catches_missing_names(handler):
+        return "the optional import's `try` has an `else`, a `finally`, or not one `except ImportError:`"
+    if not all(_sets(s, True) for s in rest):
+        return "the optional import's `try` does more than import apex.amp and set flags True"
+    if not all(_handles(s, binding.name, module_scope) for s in handler.body):
+        return ("the optional import's `except` does more than set `amp = None` and flags False, pass or print "
+                "(removing it would drop that)")
+    others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
+    if not all(b.kind == "none" and _made_in(handler, b) for b in others):
+        return f"`{binding.name}` is also bound to something else"
+    return OptionalImport(statement, import_node, binding.name, tuple(rest))  # type: ignore[arg-type]
+
+
+def _sets(statement: ast.stmt, value: bool) -> bool:
+    """`NAME = True` (or False)."""
+    return (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Constant)
+            and statement.value.value is value)
+
+
+def _handles(statement: ast.stmt, amp_name: str, module_scope: Scope) -> bool:
+    """A statement the handler may hold: `amp = None`, `FLAG = False`, `pass`, or a call of the builtin print
+    (the message that apex is missing, moot once nothing needs apex)."""
+    if isinstance(statement, ast.Pass) or _sets(statement, False):
+        return True
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Constant):
+        target = statement.targets[0]
+        return isinstance(target, ast.Name) and target.id == amp_name and statement.value.value is None
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        return isinstance(func, ast.Name) and func.id == "print" and "print" not in module_scope.bindings
+    return False
+
+
+def is_availability_test(node: ast.AST, optional: OptionalImport, scope: Scope) -> bool:
+    """`amp is not None` on the name the optional import binds: True exactly where apex imported."""
+    return (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot)
+            and isinstance(node.left, ast.Name) and node.left.id == optional.amp_name
+            and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
+            and scope.lookup(optional.amp_name)[0] is _module(scope))
+
+
+def flag_reason(test: ast.expr, optional: OptionalImport, scope: Scope) -> str | None:
+    """Why `test` (an `if` test in `scope`) is not a flag of apex's availability, or None when it is: a name whose
+    every binding is True, the handler's False, or `amp is not None`, and at least one of them not the handler's."""
+    if not isinstance(test, ast.Name):
+        return "the test is not a single name"
+    found, bindings = scope.lookup(test.id)
+    if not bindings:
+        return f"`{test.id}` is never bound"
+    handler = optional.statement.handlers[0]
+    in_handler = [found is _module(scope) and _made_in(handler, b) for b in bindings]
+    for binding, handled in zip(bindings, in_handler):
+        value = binding.value
+        if binding.kind != "other" or not isinstance(value, ast.expr):
+            return f"`{test.id}` is bound otherwise than by an assignment (line {binding.line})"
+        if handled and isinstance(value, ast.Constant) and value.value is False:
+            continue
+        if isinstance(value, ast.Constant) and value.value is True:
+            continue
+        if found is not None and is_availability_test(value, optional, found):
+            continue
+        return f"`{test.id}` is set on line {binding.line} to something other than whether apex imported"
+    if all(in_handler):
+        return f"`{test.id}` is only set where apex failed to import"
+    return None
+
+
+def _made_in(handler: ast.ExceptHandler, binding: Binding) -> bool:
+    """Was `binding` made under `handler`? The walk records the handler among the binding's branches."""
+    return any(guard.handler is handler for guard in binding.guards)
+
+
+def _module(scope: Scope) -> Scope:
+    while scope.parent is not None:
+        scope = scope.parent
+    return scope

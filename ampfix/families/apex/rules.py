@@ -1,0 +1,341 @@
+"""AMP100-AMP109: NVIDIA apex's mixed precision (`apex.amp`, `apex.fp16_utils`, `apex.parallel`) and the
+framework settings that select it. apex deprecated these in 2022 and deleted them in 2025, so code using
+them fails to import on current apex. Reported, with the reason and the native pattern where one exists;
+`ampfix.families.apex.detect` finds the uses (names resolved through the file's imports, as for torch's names).
+
+None of these names has a drop-in twin: a native migration changes more than a name (a GradScaler to
+create, a forward pass to put under autocast), so each rule's symbols map to None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ampfix.core.rules import Example, Rule
+
+# What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
+PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
+# The oldest torch that pattern's rewrite runs on (torch.amp.GradScaler(device) came in 2.3): the minimum torch of
+# the rules whose names it rewrites, weighed against --target-torch where every rule's is (`Analysis.hold_back`).
+PATTERN_MIN_TORCH = (2, 3)
+
+# The packages whose imports can reach the names below.
+PACKAGES = ("apex", "mmengine")
+
+AUTOCAST = 'torch.autocast("cuda", dtype=torch.float16)'
+SCALER = 'scaler = torch.amp.GradScaler("cuda")'
+OPTIMIZER_PARAMS = '(p for group in optimizer.param_groups for p in group["params"])'
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Why a name must go, and the native pattern to use by hand (None: there is none)."""
+
+    reason: str
+    native: str | None = None
+
+
+OPTIONAL_IMPORT = Rule(
+    code="AMP100",
+    title="apex.amp import",
+    min_torch=PATTERN_MIN_TORCH,
+    symbols={"apex.amp": None},
+    fix_note=PATTERN_FIX,
+    examples=(
+        # The optional import: on current apex the handler runs and training silently stays in float32.
+        Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", reported="AMP100"),
+        Example("import apex.amp\n", reported="AMP100"),
+        # The optional import with its flag, part of the O1 training pattern: removed, the flag always True.
+        Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nuse_amp = amp is not None\n\n\n"
+                "def train(model, opt, x):\n    if use_amp:\n        model, opt = amp.initialize(model, opt)\n"
+                "    loss = model(x)\n    if use_amp:\n        with amp.scale_loss(loss, opt) as scaled:\n"
+                "            scaled.backward()\n    else:\n        loss.backward()\n    opt.step()\n",
+                "import torch\nuse_amp = True\n\n\ndef train(model, opt, x):\n"
+                "    scaler = torch.amp.GradScaler(\"cuda\", enabled=use_amp)\n"
+                "    with torch.autocast(\"cuda\", dtype=torch.float16, enabled=use_amp):\n        loss = model(x)\n"
+                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
+        # apex's optimizers and normalization layers still exist: nothing to report.
+        Example("from apex.optimizers import FusedAdam\nopt = FusedAdam(params)\n"),
+    ),
+)
+
+INITIALIZE = Rule(
+    code="AMP101",
+    title="apex.amp.initialize",
+    min_torch=PATTERN_MIN_TORCH,
+    symbols={"apex.amp.initialize": None, "apex.amp.frontend.initialize": None},
+    fix_note=PATTERN_FIX,
+    examples=(
+        # The O1 training pattern, rewritten whole (`ampfix.families.apex.rewrite`).
+        Example("from apex import amp\n\n\ndef train(model, opt, x):\n    model, opt = amp.initialize(model, opt)\n"
+                "    loss = model(x)\n    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n"
+                "    opt.step()\n",
+                "import torch\n\n\ndef train(model, opt, x):\n    scaler = torch.amp.GradScaler(\"cuda\")\n"
+                "    with torch.autocast(\"cuda\", dtype=torch.float16):\n        loss = model(x)\n"
+                "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n"),
+        # At module level without a step: not the pattern, reported.
+        Example("from apex import amp\nmodel, opt = amp.initialize(model, opt, opt_level='O1')\n", reported="AMP101"),
+        Example("import apex\nmodel, opt = apex.amp.initialize(model, opt, opt_level='O2',\n"
+                "                                   keep_batchnorm_fp32=True, loss_scale=128.0)\n",
+                reported="AMP101"),
+    ),
+)
+
+SCALE_LOSS = Rule(
+    code="AMP102",
+    title="apex.amp.scale_loss",
+    min_torch=PATTERN_MIN_TORCH,
+    symbols={"apex.amp.scale_loss": None, "apex.amp.handle.scale_loss": None},
+    fix_note=PATTERN_FIX,
+    examples=(
+        Example("from apex import amp\ndef train(loss, opt):\n"
+                "    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n", reported="AMP102"),
+        Example("from apex.amp import scale_loss\n"
+                "with scale_loss(loss, opt, loss_id=1) as scaled:\n    scaled.backward()\n", reported="AMP102"),
+    ),
+)
+
+MASTER_PARAMS = Rule(
+    code="AMP103",
+    title="apex.amp.master_params",
+    min_torch=PATTERN_MIN_TORCH,
+    symbols={"apex.amp.master_params": None},
+    fix_note=PATTERN_FIX,
+    examples=(
+        Example("import torch\nfrom apex import amp\n"
+                "torch.nn.utils.clip_grad_norm_(amp.master_params(opt), 1.0)\n", reported="AMP103"),
+    ),
+)
+
+STATE = Rule(
+    code="AMP104",
+    title="apex.amp state_dict",
+    min_torch=PATTERN_MIN_TORCH,
+    symbols={"apex.amp.state_dict": None, "apex.amp.load_state_dict": None},
+    fix_note=PATTERN_FIX,
+    examples=(
+        Example("from apex import amp\ncheckpoint = {'amp': amp.state_dict()}\n", reported="AMP104"),
+    ),
+)
+
+CASTING_FUNCTIONS = Rule(
+    code="AMP105",
+    title="apex.amp casting functions",
+    min_torch=None,
+    symbols={
+        "apex.amp.half_function": None,
+        "apex.amp.float_function": None,
+        "apex.amp.promote_function": None,
+        "apex.amp.register_half_function": None,
+        "apex.amp.register_float_function": None,
+        "apex.amp.register_promote_function": None,
+        "apex.amp.disable_casts": None,
+    },
+    examples=(
+        Example("from apex import amp\nroi_align = amp.float_function(_ROIAlign.apply)\n", reported="AMP105"),
+        Example("import torch\nfrom apex import amp\namp.register_float_function(torch, 'sigmoid')\n",
+                reported="AMP105"),
+    ),
+)
+
+INTERNALS = Rule(
+    code="AMP106",
+    title="apex.amp internals",
+    min_torch=None,
+    symbols={"apex.amp.lists": None, "apex.amp._amp_state": None, "apex.amp.amp": None},
+    examples=(
+        Example("from apex import amp\namp.lists.functional_overrides.FP32_FUNCS.append('softplus')\n",
+                reported="AMP106"),
+        Example("from apex.amp._amp_state import _amp_state\nscale = _amp_state.loss_scalers[0].loss_scale()\n",
+                reported="AMP106"),
+    ),
+)
+
+FP16_UTILS = Rule(
+    code="AMP107",
+    title="apex.fp16_utils",
+    min_torch=None,
+    symbols={"apex.fp16_utils": None},
+    examples=(
+        Example("from apex.fp16_utils import FP16_Optimizer\n"
+                "optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n", reported="AMP107"),
+    ),
+)
+
+PARALLEL = Rule(
+    code="AMP108",
+    title="apex.parallel",
+    min_torch=None,
+    symbols={"apex.parallel": None},
+    examples=(
+        Example("import apex\nmodel = apex.parallel.DistributedDataParallel(model)\n", reported="AMP108"),
+        Example("from apex.parallel import convert_syncbn_model\nmodel = convert_syncbn_model(model)\n",
+                reported="AMP108"),
+    ),
+)
+
+FRAMEWORK_CONFIG = Rule(
+    code="AMP109",
+    title="framework set to use apex",
+    min_torch=None,
+    symbols={
+        "mmengine.optim.ApexOptimWrapper": None,
+        "mmengine.optim.optimizer.ApexOptimWrapper": None,
+        "mmengine.optim.optimizer.apex_optimizer_wrapper.ApexOptimWrapper": None,
+    },
+    examples=(
+        Example("import pytorch_lightning as pl\ntrainer = pl.Trainer(precision=16, amp_backend='apex')\n",
+                reported="AMP109"),
+        Example("optim_wrapper = dict(type='ApexOptimWrapper', opt_level='O1')\n", reported="AMP109"),
+        Example("ds_config = {'train_batch_size': 8, 'amp': {'enabled': True, 'opt_level': 'O1'}}\n",
+                reported="AMP109"),
+        # The same keyword selecting native AMP is not apex.
+        Example("trainer = Trainer(precision=16, amp_backend='native')\n"),
+    ),
+)
+
+APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_PARAMS, STATE, CASTING_FUNCTIONS,
+                                INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
+
+REMOVED = "removed from apex in 2025"
+
+# What to say of each name (the longest listed prefix of a use's qualified name decides).
+ADVICE: dict[str, Advice] = {
+    "apex.amp": Advice(f"`apex.amp` was {REMOVED}",
+                       f"{AUTOCAST} around the forward pass and loss, and a torch.amp.GradScaler(\"cuda\")"),
+    "apex.amp.initialize": Advice(
+        f"`apex.amp.initialize` was {REMOVED}",
+        f"{SCALER}; {AUTOCAST} around every forward pass and loss (training and evaluation)"),
+    "apex.amp.scale_loss": Advice(f"`apex.amp.scale_loss` was {REMOVED}",
+                                  "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()"),
+    "apex.amp.master_params": Advice(
+        f"`apex.amp.master_params` was {REMOVED}; it iterated the optimizer's param_groups, and clipping must "
+        "see unscaled gradients: unscale once per optimizer step, after the last micro-step's backward",
+        f"scaler.unscale_(optimizer); torch.nn.utils.clip_grad_norm_({OPTIMIZER_PARAMS}, max_norm)"),
+    "apex.amp.state_dict": Advice(
+        f"`apex.amp.state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
+        "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
+        "'_growth_tracker'}), so old checkpoints need their key handled",
+        "scaler.state_dict()"),
+    "apex.amp.load_state_dict": Advice(
+        f"`apex.amp.load_state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
+        "'unskipped'}}, GradScaler: {'scale', ...}): an old checkpoint's loss scale is "
+        "state['loss_scaler0']['loss_scale']",
+        "scaler.load_state_dict(state)"),
+    "apex.amp.float_function": Advice(
+        f"`apex.amp.float_function` was {REMOVED}; it cast the inputs to float32 and ran the function outside "
+        "mixed precision",
+        '@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float32) on an autograd.Function\'s forward '
+        "(with @torch.amp.custom_bwd(device_type=\"cuda\") on its backward); elsewhere, call it under "
+        'torch.autocast("cuda", enabled=False) with float32 inputs'),
+    "apex.amp.half_function": Advice(
+        f"`apex.amp.half_function` was {REMOVED}; it cast the inputs to float16",
+        '@torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.float16) on an autograd.Function\'s forward'),
+    "apex.amp.promote_function": Advice(
+        f"`apex.amp.promote_function` was {REMOVED}; autocast has no user-level promote list",
+        "cast the inputs to a common dtype before the call"),
+    "apex.amp.register_half_function": Advice(
+        f"`apex.amp.register_*_function` was {REMOVED}; torch.autocast's op lists cannot be edited",
+        'wrap the calls: with torch.autocast("cuda", enabled=False): f(x.float()) (float32), '
+        "or cast the inputs to float16 before the call"),
+    "apex.amp.disable_casts": Advice(f"`apex.amp.disable_casts` was {REMOVED}",
+                                     'with torch.autocast("cuda", enabled=False):'),
+    "apex.amp.lists": Advice(f"`apex.amp.lists` was {REMOVED}; torch.autocast's op lists cannot be edited",
+                             'wrap the calls: with torch.autocast("cuda", enabled=False): f(x.float())'),
+    "apex.amp._amp_state": Advice(f"apex's private amp state was {REMOVED}; GradScaler keeps its own",
+                                  "scaler.get_scale()"),
+    "apex.amp.amp": Advice(f"apex's private amp handle was {REMOVED}; nothing native replaces it"),
+    "apex.fp16_utils": Advice(
+        f"`apex.fp16_utils` was {REMOVED}; it kept float32 master weights for a float16 model (like O2), which "
+        "native AMP does not: the model stays float32 under autocast",
+        f"{SCALER}; {AUTOCAST} around the forward pass and loss"),
+    "apex.parallel": Advice(f"`apex.parallel` was {REMOVED}",
+                            "torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank]) "
+                            "(apex's delay_allreduce and message_size have no twin)"),
+    "apex.parallel.SyncBatchNorm": Advice(f"`apex.parallel.SyncBatchNorm` was {REMOVED}",
+                                          "torch.nn.SyncBatchNorm"),
+    "apex.parallel.convert_syncbn_model": Advice(f"`apex.parallel.convert_syncbn_model` was {REMOVED}",
+                                                 "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)"),
+    "mmengine.optim.ApexOptimWrapper": Advice(
+        "mmengine's ApexOptimWrapper needs apex.amp, " + REMOVED, "mmengine.optim.AmpOptimWrapper"),
+}
+for _name in ("register_float_function", "register_promote_function"):
+    ADVICE[f"apex.amp.{_name}"] = ADVICE["apex.amp.register_half_function"]
+ADVICE["apex.amp.handle.scale_loss"] = ADVICE["apex.amp.scale_loss"]
+ADVICE["apex.amp.frontend.initialize"] = ADVICE["apex.amp.initialize"]
+for _name in ("mmengine.optim.optimizer.ApexOptimWrapper",
+              "mmengine.optim.optimizer.apex_optimizer_wrapper.ApexOptimWrapper"):
+    ADVICE[_name] = ADVICE["mmengine.optim.ApexOptimWrapper"]
+
+# An attribute apex set on optimizers it wrapped (`optimizer._amp_stash`); reported in files importing apex.
+AMP_STASH = "_amp_stash"
+AMP_STASH_ADVICE = Advice(f"`{AMP_STASH}` is apex's private optimizer state, {REMOVED}",
+                          "scaler.get_scale() / scaler.state_dict()")
+
+# Settings that select apex inside other frameworks: keyword (or dict key) -> value, and the native choice.
+CONFIG_SETTINGS: dict[tuple[str, str], Advice] = {
+    ("amp_backend", "apex"): Advice("PyTorch Lightning's amp_backend='apex' needs apex.amp, " + REMOVED,
+                                    "precision='16-mixed' without amp_backend"),
+    ("amp_mode", "apex"): Advice("ignite's amp_mode='apex' needs apex.amp, " + REMOVED, "amp_mode='amp'"),
+    ("type", "ApexOptimWrapper"): Advice("mmengine's ApexOptimWrapper needs apex.amp, " + REMOVED,
+                                         "type='AmpOptimWrapper'"),
+}
+# DeepSpeed's config key whose section runs apex.amp.
+DEEPSPEED_AMP_KEY = "amp"
+DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
+                          "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
+
+# `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
+# (its name clash-free): a checkpoint written by apex.amp.state_dict() loads into the GradScaler. apex's dynamic
+# scaler is the GradScaler's defaults (x2 after 2000 clean steps, /2 on overflow), and its count of clean steps
+# since the scale last changed (`unskipped`) is the GradScaler's growth tracker. `{name}`, `{nl}`: the helper's
+# name and the file's line ending.
+SCALER_STATE_HELPER_NAME = "grad_scaler_state"
+SCALER_STATE_HELPER = (
+    "def {name}(state):{nl}"
+    '    """`state` for GradScaler.load_state_dict, also when apex.amp.state_dict() wrote it."""{nl}'
+    '    if "loss_scaler0" not in state:{nl}'
+    "        return state{nl}"
+    '    apex = state["loss_scaler0"]{nl}'
+    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,{nl}'
+    '            "_growth_tracker": apex["unskipped"]}}{nl}'
+)
+
+# The evaluation idiom: a `with` block under one of these, after initialize in its function, ran in O1's mixed
+# precision; the rewrite adds the autocast to it, unless one of the others already is an item of that `with`.
+EVALUATION_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast",
+                               "torch.cpu.amp.autocast"})
+
+# torch's gradient clipping: between a backward and its step it reads gradients apex had unscaled and a
+# GradScaler has not yet, so the rewrite puts `scaler.unscale_(optimizer)` before it.
+GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                               "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
+                               "torch.nn.utils.clip_grad.clip_grad_value_"})
+
+# apex.amp.initialize(models, optimizers=None, enabled=True, opt_level="O1", cast_model_type=None, ...)
+INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
+                     "keep_batchnorm_fp32", "master_weights", "loss_scale")
+INITIALIZE_DEFAULT_OPT_LEVEL = "O1"
+# The keywords that make an initialize call more than O1 (what native autocast does), and why.
+INITIALIZE_KEYWORDS: dict[str, str] = {
+    "cast_model_type": "cast_model_type casts the model's weights (O2/O3): native AMP keeps them float32",
+    "keep_batchnorm_fp32": "keep_batchnorm_fp32 belongs to a model cast to float16 (O2/O3): native AMP keeps "
+                           "every weight float32",
+    "master_weights": "master_weights keeps float32 copies of float16 weights (O2): native AMP has none to keep",
+    "patch_torch_functions": "patch_torch_functions selects O1's patching explicitly: native autocast is scoped",
+    "min_loss_scale": "min_loss_scale: GradScaler has no floor for its scale",
+    "max_loss_scale": "max_loss_scale: GradScaler has no ceiling for its scale",
+    "num_losses": "num_losses gives each loss its own scale: one GradScaler serves every loss with one scale",
+}
+OPT_LEVELS: dict[str, str] = {
+    "O1": "O1 patched torch for the whole process from here on; autocast is scoped, so every forward pass "
+          "(evaluation too) must be under it",
+    "O0": "O0 is plain float32: remove initialize and scale_loss, no scaler is needed",
+    "O2": "O2 casts the model to float16 and keeps float32 master weights: native autocast (O1) changes the "
+          "numerics, so the choice is a person's",
+    "O3": "O3 is pure float16: native autocast (O1) changes the numerics, so the choice is a person's",
+}
+
+
+__all__ = ["ADVICE", "APEX_RULES", "Advice", "PACKAGES"]

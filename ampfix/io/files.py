@@ -1,0 +1,492 @@
+"""Files: discovery, decoding, the engine per file, and careful writing. Never prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import io
+import itertools
+import os
+import signal
+import stat
+import sys
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
+
+from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
+from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
+from ampfix.core.options import Options
+from ampfix.syntax.prefilter import could_hold_use
+
+READ_ERROR_CODE = "AMP902"  # a file or folder that cannot be read (or is not a regular file)
+WRITE_ERROR_CODE = "AMP903"  # a rewrite that could not be written: the file is left as it was
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str
+    findings: tuple[Finding, ...] = ()
+    diff: str = ""
+    changed: bool = False  # the new text differs (written, unless a dry run)
+    error: str | None = None
+
+
+def _is_virtualenv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file() or (path / "conda-meta").is_dir()
+
+
+def discover(paths: Iterable[str | os.PathLike[str]], exclusions: Exclusions | None = None,
+             force_exclude: bool = False) -> Iterator[Path | FileResult]:
+    """Every .py file under the given paths, in a stable order, streamed (not collected).
+
+    Folders skip what `exclusions` exclude (by default: caches, installed packages, build output)
+    and what git ignores. A file named explicitly is always taken, whatever its name or location,
+    unless `force_exclude` applies the excludes to it too; it is read through a symlink. In a
+    folder, symlinks are not followed: a target inside the given paths is taken under its own name
+    (once: through the link it would be read twice, and written from stale bytes), and a rewrite
+    must not reach outside what it was pointed at. A folder that cannot be read comes out as an
+    error result, in its place; the walk goes on.
+    """
+    exclusions = exclusions or Exclusions()
+    for given in paths:
+        path = Path(given)
+        if force_exclude and exclusions.forced_out(path):
+            continue
+        try:
+            is_dir = path.is_dir()
+        except OSError:  # its parent cannot be searched: reading it says why
+            is_dir = False
+        if is_dir:
+            yield from _walk(path, exclusions.walk_from(path))
+        else:
+            yield path
+
+
+def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[Path | FileResult]:
+    """`walked`: `directory` below the walk's start ("" or "pkg/sub/"), as the filter names entries."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as error:
+        yield _error(directory, f"cannot read folder: {error.strerror or error}")
+        return
+    skipped = skipped.entering(directory, walked, any(entry.name == GITIGNORE for entry in entries))
+    subdirs = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if not skipped.skips(walked + entry.name, entry.name, True):
+                subdirs.append((Path(entry.path), f"{walked}{entry.name}/"))
+        elif (entry.name.endswith((".py", NOTEBOOK_SUFFIX)) and not entry.is_symlink()
+              and not skipped.skips(walked + entry.name, entry.name, False)):
+            yield Path(entry.path)  # reading it reports one that is not a regular file
+    for subdir, below in subdirs:
+        try:
+            virtualenv = _is_virtualenv(subdir)
+        except OSError as error:  # listed but not searchable: nothing inside can be opened
+            yield _error(subdir, f"cannot read folder: {error.strerror or error}")
+            continue
+        if not virtualenv:
+            yield from _walk(subdir, skipped, below)
+
+
+def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileResult:
+    """The file's bytes if it could hold a use the run looks at, None if not, or a read error."""
+    try:
+        data = _read_regular_file(path)
+    except _NotRegular as kind:
+        return _error(path, f"not a regular file ({kind}): skipped")
+    except OSError as error:
+        return _error(path, f"cannot read: {error.strerror or error}")
+    # The engine's test, on the bytes: a file that cannot hold a use is never decoded. In a
+    # notebook's JSON a line break before `amp` is spelled `\n`, which the test reads as a letter.
+    if path.name.endswith(NOTEBOOK_SUFFIX):
+        return data if b"amp" in data or (retargets and b"autocast" in data) else None
+    return data if could_hold_use(data, retargets) else None
+
+
+class _NotRegular(Exception):
+    """A FIFO, socket or device: reading one could block forever or have side effects."""
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+def _read_regular_file(path: Path) -> bytes:
+    # Looked at before opening (opening a device can act on it), and again once open, without
+    # blocking: a FIFO put in its place meanwhile must not hang the run. Reading the descriptor
+    # with os.read costs what Path.read_bytes did (the 2,500 files of the generated tree, minimum
+    # of 9 runs: 58 vs 60 ms); through open(fd) it cost 20% more.
+    _require_regular(os.stat(path).st_mode)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        _require_regular(info.st_mode)
+        chunks = [os.read(fd, info.st_size + 1)]
+        while chunks[-1]:  # to the end, wherever it is now (a read returns 2 GiB at most)
+            chunks.append(os.read(fd, 1 << 20))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _require_regular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise _NotRegular(next((kind for test, kind in _FILE_KINDS if test(mode)), "not a file"))
+
+
+MODES = ("check", "diff", "rewrite")
+
+
+def process_file(path: Path, options: Options, mode: str = "check", data: bytes | None = None) -> FileResult:
+    """Check, diff (a dry run) or rewrite one file. Never raises for a bad file."""
+    if data is None:
+        read = read_candidate(path, options.retargets)
+        if read is None:
+            return FileResult(str(path))
+        if isinstance(read, FileResult):
+            return read
+        data = read
+    if path.name.endswith(NOTEBOOK_SUFFIX):
+        from ampfix.io.notebooks import process_notebook_file
+
+        return process_notebook_file(path, data, options, mode)
+    decoded = _decode(path, data)
+    if isinstance(decoded, FileResult):
+        return decoded
+    source, encoding = decoded
+    if mode == "check":
+        result = check_source(source, options)
+        return FileResult(str(path), result.findings, error=result.error)
+    return _finish(path, data, encoding, fix_source(source, options), write=mode == "rewrite")
+
+
+def process_stdin(name: str, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
+    """`ampfix check -` / `ampfix rewrite -`: the bytes read from stdin, named `name` in messages,
+    through the engine; the result and the bytes to print (the input when nothing changed).
+    Nothing is written."""
+    path = Path(name)
+    if path.name.endswith(NOTEBOOK_SUFFIX):
+        from ampfix.io.notebooks import notebook_file
+
+        return notebook_file(path, data, options, "check" if mode == "check" else "diff")
+    if mode == "check":
+        return process_file(path, options, "check", data), data
+    decoded = _decode(path, data)
+    if isinstance(decoded, FileResult):
+        return decoded, data
+    source, encoding = decoded
+    result = fix_source(source, options)
+    file_result = _finish(path, data, encoding, result, write=False)
+    return file_result, result.new_source.encode(encoding) if file_result.changed else data
+
+
+def _decode(path: Path, data: bytes) -> tuple[str, str] | FileResult:
+    """(text, encoding), or the error of a file not valid in its declared encoding."""
+    try:
+        encoding = _encoding(data)
+        return data.decode(encoding), encoding
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        return _error(path, f"not valid in its declared encoding: {error}")
+
+
+def _finish(path: Path, data: bytes, encoding: str, result: SourceResult, write: bool) -> FileResult:
+    if result.error is not None or not result.changed:
+        return FileResult(str(path), result.findings, error=result.error)
+    new_data = result.new_source.encode(encoding)
+    # Only --diff shows it; difflib costs more than the whole rewrite on a densely changed file.
+    diff = "" if write else result.diff(str(path))
+    if write:
+        problem = _write_in_place(path, new_data)
+        if problem is not None:
+            return _not_written(path, result.findings, problem)
+    return FileResult(str(path), result.findings, diff, changed=True)
+
+
+def _not_written(path: Path, findings: tuple[Finding, ...], problem: str) -> FileResult:
+    """The file stays as it was: none of its fixes is applied, and the reason is a finding."""
+    message = f"cannot write: {problem}; the file is unchanged"
+    unfixed = tuple(dataclasses.replace(f, fixed=False) for f in findings)
+    return FileResult(str(path), (*unfixed, Finding(1, 1, WRITE_ERROR_CODE, message, False)), error=message)
+
+
+def _encoding(data: bytes) -> str:
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return encoding  # "utf-8-sig" when there is a BOM: decoding drops it, encoding restores it
+
+
+def _write_in_place(path: Path, data: bytes) -> str | None:
+    """Replace the file's content atomically, through a symlink; None, or why it was not written.
+
+    The replacement is a new inode: it gets the original's owner, group and mode before it takes
+    the name (a root run must not hand a user's file to root), or the file is not written. A file
+    with several hard links is not written: the new inode would carry one name only, and the other
+    names would keep the old text (writing over the inode in place is not atomic: a crash halfway
+    would lose the file).
+    """
+    # SIGTERM (the pool ending its workers, a worker's parent dying, `kill`) waits until the
+    # temporary file is gone or has become the file: it must not be left in the user's folder.
+    holds = hasattr(signal, "pthread_sigmask")
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if holds else None
+    try:
+        return _replace(path, data)
+    finally:
+        if holds:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _replace(path: Path, data: bytes) -> str | None:
+    import tempfile  # only a rewrite writes: `check` does not pay for the import
+
+    real = Path(os.path.realpath(path))
+    temp = None
+    try:
+        info = real.stat()
+        if info.st_nlink > 1:
+            return f"it has {info.st_nlink} hard links, and a rewrite would cut it off from the others"
+        fd, temp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".ampfix")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            created = os.fstat(fd)
+            if hasattr(os, "fchown") and (created.st_uid, created.st_gid) != (info.st_uid, info.st_gid):
+                try:
+                    os.fchown(fd, info.st_uid, info.st_gid)
+                except OSError as error:
+                    return f"cannot keep its owner {info.st_uid}:{info.st_gid} ({error.strerror or error})"
+        os.chmod(temp, stat.S_IMODE(info.st_mode))  # after chown, which clears set-id bits
+        os.replace(temp, real)
+        temp = None
+    except OSError as error:
+        return error.strerror or str(error)
+    finally:
+        if temp is not None and os.path.lexists(temp):
+            os.unlink(temp)
+    return None
+
+
+def _error(path: Path, message: str) -> FileResult:
+    return FileResult(str(path), (Finding(1, 1, READ_ERROR_CODE, message, False),), error=message)
+
+
+# Below this many candidate files a process pool costs more than it saves (measured: see
+# benchmarks/README.md). Candidates go to the workers in chunks of CHUNK_SIZE, at most
+# IN_FLIGHT chunks per worker at a time, so memory stays bounded however many there are.
+MIN_FILES_FOR_POOL = 16
+CHUNK_SIZE = 4
+IN_FLIGHT = 4
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
+                  jobs: int | None = None, exclusions: Exclusions | None = None,
+                  force_exclude: bool = False, on_discovered: Callable[[Path], None] | None = None,
+                  stop: Callable[[], bool] = lambda: False) -> Iterator[FileResult]:
+    """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
+
+    Files are filtered by a byte search first; only candidates are parsed, in a process pool
+    when there are enough of them. Never every file's text is held: at most the first
+    MIN_FILES_FOR_POOL candidates' bytes, while deciding whether to start the pool.
+    Once `stop()` is true no further file is started; the results of those already started
+    still come, so that every file written is reported.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    jobs = jobs or default_jobs()
+    settings = (options, mode)
+    found = discover(paths, exclusions, force_exclude)
+    if on_discovered is not None:  # the CLI counts files for its progress line and summary
+        found = _observed(found, on_discovered)
+    items = _candidates(found, options.retargets)
+    head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
+    if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
+        for item in itertools.chain(head, items):
+            if stop():
+                return
+            yield _process_item(item, settings)
+        return
+    yield from _pooled(itertools.chain(head, items), settings, jobs, stop)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A file the pre-filter kept, with the bytes it read (so one process reads each file once)."""
+
+    path: Path
+    data: bytes
+
+
+def _pooled(items: Iterator[_Candidate | FileResult], settings: tuple[Options, str], jobs: int,
+            stop: Callable[[], bool] = lambda: False) -> Iterator[FileResult]:
+    """`_process_item` over `items` in `jobs` processes, results in order, a bounded window ahead."""
+    from collections import deque
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        pool = _start_pool(jobs)
+    except (OSError, ImportError, NotImplementedError):  # no working multiprocessing here (no /dev/shm)
+        yield from (_process_item(item, settings) for item in items)
+        return
+    pending: deque = deque()  # (the chunk's items, its future), in order
+
+    def restart():
+        # A worker died (killed, out of memory): the pool ends every chunk in flight with it,
+        # some of them halfway. Those files are reported; the run goes on in a new pool.
+        nonlocal pool
+        yield from (_lost(item) for paths, _ in pending for item in paths)
+        pending.clear()
+        pool.shutdown(wait=True)
+        pool = _start_pool(jobs)
+
+    try:
+        while not stop():
+            chunk = list(itertools.islice(items, CHUNK_SIZE))
+            if chunk:
+                # Workers get paths and read the files themselves: the parent stays a light walker.
+                paths = [item.path if isinstance(item, _Candidate) else item for item in chunk]
+                try:
+                    future = pool.submit(_process_chunk, paths, settings)
+                except BrokenProcessPool:  # it broke since the last result: this chunk is not lost
+                    yield from restart()
+                    future = pool.submit(_process_chunk, paths, settings)
+                pending.append((paths, future))
+            if pending and (not chunk or len(pending) >= IN_FLIGHT * jobs):
+                try:
+                    results = pending[0][1].result()
+                except BrokenProcessPool:
+                    yield from restart()
+                    continue
+                pending.popleft()
+                yield from results
+            elif not chunk:
+                return
+        # Stopped: chunks not started are dropped; those started may have written files.
+        started = [(paths, future) for paths, future in pending if not future.cancel()]
+        for paths, future in started:
+            try:
+                yield from future.result()
+            except BrokenProcessPool:
+                yield from (_lost(item) for item in paths)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_pool(jobs: int):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context()
+    # Under forkserver the workers are the server's children; it ends when this process does.
+    direct = context.get_start_method() != "forkserver"
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
+                               initargs=(os.getpid(), direct))
+
+
+def _internal_error(path: Path, error: Exception) -> FileResult:
+    message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
+    return FileResult(str(path), (Finding(1, 1, INTERNAL_ERROR_CODE, message, False),), error=message)
+
+
+def _lost(item: Path | FileResult) -> FileResult:
+    if isinstance(item, FileResult):
+        return item
+    message = ("internal error: the process working on it ended unexpectedly; the file is either as it was "
+               "or completely rewritten")
+    return FileResult(str(item), (Finding(1, 1, INTERNAL_ERROR_CODE, message, False),), error=message)
+
+
+def _start_worker(parent: int, direct_child: bool) -> None:
+    """A pool worker ends with the process that started the pool, and leaves Ctrl-C to it.
+
+    A terminal sends Ctrl-C to the whole process group: the parent decides (it stops handing
+    out files, and waits for the chunks started), so a worker finishes what it has. Without a
+    death signal a worker whose parent is killed waits for work forever.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_worker)
+    watched = parent if direct_child else os.getppid()
+    if not _signal_on_parent_death(signal.SIGTERM):
+        import threading
+
+        threading.Thread(target=_watch_parent, args=(watched,), daemon=True).start()
+    if os.getppid() != watched:  # the parent died before the death signal was set
+        os._exit(1)
+
+
+def _signal_on_parent_death(signum: int) -> bool:
+    """Linux's prctl(PR_SET_PDEATHSIG); False where there is none."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    import time
+
+    if hasattr(signal, "pthread_sigmask"):  # the main thread takes the SIGTERM, once its write is done
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _end_worker(*_signal_args: object) -> None:
+    os._exit(1)  # never halfway through a write: _write_in_place holds SIGTERM back
+
+
+def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]) -> list[FileResult]:
+    return [_process_item(item, settings) for item in chunk]
+
+
+def _observed(paths: Iterable[Path | FileResult], observer: Callable[[Path], None]) -> Iterator[Path | FileResult]:
+    for path in paths:
+        observer(path)
+        yield path
+
+
+def _candidates(paths: Iterable[Path | FileResult], retargets: bool) -> Iterator[_Candidate | FileResult]:
+    for path in paths:
+        if isinstance(path, FileResult):  # a folder that cannot be read
+            yield path
+            continue
+        try:
+            read = read_candidate(path, retargets)
+        except Exception as error:  # noqa: BLE001 - as in _process_item: that file's finding, not the run's end
+            read = _internal_error(path, error)
+        if isinstance(read, FileResult):
+            yield read
+        elif read is not None:
+            yield _Candidate(path, read)
+
+
+def _process_item(item: _Candidate | Path | FileResult, settings: tuple[Options, str]) -> FileResult:
+    if isinstance(item, FileResult):
+        return item
+    path, data = (item.path, item.data) if isinstance(item, _Candidate) else (item, None)
+    options, mode = settings
+    # A parse allocates hundreds of thousands of objects that reference counting frees; the
+    # cyclic collector would scan them again and again (measured: 10-15% of check and rewrite).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return process_file(path, options, mode, data)
+    except Exception as error:  # noqa: BLE001 - one file's failure (a RecursionError too) must not end the run
+        return _internal_error(path, error)
+    finally:
+        if collecting:
+            gc.enable()

@@ -1,0 +1,379 @@
+"""Jupyter notebooks: the code cells checked and rewritten as one module. Never prints.
+
+- The cells are analysed together, in order, as one module would be (a name imported in one cell
+  and used in a later one resolves), with a comment line between cells that marks the boundary;
+  findings are mapped back to (cell, line, column).
+- IPython syntax (`%time x`, `!pip ...`, `x = !ls`, `obj?`, a `%%bash` cell) is masked, only in a
+  cell that does not parse as it stands, by a name of the same length (`_______`) that keeps the
+  line's indentation; the masked lines come back as they were. A cell that still does not parse
+  is reported and left out; the others are handled.
+- The notebook's text is never re-serialised: each changed cell's "source" value is spliced into
+  the original text, so indentation, key order, outputs, metadata and the final newline stay
+  byte for byte. A line kept from the original keeps its JSON spelling.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import TypeVar
+from collections.abc import Callable
+
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
+from ampfix.core.locations import source_lines
+from ampfix.core.options import Options
+
+SUFFIX = ".ipynb"
+# Between two cells in the module handed to the engine: a comment the rewrite never touches.
+BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
+
+_Item = TypeVar("_Item")
+
+
+class NotebookError(ValueError):
+    """Not a notebook this tool can read (not JSON, or not nbformat's layout)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    number: int  # 1-based among all the notebook's cells, markdown included, as they are stored
+    source: str
+    span: tuple[int, int]  # [start, end) of the "source" value in the notebook's text
+    elements: tuple[tuple[int, int], ...] | None  # the spans of its strings; None: one string
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    text: str
+    new_text: str
+    findings: tuple[Finding, ...]
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.new_text != self.text
+
+    def diff(self, path: str) -> str:
+        return SourceResult(self.text, self.new_text).diff(path)
+
+
+def process_notebook(text: str, options: Options, rewrite: bool) -> NotebookResult:
+    """Check (or rewrite) a notebook's text. Never raises for a bad notebook."""
+    try:
+        cells = read_cells(text)
+    except NotebookError as error:
+        message = f"not a readable notebook: {error}"
+        return NotebookResult(text, text, (Finding(1, 1, SYNTAX_ERROR_CODE, message, False),), message)
+    lines = _LineIndex(text)
+    findings: list[Finding] = []
+    errors: list[str] = []
+    parsed: list[tuple[Cell, str, list[int]]] = []
+    for cell in cells:
+        masked = masked_cell(cell.source)
+        if isinstance(masked, SyntaxError):
+            line, col = masked.lineno or 1, masked.offset or 1
+            message = f"cannot parse: {masked.msg}; the cell is left as it is"
+            findings.append(_located(Finding(line, col, SYNTAX_ERROR_CODE, message, False), cell, lines))
+            errors.append(message)
+        else:
+            parsed.append((cell, *masked))
+    module, starts = _module(parsed)
+    result = (fix_source if rewrite else check_source)(module, options)
+    for finding in result.findings:
+        index = bisect.bisect_right(starts, finding.line) - 1
+        cell = parsed[max(index, 0)][0]
+        line = max(1, finding.line - starts[max(index, 0)] + 1)
+        findings.append(_located(replace(finding, line=line), cell, lines))
+    if result.error is not None:
+        errors.append(result.error)
+    findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
+    error = "; ".join(errors) or None
+    if not result.changed:
+        return NotebookResult(text, text, tuple(findings), error)
+    new_sources = _split_module(result.new_source, parsed)
+    if new_sources is None:
+        message = "internal error, notebook left unchanged: the cells could not be told apart after the rewrite"
+        unfixed = tuple(replace(f, fixed=False) for f in findings)
+        return NotebookResult(text, text, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
+    splices = [(cell, new) for (cell, _, _), new in zip(parsed, new_sources) if new != cell.source]
+    return NotebookResult(text, _spliced(text, splices), tuple(findings), error)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: nbformat's layout, with the position of every code cell's source in the text.
+
+_decoder = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def read_cells(text: str) -> list[Cell]:
+    """The code cells of a notebook in a Python kernel (none for another language)."""
+    try:
+        root, end = _members(text, _skip(text, 0))
+        if _skip(text, end) != len(text):
+            raise NotebookError("text after the notebook")
+        fields = {key: (start, stop) for key, start, stop in root}
+        if "cells" not in fields:
+            raise NotebookError('no "cells" (nbformat 4 is read)')
+        if not _python_kernel(text, fields.get("metadata")):
+            return []
+        cells = []
+        for number, (start, _) in enumerate(_elements(text, fields["cells"][0])[0], 1):
+            spans = {key: (a, b) for key, a, b in _members(text, start)[0]}
+            kind = spans.get("cell_type")
+            if "source" not in spans or kind is None or json.loads(text[kind[0]:kind[1]]) != "code":
+                continue
+            span = spans["source"]
+            value = json.loads(text[span[0]:span[1]])
+            if isinstance(value, list) and all(isinstance(line, str) for line in value):
+                elements = tuple(_elements(text, span[0])[0])
+                cells.append(Cell(number, "".join(value), span, elements))
+            elif isinstance(value, str):
+                cells.append(Cell(number, value, span, None))
+            else:
+                raise NotebookError(f"cell {number}: source is neither text nor a list of lines")
+        return cells
+    except (ValueError, IndexError) as error:  # json's errors are ValueErrors
+        if isinstance(error, NotebookError):
+            raise
+        raise NotebookError(str(error)) from None
+
+
+def _python_kernel(text: str, metadata: tuple[int, int] | None) -> bool:
+    if metadata is None:
+        return True
+    value = json.loads(text[metadata[0]:metadata[1]])
+    if not isinstance(value, dict):
+        return True
+    language = (value.get("kernelspec") or {}).get("language") or (value.get("language_info") or {}).get("name")
+    return not isinstance(language, str) or language.lower() == "python"
+
+
+def _skip(text: str, i: int) -> int:
+    return _SPACE.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _members(text: str, i: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The (key, value start, value end) of the object at `i`, and its end."""
+
+    def member(i: int) -> tuple[tuple[str, int, int], int]:
+        key, i = _decoder.raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise NotebookError(f"expected ':' at offset {i}")
+        start = _skip(text, i + 1)
+        _, end = _decoder.raw_decode(text, start)
+        return (key, start, end), end
+
+    return _items(text, i, "{}", "an object", member)
+
+
+def _elements(text: str, i: int) -> tuple[list[tuple[int, int]], int]:
+    """The [start, end) of each element of the array at `i`, and its end."""
+
+    def element(start: int) -> tuple[tuple[int, int], int]:
+        _, end = _decoder.raw_decode(text, start)
+        return (start, end), end
+
+    return _items(text, i, "[]", "an array", element)
+
+
+def _items(text: str, i: int, brackets: str, what: str,
+           read_item: Callable[[int], tuple[_Item, int]]) -> tuple[list[_Item], int]:
+    """The items of the object or array at `i` (each read by `read_item` from its start, which gives
+    the item and its end), and the container's end."""
+    opening, closing = brackets
+    if text[i] != opening:
+        raise NotebookError(f"expected {what} at offset {i}")
+    i = _skip(text, i + 1)
+    items: list[_Item] = []
+    if text[i] == closing:
+        return items, i + 1
+    while True:
+        item, i = read_item(i)
+        items.append(item)
+        i = _skip(text, i)
+        if text[i] == closing:
+            return items, i + 1
+        if text[i] != ",":
+            raise NotebookError(f"expected ',' or '{closing}' at offset {i}")
+        i = _skip(text, i + 1)
+
+
+class _LineIndex:
+    """1-based line of an offset in the notebook's text (annotations point at the file's lines)."""
+
+    def __init__(self, text: str) -> None:
+        self.breaks = [m.start() for m in re.finditer("\n", text)]
+
+    def line(self, offset: int) -> int:
+        return bisect.bisect_left(self.breaks, offset) + 1
+
+
+def _located(finding: Finding, cell: Cell, lines: _LineIndex) -> Finding:
+    if cell.elements:
+        start = cell.elements[min(finding.line, len(cell.elements)) - 1][0]
+    else:
+        start = cell.span[0]
+    return replace(finding, cell=cell.number, file_line=lines.line(start))
+
+
+# ---------------------------------------------------------------------------------------------
+# IPython syntax
+
+_HELP = re.compile(r"\s*(?:[?].*|[\w.]+\?{1,2}\s*)")  # `?obj`, `obj?`, `obj??`
+_MAGIC = re.compile(r"\s*[%!].*")  # `%time x`, `%%timeit`, `!pip install x`
+# Cell magics whose body is Python run in the kernel: only their first line is masked.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+_ASSIGNED_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!].*")  # `x = !ls`, `a, b = %sx ls`
+
+
+def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
+    """(the cell as valid Python, the indices of its masked lines), or the cell's syntax error.
+    A cell that parses as it stands is not masked (IPython's syntax never is valid Python)."""
+    try:
+        ast.parse(source)
+        return source, []
+    except (SyntaxError, ValueError) as error:
+        first_error = error if isinstance(error, SyntaxError) else SyntaxError(str(error))
+    lines = source_lines(source)
+    masked_lines: list[int] = []
+    name = lines[0][2:].split(maxsplit=1)[0] if lines and lines[0][2:].strip() and lines[0].startswith("%%") else None
+    cell_magic = name is not None and name not in PYTHON_CELL_MAGICS  # `%%bash`: no line of it is Python
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        if cell_magic or _HELP.fullmatch(body) or _MAGIC.fullmatch(body) or _ASSIGNED_MAGIC.fullmatch(body):
+            code = body.lstrip() if not cell_magic else body
+            indent = body[: len(body) - len(code)]
+            lines[i] = indent + "_" * len(code) + line[len(body):]
+            masked_lines.append(i)
+    masked = "".join(lines)
+    if not masked_lines:
+        return first_error
+    try:
+        ast.parse(masked)
+    except (SyntaxError, ValueError) as error:  # the error left once IPython's lines are masked
+        return error if isinstance(error, SyntaxError) else SyntaxError(str(error))
+    return masked, masked_lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The module of all cells, and back
+
+
+def _module(parsed: list[tuple[Cell, str, list[int]]]) -> tuple[str, list[int]]:
+    """The cells joined, each on its own lines after a boundary comment; the 1-based module line
+    each cell starts on."""
+    parts: list[str] = []
+    starts: list[int] = []
+    line = 1
+    for number, (_, masked, _) in enumerate(parsed):
+        parts.append(f"{BOUNDARY}{number}\n")
+        line += 1
+        starts.append(line)
+        text = masked if masked.endswith("\n") or not masked else masked + "\n"
+        parts.append(text)
+        line += len(source_lines(text))
+    return "".join(parts), starts
+
+
+def _split_module(new_module: str, parsed: list[tuple[Cell, str, list[int]]]) -> list[str] | None:
+    """Each cell's new source (masked lines restored), or None when the boundaries did not survive."""
+    import difflib
+
+    segments: list[list[str]] = []
+    for line in source_lines(new_module):
+        if line.startswith(BOUNDARY):
+            if line != f"{BOUNDARY}{len(segments)}\n":
+                return None
+            segments.append([])
+        elif not segments:
+            return None
+        else:
+            segments[-1].append(line)
+    if len(segments) != len(parsed):
+        return None
+    sources = []
+    for (cell, masked, masked_indices), lines in zip(parsed, segments):
+        if not masked.endswith("\n") and masked and lines:
+            if not lines[-1].endswith("\n"):
+                return None
+            lines[-1] = lines[-1][:-1]
+        if masked_indices:
+            old = source_lines(masked)
+            original = source_lines(cell.source)
+            kept = {}
+            for block in difflib.SequenceMatcher(None, old, lines, autojunk=False).get_matching_blocks():
+                for k in range(block.size):
+                    kept[block.a + k] = block.b + k
+            if any(i not in kept for i in masked_indices):
+                return None
+            for i in masked_indices:
+                lines[kept[i]] = original[i]
+        sources.append("".join(lines))
+    return sources
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: the changed "source" values spliced into the original text
+
+
+def _spliced(text: str, splices: list[tuple[Cell, str]]) -> str:
+    ascii_only = text.isascii() and "\\u" in text  # written with ensure_ascii (nbformat writes UTF-8)
+    for cell, new_source in sorted(splices, key=lambda s: s[0].span[0], reverse=True):
+        start, end = cell.span
+        text = text[:start] + _source_value(text, cell, new_source, ascii_only) + text[end:]
+    return text
+
+
+def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> str:
+    if cell.elements is None:
+        return json.dumps(new_source, ensure_ascii=ascii_only)
+    start, end = cell.span
+    spelled = {}  # a line that is already there keeps its spelling
+    for a, b in cell.elements:
+        spelled.setdefault(json.loads(text[a:b]), text[a:b])
+    new_lines = source_lines(new_source)
+    raws = [spelled.get(line) or json.dumps(line, ensure_ascii=ascii_only) for line in new_lines]
+    elements = cell.elements
+    if not elements:
+        return "[" + ", ".join(raws) + "]"
+    head = text[start + 1 : elements[0][0]]  # "\n    " in nbformat's layout
+    tail = text[elements[-1][1] : end - 1]  # "\n   "
+    if len(elements) > 1:
+        separator = text[elements[0][1] : elements[1][0]]
+    else:
+        separator = "," + head if "\n" in head else ", "
+    return "[" + head + separator.join(raws) + tail + "]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def process_notebook_file(path, data: bytes, options: Options, mode: str):
+    """`ampfix.files.process_file` for a notebook: check, diff (a dry run) or rewrite it."""
+    return notebook_file(path, data, options, mode)[0]
+
+
+def notebook_file(path, data: bytes, options: Options, mode: str):
+    """(the FileResult, the notebook's new bytes: `data` when nothing changed). Writes in "rewrite" mode."""
+    from ampfix.io.files import FileResult, _error, _not_written, _write_in_place
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return _error(path, f"a notebook is UTF-8 JSON: {error}"), data
+    result = process_notebook(text, options, rewrite=mode != "check")
+    if not result.changed:
+        return FileResult(str(path), result.findings, error=result.error), data
+    new_data = result.new_text.encode("utf-8")
+    diff = result.diff(str(path)) if mode == "diff" else ""
+    if mode == "rewrite":
+        problem = _write_in_place(path, new_data)
+        if problem is not None:
+            return _not_written(path, result.findings, problem), data
+    return FileResult(str(path), result.findings, diff, changed=True, error=result.error), new_data

@@ -1,0 +1,440 @@
+"""One walk over a module's `ast`: statements numbered in pre-order, bindings per scope, and every
+dotted name, string and import recorded with its scope, its statement and its role.
+
+This is the cheap half of name resolution: `ampfix.engine.analysis` then resolves only the dotted names
+whose head some `torch` import binds.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: str  # "module", "function" (also lambdas and comprehensions) or "class"
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    global_names: set[str] = field(default_factory=set)
+    node: ast.AST | None = None  # the def or class a function or class scope belongs to
+
+    def bind(self, binding: Binding) -> None:
+        target = self
+        if binding.name in self.global_names:
+            while target.parent is not None:
+                target = target.parent
+        target.bindings.setdefault(binding.name, []).append(binding)
+
+    def lookup(self, name: str) -> tuple[Scope | None, list[Binding]]:
+        scope: Scope | None = self
+        if name in self.global_names:
+            while scope.parent is not None:
+                scope = scope.parent
+        first = True
+        while scope is not None:
+            # A class body's names are invisible to the functions nested in it.
+            if (first or scope.kind != "class") and name in scope.bindings:
+                return scope, scope.bindings[name]
+            first = False
+            scope = scope.parent
+        return None, []
+
+
+@dataclass(eq=False)
+class Guard:
+    """A branch that may exist for another torch version; `ampfix.syntax.guards` decides whether it does.
+
+    kind "if": the statements under one branch of an `if`, `node` its test; `taken` says which
+    branch: True for the body (run where the test holds), False for the `else` (and an `elif`, which
+    is an `if` inside that `else`).
+    kind "fallback": one handler of a `try` that catches ImportError/AttributeError, `node` the `try`,
+    `handler` that handler.
+    """
+
+    kind: str
+    node: ast.AST
+    scope: Scope
+    taken: bool = True
+    handler: ast.ExceptHandler | None = None
+
+
+Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
+
+
+@dataclass(eq=False)
+class Binding:
+    name: str
+    kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
+    line: int
+    qname: str | None = None  # for imports: what the name refers to
+    guards: Guards = ()  # the branches the binding is made in
+    # What was bound, where a version guard may need it: the value of `name = value`, or the
+    # FunctionDef of `def name`.
+    value: ast.AST | None = None
+    imported_by: ImportRef | None = None  # for imports: the statement that binds it
+
+
+@dataclass(eq=False)
+class ChainRef:
+    node: ast.expr
+    parts: tuple[str, ...]
+    scope: Scope
+    # "call", "decorator", "type", "base", "store", "value", "none_test" (`X is None`) or
+    # "feature_check" (the object of `hasattr(X, "name")`)
+    role: str
+    parent: ast.AST | None
+    guards: Guards
+    in_string: bool = False  # parsed from a string annotation: `node`'s position is inside the string
+
+
+@dataclass(eq=False)
+class StringRef:
+    node: ast.Constant
+    scope: Scope
+    in_annotation: bool
+    guards: Guards
+
+
+@dataclass(eq=False)
+class ImportRef:
+    node: ast.Import | ast.ImportFrom
+    scope: Scope
+    guards: Guards
+    tried: ast.Try | None = None  # the `try` that holds this import as a statement of its own body
+
+    @property
+    def optional(self) -> bool:
+        """Does the module go on where this import fails? A handler of the `try` around it catches the missing
+        name and does not end in `raise` (one that re-raises makes the import required)."""
+        return self.tried is not None and any(catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise)
+                                              for h in self.tried.handlers)
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
+# unittest's `self.assertIsInstance(obj, cls)`: the second argument is a type, as for isinstance.
+_TYPE_CHECK_METHODS = frozenset({"assertIsInstance", "assertNotIsInstance"})
+_FEATURE_CHECK_FUNCS = frozenset({"hasattr"})
+_NONE_TESTS = (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)
+# What a `try` catches when its handlers are a fallback for a torch that lacks a name.
+_FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError"})
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
+
+
+class Walker:
+    def __init__(self) -> None:
+        self.module_scope = Scope("module", None)
+        self.chains: list[ChainRef] = []
+        self.strings: list[StringRef] = []
+        self.imports: list[ImportRef] = []
+        self.guards: Guards = ()
+
+    # statements ------------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt], scope: Scope) -> None:
+        for stmt in body:
+            self.statement(stmt, scope)
+
+    def statement(self, node: ast.stmt, scope: Scope) -> None:
+        handler = getattr(self, "stmt_" + type(node).__name__, None)
+        if handler is not None:
+            handler(node, scope)
+        else:
+            self.generic(node, scope)
+
+    def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        inner = Scope("function", scope, node=node)
+        self.arguments(node.args, scope, inner)
+        if node.returns is not None:
+            self.annotation(node.returns, scope)
+        scope.bind(Binding(node.name, "other", node.lineno, guards=self.guards, value=node))
+        self.statements(node.body, inner)
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def stmt_ClassDef(self, node: ast.ClassDef, scope: Scope) -> None:
+        for decorator in node.decorator_list:
+            self.expr(decorator, scope, "decorator", node)
+        for base in node.bases:
+            self.expr(base, scope, "base", node)
+        for keyword in node.keywords:
+            self.expr(keyword.value, scope, "value", keyword)
+        scope.bind(Binding(node.name, "other", node.lineno, guards=self.guards))
+        self.statements(node.body, Scope("class", scope, node=node))
+
+    def stmt_Import(self, node: ast.Import, scope: Scope, tried: ast.Try | None = None) -> None:
+        imp = ImportRef(node, scope, self.guards, tried)
+        self.imports.append(imp)
+        for alias in node.names:
+            if alias.asname:
+                name, qname = alias.asname, alias.name
+            else:
+                name = qname = alias.name.partition(".")[0]
+            scope.bind(Binding(name, "import", node.lineno, qname, self.guards, imported_by=imp))
+
+    def stmt_ImportFrom(self, node: ast.ImportFrom, scope: Scope, tried: ast.Try | None = None) -> None:
+        imp = ImportRef(node, scope, self.guards, tried)
+        self.imports.append(imp)
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            qname = f"{module}.{alias.name}" if node.level == 0 else None
+            scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards,
+                               imported_by=imp))
+
+    def stmt_Global(self, node: ast.Global, scope: Scope) -> None:
+        scope.global_names.update(node.names)
+
+    def stmt_Assign(self, node: ast.Assign, scope: Scope) -> None:
+        placeholder = isinstance(node.value, ast.Constant) and node.value.value is None
+        for target in node.targets:
+            if placeholder and isinstance(target, ast.Name):
+                scope.bind(Binding(target.id, "none", target.lineno, guards=self.guards))
+            elif isinstance(target, ast.Name):
+                self.store_name(target, scope, node, node.value)
+            else:
+                self.expr(target, scope, "store", node)
+        self.expr(node.value, scope, "value", node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign, scope: Scope) -> None:
+        if isinstance(node.target, ast.Name):
+            self.store_name(node.target, scope, node, node.value)
+        else:
+            self.expr(node.target, scope, "store", node)
+        self.annotation(node.annotation, scope)
+        if node.value is not None:
+            self.expr(node.value, scope, "value", node)
+
+    def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
+        scope.bind(Binding(target.id, "other", target.lineno, guards=self.guards, value=value))
+        self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
+
+    def stmt_If(self, node: ast.If, scope: Scope) -> None:
+        # An elif chain is a chain of nested ifs: walked as a loop, so its length is no limit.
+        outer = self.guards
+        while True:
+            self.expr(node.test, scope, "value", node)
+            self.guards = (*self.guards, Guard("if", node.test, scope, taken=True))
+            self.statements(node.body, scope)
+            self.guards = (*self.guards[:-1], Guard("if", node.test, scope, taken=False))
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                node = node.orelse[0]
+                continue
+            self.statements(node.orelse, scope)
+            break
+        self.guards = outer
+
+    def stmt_Try(self, node: ast.Try, scope: Scope) -> None:
+        for stmt in node.body:
+            if isinstance(stmt, ast.Import):
+                self.stmt_Import(stmt, scope, tried=node)
+            elif isinstance(stmt, ast.ImportFrom):
+                self.stmt_ImportFrom(stmt, scope, tried=node)
+            else:
+                self.statement(stmt, scope)
+        outer = self.guards
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.expr(handler.type, scope, "value", handler)
+            if handler.name:
+                scope.bind(Binding(handler.name, "other", handler.lineno))
+            if catches_missing_names(handler):
+                self.guards = (*outer, Guard("fallback", node, scope, handler=handler))
+            self.statements(handler.body, scope)
+            self.guards = outer
+        self.statements(node.orelse, scope)
+        self.statements(node.finalbody, scope)
+
+    stmt_TryStar = stmt_Try
+
+    def stmt_Match(self, node: ast.Match, scope: Scope) -> None:
+        self.expr(node.subject, scope, "value", node)
+        for case in node.cases:
+            self.pattern(case.pattern, scope)
+            if case.guard is not None:
+                self.expr(case.guard, scope, "value", case)
+            self.statements(case.body, scope)
+
+    def pattern(self, node: ast.AST, scope: Scope) -> None:
+        for name_field in ("name", "rest"):
+            name = getattr(node, name_field, None)
+            if isinstance(name, str):
+                scope.bind(Binding(name, "other", getattr(node, "lineno", 0)))
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.pattern):
+                self.pattern(child, scope)
+            elif isinstance(child, ast.expr):
+                self.expr(child, scope, "value", node)
+
+    def generic(self, node: ast.AST, scope: Scope) -> None:
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for item in value:
+                    self.child(item, scope, node)
+            else:
+                self.child(value, scope, node)
+
+    def child(self, item: object, scope: Scope, parent: ast.AST) -> None:
+        if isinstance(item, ast.stmt):
+            self.statement(item, scope)
+        elif isinstance(item, ast.expr):
+            self.expr(item, scope, "value", parent)
+        elif isinstance(item, ast.AST):
+            self.generic(item, scope)
+
+    def arguments(self, args: ast.arguments, outer: Scope, inner: Scope) -> None:
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            self.expr(default, outer, "value", args)
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        every += [a for a in (args.vararg, args.kwarg) if a is not None]
+        for arg in every:
+            if arg.annotation is not None:
+                self.annotation(arg.annotation, outer)
+            inner.bind(Binding(arg.arg, "other", arg.lineno))
+
+    def annotation(self, node: ast.expr, scope: Scope) -> None:
+        self.expr(node, scope, "type", None, annotation=True)
+
+    # expressions -----------------------------------------------------------------------------
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
+        """Record the dotted names and strings of an expression, in source order. An explicit stack,
+        not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
+        work: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(node, scope, role, parent, annotation)]
+        while work:
+            node, scope, role, parent, annotation = work.pop()  # type: ignore[assignment]
+            later = self.expr_step(node, scope, role, parent, annotation)
+            if later:
+                work.extend(reversed(later))
+
+    def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
+                  annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+        """Record `node` if it is a dotted name or a string; return its parts still to walk."""
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            parts = dotted_parts(node)
+            if parts is not None:
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    scope.bind(Binding(node.id, "other", node.lineno, guards=self.guards))
+                self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
+                return []
+            return [(node.value, scope, "value", node, annotation)]  # type: ignore[union-attr]
+        if isinstance(node, ast.Call):
+            return self.call(node, scope, annotation)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, str) and "amp" in node.value:
+                self.strings.append(StringRef(node, scope, annotation, self.guards))
+            return []
+        if isinstance(node, ast.Lambda):
+            inner = Scope("function", scope)
+            self.arguments(node.args, scope, inner)
+            return [(node.body, inner, "value", node, annotation)]
+        if isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)  # type: ignore[arg-type]
+            return []
+        if isinstance(node, ast.JoinedStr):
+            later = []
+            for value in node.values:
+                if isinstance(value, ast.FormattedValue):
+                    later.append((value.value, scope, "value", value, annotation))
+                    if value.format_spec is not None:
+                        later.append((value.format_spec, scope, "value", value, annotation))
+            return later  # type: ignore[return-value]
+        if isinstance(node, ast.Tuple) and role == "type":
+            return [(element, scope, "type", node, annotation) for element in node.elts]
+        if isinstance(node, ast.NamedExpr):
+            scope.bind(Binding(node.target.id, "other", node.lineno))
+            self.chains.append(ChainRef(node.target, (node.target.id,), scope, "store", node, self.guards))
+            return [(node.value, scope, "value", node, annotation)]
+        if isinstance(node, ast.Compare) and _is_none_test(node):
+            return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
+        later = []
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                later.append((child, scope, "type" if annotation else "value", node, annotation))
+            elif isinstance(child, ast.AST):
+                self.generic(child, scope)
+        return later  # type: ignore[return-value]
+
+    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+        func = node.func
+        later: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(func, scope, "call", node, annotation)]
+        type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
+            isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
+        feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
+        for i, arg in enumerate(node.args):
+            if type_checked and i == 1:
+                role = "type"
+            elif feature_checked and i == 0:
+                role = "feature_check"
+            else:
+                role = "value"
+            later.append((arg, scope, role, node, annotation))
+        for keyword in node.keywords:
+            later.append((keyword.value, scope, "value", node, annotation))
+        return later
+
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, scope: Scope) -> None:
+        inner = Scope("function", scope)
+        for i, generator in enumerate(node.generators):
+            self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
+            self.expr(generator.target, inner, "store", generator)
+            for condition in generator.ifs:
+                self.expr(condition, inner, "value", generator)
+        if isinstance(node, ast.DictComp):
+            self.expr(node.key, inner, "value", node)
+            self.expr(node.value, inner, "value", node)
+        else:
+            self.expr(node.elt, inner, "value", node)
+
+
+def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return tuple(reversed(parts))
+
+
+def resolved(node: ast.expr, scope: Scope) -> str | None:
+    """The qualified name a dotted name spells where every binding of its head is the same import
+    (what a decision reads must mean one thing), or None."""
+    parts = dotted_parts(node)
+    if parts is None:
+        return None
+    _, bindings = scope.lookup(parts[0])
+    qnames = {b.qname if b.kind == "import" else None for b in bindings}
+    if len(qnames) != 1 or None in qnames:
+        return None
+    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
+
+
+def _is_none_test(node: ast.Compare) -> bool:
+    """`X is None`, `X is not None`, `X == None`, `X != None` (either side): the answer does not
+    depend on what X's signature is."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], _NONE_TESTS):
+        return False
+    return any(isinstance(side, ast.Constant) and side.value is None for side in (node.left, node.comparators[0]))
+
+
+def catches_missing_names(handler: ast.ExceptHandler) -> bool:
+    """A bare `except:`, or one naming ImportError / ModuleNotFoundError / AttributeError."""
+    caught = handler.type
+    if caught is None:
+        return True
+    return any(isinstance(n, ast.Name) and n.id in _FALLBACK_ERRORS for n in _caught(caught))
+
+
+def catches_only_failed_imports(handler: ast.ExceptHandler) -> bool:
+    """`except ImportError:`, `except (ImportError, ModuleNotFoundError):`: a handler that nothing but a
+    failed import runs."""
+    caught = handler.type
+    return caught is not None and all(isinstance(n, ast.Name) and n.id in _IMPORT_ERRORS for n in _caught(caught))
+
+
+def _caught(caught: ast.expr) -> list[ast.expr]:
+    return caught.elts if isinstance(caught, ast.Tuple) else [caught]
