@@ -20,8 +20,9 @@ from __future__ import annotations
 import ast
 import configparser
 import re
+import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 TorchVersion = tuple[int, int]
@@ -59,7 +60,7 @@ def declared_torch(path: Path) -> DeclaredTorch:
     return _for_folder(folder.resolve())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _for_folder(folder: Path) -> DeclaredTorch:
     for candidate in (folder, *folder.parents):
         found = _project_requirement(candidate)
@@ -157,9 +158,9 @@ def lowest_allowed(specifier: object) -> TorchVersion | None:
 
 
 def _from_pyproject(text: str) -> list[str]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:
         import tomli as tomllib
 
     try:
@@ -216,10 +217,10 @@ def _from_setup_py(text: str) -> list[str]:
 
 
 def _literal_strings(node: ast.expr) -> list[str] | None:
-    if isinstance(node, (ast.List, ast.Tuple)) and all(
-            isinstance(item, ast.Constant) and isinstance(item.value, str) for item in node.elts):
-        return [item.value for item in node.elts if isinstance(item, ast.Constant)]
-    return None
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    strings = [item.value for item in node.elts if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+    return strings if len(strings) == len(node.elts) else None
 
 
 def _from_setup_cfg(text: str) -> list[str]:
