@@ -5,17 +5,12 @@ and a masked cell parses exactly when IPython's Python does. IPython is a test d
 from __future__ import annotations
 
 import ast
-import difflib
 
 import pytest
-from IPython.core.inputtransformer2 import TransformerManager
-from IPython.core.interactiveshell import InteractiveShell
+from ipython_oracle import SHELL, ipython_changed
 
 from ampfix.core.locations import source_lines
-from ampfix.io.ipython_syntax import LINE_MAGICS, PYTHON_CELL_MAGICS, masked_cell
-
-SHELL = InteractiveShell.instance()
-CLEANUP = TransformerManager()
+from ampfix.io.ipython_syntax import LINE_MAGICS, masked_cell
 
 CELLS = [
     # Colab's install cell (diffusers' sd3_dreambooth_lora_16gb.ipynb): a shell escape continued by backslashes.
@@ -57,33 +52,6 @@ CELLS = [
 ]
 
 
-def _ipython_changed(cell: str) -> tuple[set[int], bool] | None:
-    """The 0-based lines IPython turns into something else, and whether its result parses; None when
-    IPython's clean-up (pasted prompts, a cell indented as a whole) applies, which ampfix does not
-    reproduce."""
-    lines = cell.splitlines(keepends=True)
-    cleaned = lines
-    for transform in CLEANUP.cleanup_transforms[1:]:  # [0] drops leading blank lines: nothing to mask
-        cleaned = transform(cleaned)
-    if cleaned != lines:
-        return None
-    python = SHELL.transform_cell(cell)
-    try:
-        ast.parse(python)
-        parses = True
-    except SyntaxError:
-        parses = False
-    first = next((i for i, line in enumerate(lines) if line.strip()), 0)
-    head = lines[first].split(maxsplit=1)[0][2:] if lines[first].startswith("%%") else None
-    if head in PYTHON_CELL_MAGICS:  # the magic runs its body as a cell of its own
-        body = _ipython_changed("".join(lines[first + 1:]))
-        assert body is not None
-        return set(range(first + 1)) | {first + 1 + i for i in body[0]}, body[1]
-    kept = difflib.SequenceMatcher(None, lines, python.splitlines(keepends=True), autojunk=False)
-    same = {block.a + k for block in kept.get_matching_blocks() for k in range(block.size)}
-    return {i for i in range(len(lines)) if i not in same and lines[i].strip()}, parses
-
-
 @pytest.mark.parametrize("cell", CELLS)
 def test_ampfix_masks_exactly_what_ipython_transforms(cell: str):
     try:
@@ -91,7 +59,7 @@ def test_ampfix_masks_exactly_what_ipython_transforms(cell: str):
         pytest.fail("every shape here is IPython syntax, not Python")
     except SyntaxError:
         pass
-    oracle = _ipython_changed(cell)
+    oracle = ipython_changed(cell)
     assert oracle is not None
     changed, parses = oracle
     result = masked_cell(cell)
