@@ -40,6 +40,8 @@ def ipython_changed(cell: str) -> tuple[set[int], bool] | None:
         body = ipython_changed("".join(lines[first + 1:]))
         assert body is not None
         return set(range(first + 1)) | {first + 1 + i for i in body[0]}, body[1]
-    kept = difflib.SequenceMatcher(None, lines, python.splitlines(keepends=True), autojunk=False)
+    # A last line without its newline comes back with one: compare lines without their endings.
+    bare = [line.rstrip("\r\n") for line in lines]
+    kept = difflib.SequenceMatcher(None, bare, python.splitlines(), autojunk=False)
     same = {block.a + k for block in kept.get_matching_blocks() for k in range(block.size)}
     return {i for i in range(len(lines)) if i not in same and lines[i].strip()}, parses
