@@ -536,7 +536,13 @@ def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpres
     else:
         device_arg = cst.Arg(value=device_value)
         position = edit.device_position or 0
-    return _insert_argument(args, position, device_arg)
+    args = _insert_argument(args, position, device_arg)
+    for keyword, text in edit.added_keywords:
+        value = _parsed_expression(text)
+        args = _insert_argument(args, len(args), cst.Arg(
+            value=value, keyword=cst.Name(keyword),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    return args
 
 
 def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:
