@@ -200,7 +200,7 @@ def _regions(run: dict) -> list[tuple[str, str, bool]]:
 # idiomatic `torch.amp.autocast(device)`) a region would run under other settings, so the comparison above
 # can fail on them.
 NESTED_CASES = {"autocast/nested_same_function", "autocast/nested_across_call",
-                "autocast/nested_after_set_autocast_dtype", "device_cpu/nested_autocast"}
+                "autocast/nested_after_set_autocast_dtype", "autocast/nested_multiline", "device_cpu/nested_autocast"}
 
 
 @pytest.fixture(scope="session")

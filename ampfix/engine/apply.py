@@ -538,10 +538,12 @@ def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpres
         position = edit.device_position or 0
     args = _insert_argument(args, position, device_arg)
     for keyword, text in edit.added_keywords:
-        value = _parsed_expression(text)
-        args = _insert_argument(args, len(args), cst.Arg(
-            value=value, keyword=cst.Name(keyword),
-            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        added = cst.Arg(value=_parsed_expression(text), keyword=cst.Name(keyword), equal=tight)
+        if args and isinstance(args[-1].comma, MaybeSentinel):  # the space before `)` stays before it
+            added = added.with_changes(whitespace_after_arg=args[-1].whitespace_after_arg)
+            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        args = _insert_argument(args, len(args), added)
     return args
 
 
