@@ -91,6 +91,10 @@ DeviceExprOpt = Annotated[str | None, typer.Option(
 KeepDtypeOpt = Annotated[bool | None, typer.Option(
     "--keep-dtype/--no-keep-dtype", show_default=False,
     help="With --device cpu, keep an explicit float16 (default: it becomes bfloat16).")]
+ExplicitDefaultsOpt = Annotated[bool | None, typer.Option(
+    "--explicit-autocast-defaults/--no-explicit-autocast-defaults", show_default=False,
+    help="Write the old autocast's dtype/cache_enabled defaults in every rewrite (default: only where an "
+         "enclosing autocast or a changed default shows; docs/autocast-defaults.md).")]
 FormatOpt = Annotated[OutputFormat, typer.Option(
     "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
 ExitZeroOpt = Annotated[bool, typer.Option(
@@ -120,7 +124,7 @@ def _codes(value: str) -> list[str]:
 
 def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
                ignore: str | None, device: str | None = None, device_expr: str | None = None,
-               keep_dtype: bool | None = None) -> dict[str, object]:
+               keep_dtype: bool | None = None, explicit_autocast_defaults: bool | None = None) -> dict[str, object]:
     """The settings given as flags: they win over [tool.ampfix]."""
     given: dict[str, object] = {}
     if device is not None:
@@ -129,6 +133,8 @@ def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str 
         given["device_expr"] = _setting("device-expr", device_expr)
     if keep_dtype is not None:
         given["keep_dtype"] = keep_dtype
+    if explicit_autocast_defaults is not None:
+        given["explicit_autocast_defaults"] = explicit_autocast_defaults
     if unsafe_fixes is not None:
         given["unsafe_fixes"] = unsafe_fixes
     if target_torch is not None:
@@ -145,9 +151,11 @@ def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_
           target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
           stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
-          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype,
+                           explicit_autocast_defaults)
     raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
@@ -158,10 +166,12 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
             stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
-            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
+    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype,
+                           explicit_autocast_defaults)
     raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 

@@ -49,6 +49,7 @@ def _run(paths: Sequence[Path], mode: str, overrides: Mapping[str, object], outp
         return _usage_error(str(error))
     options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
                       device=settings.device, device_expr=settings.device_expr, keep_dtype=settings.keep_dtype,
+                      explicit_autocast_defaults=settings.explicit_autocast_defaults,
                       rules=enabled_rules(settings.select, settings.ignore))
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()

@@ -24,6 +24,9 @@ class Options:
     # The rule codes to apply and report (`select` / `ignore`); None: every rule. A rule left out
     # is held back like a rule newer than the target, so its names and their imports stay together.
     rules: frozenset[str] | None = None
+    # Every autocast rewrite writes the old class's dtype/cache_enabled defaults, not only where the code shows
+    # an enclosing region or a changed default (docs/autocast-defaults.md).
+    explicit_autocast_defaults: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in DEVICE_MODES:

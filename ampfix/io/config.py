@@ -35,6 +35,7 @@ class Settings:
     device: str = "cuda"  # where CUDA code is moved to: cuda, cpu or auto
     device_expr: str | None = None  # the user's own device expression, put at every CUDA site
     keep_dtype: bool = False
+    explicit_autocast_defaults: bool = False  # every autocast rewrite writes the old class's dtype/cache defaults
     source: Path | None = None  # the pyproject.toml read; None when there is none
 
     @property
@@ -113,6 +114,7 @@ KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "device": ("device", parse_device),
     "device-expr": ("device_expr", parse_device_expr),
     "keep-dtype": ("keep_dtype", _bool),
+    "explicit-autocast-defaults": ("explicit_autocast_defaults", _bool),
 }
 
 
