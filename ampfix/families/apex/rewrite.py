@@ -164,9 +164,10 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     torch_bindings = scope.lookup("torch")[1]
     if not all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
         raise NotMechanical("`torch` is bound to something else")
-    if torch_bindings and scope.lookup("torch")[0] is scope and scope.kind != "module" \
-            and not all(b.line < init.lineno for b in torch_bindings):
-        raise NotMechanical("the function imports torch after initialize")
+    # torch imported where initialize runs (its function, or a script's top level) must come before it: the scaler
+    # that replaces initialize is created there
+    if torch_bindings and scope.lookup("torch")[0] is scope and not all(b.line < init.lineno for b in torch_bindings):
+        raise NotMechanical(f"the {'script' if scope.kind == 'module' else 'function'} imports torch after initialize")
     for binding in scope.bindings.get(opt_name, []):
         if binding.line > init.lineno:
             raise NotMechanical("the optimizer is rebound after initialize")
