@@ -13,6 +13,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ampfix.families.apex.optional import optional_import
+from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
@@ -21,30 +22,13 @@ from ampfix.core.rules import Rule
 if TYPE_CHECKING:
     from ampfix.engine.analysis import Analysis
 
-_CODES: dict[str, Rule] = {name: rule for rule in rules.APEX_RULES for name in rule.symbols}
-
 
 def _owned(qname: str | None) -> bool:
     return qname is not None and any(qname == p or qname.startswith(p + ".") for p in rules.PACKAGES)
 
 
-def _longest(table: dict, qname: str) -> str | None:
-    """The longest dotted prefix of `qname` that `table` holds."""
-    parts = qname.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        if name in table:
-            return name
-    return None
-
-
-def rule_of(qname: str) -> Rule | None:
-    name = _longest(_CODES, qname)
-    return None if name is None else _CODES[name]
-
-
 def _advice(qname: str) -> rules.Advice:
-    name = _longest(rules.ADVICE, qname)
+    name = rules.longest_listed(rules.ADVICE, qname)
     assert name is not None, qname  # every rule's symbol lies below an advised name
     return rules.ADVICE[name]
 
@@ -62,7 +46,7 @@ def plan_apex(analysis: Analysis) -> None:
             binding = _apex_binding(ref)
             if binding is not None:
                 full = ".".join((binding.qname or "", *ref.parts[1:]))
-                rule = rule_of(full)
+                rule = rules.rule_of(full)
                 if rule is not None:
                     used.add(id(binding))
                     uses.append((ref, binding, full, rule))
@@ -112,8 +96,6 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         return held
     if statement is None:
         return not_plain
-    from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
-
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
@@ -217,7 +199,7 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
     removes it: `rewritten` holds its message by id() of the import)."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
-            rule = rule_of(qname) if _owned(qname) else None
+            rule = rules.rule_of(qname) if _owned(qname) else None
             if rule is None:
                 continue
             advice = _advice(qname)

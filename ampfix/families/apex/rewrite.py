@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ampfix.engine.analysis import Splice, free_name
-from ampfix.families.apex.detect import rule_of
 from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.syntax.bindings import ChainRef
 from ampfix.core.locations import first_line, tokens
@@ -482,7 +481,7 @@ def _lines(numbers: list[int]) -> str:
 
 
 def _rule_code(full: str) -> str:
-    rule = rule_of(full)
+    rule = rules.rule_of(full)
     return rule.code if rule is not None else ""
 
 

@@ -9,6 +9,7 @@ create, a forward pass to put under autocast), so each rule's symbols map to Non
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ampfix.core.rules import Example, Rule
@@ -197,6 +198,26 @@ FRAMEWORK_CONFIG = Rule(
 APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_PARAMS, STATE, CASTING_FUNCTIONS,
                                 INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
 
+# Each rule by the names it lists (the longest listed prefix of a use's qualified name decides).
+_RULE_OF_NAME: dict[str, Rule] = {name: rule for rule in APEX_RULES for name in rule.symbols}
+
+
+def longest_listed(table: Mapping[str, object], qname: str) -> str | None:
+    """The longest dotted prefix of `qname` that `table` holds."""
+    parts = qname.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in table:
+            return name
+    return None
+
+
+def rule_of(qname: str) -> Rule | None:
+    """The apex rule whose names `qname` lies under, or None."""
+    name = longest_listed(_RULE_OF_NAME, qname)
+    return None if name is None else _RULE_OF_NAME[name]
+
+
 REMOVED = "removed from apex in 2025"
 
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
@@ -338,4 +359,4 @@ OPT_LEVELS: dict[str, str] = {
 }
 
 
-__all__ = ["ADVICE", "APEX_RULES", "Advice", "PACKAGES"]
+__all__ = ["ADVICE", "APEX_RULES", "Advice", "PACKAGES", "rule_of"]
