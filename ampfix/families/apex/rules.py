@@ -13,19 +13,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ampfix.core.rules import Example, Rule
+from ampfix.families.torch_amp import grad_scaler
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
-# The oldest torch that pattern's rewrite runs on (torch.amp.GradScaler(device) came in 2.3): the minimum torch of
-# the rules whose names it rewrites, weighed against --target-torch where every rule's is (`Analysis.hold_back`).
-PATTERN_MIN_TORCH = (2, 3)
+# The oldest torch that pattern's rewrite runs on: torch.amp.GradScaler(device)'s, AMP002's minimum torch (the
+# minimum torch of the rules whose names it rewrites, weighed against --target-torch where every rule's is
+# (`Analysis.hold_back`)).
+PATTERN_MIN_TORCH = grad_scaler.RULE.min_torch
 
 # The packages whose imports can reach the names below.
 PACKAGES = ("apex", "mmengine")
 
-AUTOCAST = 'torch.autocast("cuda", dtype=torch.float16)'
-SCALER = 'scaler = torch.amp.GradScaler("cuda")'
-OPTIMIZER_PARAMS = '(p for group in optimizer.param_groups for p in group["params"])'
+
+@dataclass(frozen=True)
+class Native:
+    """torch's native AMP, which the O1 training pattern becomes: qualified names, which the rewrite spells through
+    the file's own binding of `package`."""
+
+    package: str
+    grad_scaler: str
+    autocast: str
+    dtype: str  # the autocast dtype apex's O1 meant (float16; on the CPU the engine's family says its twin)
+    scaler: str  # the name the rewrite binds the GradScaler to
+
+
+NATIVE = Native(package="torch", grad_scaler="torch.amp.GradScaler", autocast="torch.autocast", dtype="torch.float16",
+                scaler="scaler")
+
+AUTOCAST = f'{NATIVE.autocast}("cuda", dtype={NATIVE.dtype})'
+SCALER = f'{NATIVE.scaler} = {NATIVE.grad_scaler}("cuda")'
+# What apex.amp.master_params(optimizer) iterated: every parameter of the optimizer's param_groups.
+OPTIMIZER_PARAMS_OF = '(p for group in {optimizer}.param_groups for p in group["params"])'
+OPTIMIZER_PARAMS = OPTIMIZER_PARAMS_OF.format(optimizer="optimizer")
 
 
 @dataclass(frozen=True)
@@ -223,7 +243,7 @@ REMOVED = "removed from apex in 2025"
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
 ADVICE: dict[str, Advice] = {
     "apex.amp": Advice(f"`apex.amp` was {REMOVED}",
-                       f"{AUTOCAST} around the forward pass and loss, and a torch.amp.GradScaler(\"cuda\")"),
+                       f"{AUTOCAST} around the forward pass and loss, and a {NATIVE.grad_scaler}(\"cuda\")"),
     "apex.amp.initialize": Advice(
         f"`apex.amp.initialize` was {REMOVED}",
         f"{SCALER}; {AUTOCAST} around every forward pass and loss (training and evaluation)"),
@@ -338,6 +358,13 @@ GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
                      "keep_batchnorm_fp32", "master_weights", "loss_scale")
 INITIALIZE_DEFAULT_OPT_LEVEL = "O1"
+# The opt_level native autocast reproduces (the only one the rewrite takes), and the loss_scale that is a
+# GradScaler's own (apex's default: dynamic scaling).
+NATIVE_OPT_LEVEL = "O1"
+DYNAMIC_LOSS_SCALE = "dynamic"
+# The initialize keywords whose meaning the rewrite keeps: `enabled` goes to the scaler and autocast, the others
+# are O1's defaults or logging.
+PATTERN_KEYWORDS = frozenset({"opt_level", "enabled", "verbosity", "loss_scale"})
 # The keywords that make an initialize call more than O1 (what native autocast does), and why.
 INITIALIZE_KEYWORDS: dict[str, str] = {
     "cast_model_type": "cast_model_type casts the model's weights (O2/O3): native AMP keeps them float32",
