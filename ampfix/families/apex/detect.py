@@ -176,7 +176,8 @@ def _initialize_detail(call: ast.Call) -> str:
         if keyword.arg in rules.INITIALIZE_KEYWORDS:
             notes.append(rules.INITIALIZE_KEYWORDS[keyword.arg])
     loss_scale = _argument(call, "loss_scale", rules.INITIALIZE_PARAMS)
-    if loss_scale is not None and not (isinstance(loss_scale, ast.Constant) and loss_scale.value == rules.DYNAMIC_LOSS_SCALE):
+    if loss_scale is not None and not (isinstance(loss_scale, ast.Constant)
+                                       and loss_scale.value == rules.DYNAMIC_LOSS_SCALE):
         notes.append("a static loss_scale never changes and skips no step: GradScaler(init_scale=...) still "
                      "halves its scale and skips the step on overflow")
     return "; ".join(notes)
