@@ -24,6 +24,8 @@ PATTERN_MIN_TORCH = grad_scaler.RULE.min_torch
 
 # The packages whose imports can reach the names below.
 PACKAGES = ("apex", "mmengine")
+# apex's mixed precision module: what the O1 pattern's rewrite replaces, imported as `from apex import amp`.
+AMP_MODULE = "apex.amp"
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ OPTIONAL_IMPORT = Rule(
     code="AMP100",
     title="apex.amp import",
     min_torch=PATTERN_MIN_TORCH,
-    symbols={"apex.amp": None},
+    symbols={AMP_MODULE: None},
     fix_note=PATTERN_FIX,
     examples=(
         # The optional import: on current apex the handler runs and training silently stays in float32.
@@ -338,7 +340,8 @@ SCALER_STATE_HELPER = (
     '    if "loss_scaler0" not in state:{nl}'
     "        return state{nl}"
     '    apex = state["loss_scaler0"]{nl}'
-    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,{nl}'
+    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, '
+    '"growth_interval": 2000,{nl}'
     '            "_growth_tracker": apex["unskipped"]}}{nl}'
 )
 
