@@ -627,8 +627,7 @@ def _rewrite_state(rw: _Rewrite) -> None:
             rw.splices.append((start, end, f"{SCALER}.{method}"))
             rw.messages[id(use.ref)] = (
                 f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
-                "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}, not apex's "
-                "{'loss_scaler0': {'loss_scale', 'unskipped'}}")
+                f"{rules.SCALER_STATE_KEYS}, not apex's {rules.APEX_STATE_KEYS}")
             continue
         helper = helper or _scaler_state_helper(rw, use.ref.scope)
         call = _call_of(use)
@@ -643,7 +642,7 @@ def _rewrite_state(rw: _Rewrite) -> None:
         rw.messages[id(use.ref)] = (
             f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
             f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
-            "apex.amp.state_dict() wrote ({'loss_scaler0': {'loss_scale', 'unskipped'}}) into GradScaler's, with "
+            f"apex.amp.state_dict() wrote ({rules.APEX_STATE_KEYS}) into GradScaler's, with "
             "apex's dynamic scaling: old apex checkpoints load")
 
 

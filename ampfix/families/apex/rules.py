@@ -241,6 +241,9 @@ def rule_of(qname: str) -> Rule | None:
 
 
 REMOVED = "removed from apex in 2025"
+# The keys of a checkpoint's loss scaler state: apex.amp.state_dict()'s, and GradScaler.state_dict()'s.
+APEX_STATE_KEYS = "{'loss_scaler0': {'loss_scale', 'unskipped'}}"
+SCALER_STATE_KEYS = "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}"
 
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
 ADVICE: dict[str, Advice] = {
@@ -256,13 +259,12 @@ ADVICE: dict[str, Advice] = {
         "see unscaled gradients: unscale once per optimizer step, after the last micro-step's backward",
         f"scaler.unscale_(optimizer); torch.nn.utils.clip_grad_norm_({OPTIMIZER_PARAMS}, max_norm)"),
     "apex.amp.state_dict": Advice(
-        f"`apex.amp.state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-        "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
-        "'_growth_tracker'}), so old checkpoints need their key handled",
+        f"`apex.amp.state_dict` was {REMOVED}; the formats differ (apex: {APEX_STATE_KEYS}, GradScaler: "
+        f"{SCALER_STATE_KEYS}), so old checkpoints need their key handled",
         "scaler.state_dict()"),
     "apex.amp.load_state_dict": Advice(
-        f"`apex.amp.load_state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-        "'unskipped'}}, GradScaler: {'scale', ...}): an old checkpoint's loss scale is "
+        f"`apex.amp.load_state_dict` was {REMOVED}; the formats differ (apex: {APEX_STATE_KEYS}, "
+        "GradScaler: {'scale', ...}): an old checkpoint's loss scale is "
         "state['loss_scaler0']['loss_scale']",
         "scaler.load_state_dict(state)"),
     "apex.amp.float_function": Advice(
