@@ -121,6 +121,8 @@ def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.Import
 
 # The module's tree, with what the stages ask of it ------------------------------------------------------------
 class _Tree:
+    """The module's statements as the rewrite walks them: each node's parent, blocks, text and indentation."""
+
     def __init__(self, engine: _Engine) -> None:
         self.engine = engine
         self.index = engine.index
@@ -198,7 +200,7 @@ class _Shape:
         return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
 
     def spell(self, qname: str) -> str:
-        """A torch name as the rewrite writes it: through the package's own name, which `_torch_usable` made sure
+        """A torch name as the rewrite writes it: through the package's own name, which `_names_usable` made sure
         is torch's (or unbound, and then imported)."""
         return _NATIVE.package + qname[len(_NATIVE.package):]
 
