@@ -385,3 +385,11 @@ def test_a_file_importing_torch_under_another_name_gets_its_own_import_torch():
         "        loss = th.nn.functional.relu(model(x)).sum()\n"
         "    scaler.scale(loss).backward()\n"
         "    scaler.step(optimizer)\n    scaler.update()\n")
+
+
+def test_the_apex_modules_import_by_their_dotted_names():
+    """`ampfix.families.apex` is the package (a name in `ampfix.families` once shadowed it with the rules module)."""
+    import ampfix.families.apex.detect as detect
+    import ampfix.families.apex.rules as apex_rules
+
+    assert apex_rules.APEX_RULES and detect.plan_apex
