@@ -182,7 +182,7 @@ class _Shape:
     scale_losses: list[AmpUse]
     clips: list[AmpUse]
     states: list[AmpUse]
-    availability: list[AmpUse]  # `amp is not None`
+    availability: list[tuple[AmpUse, ast.Compare]]  # `amp is not None`: the use, and the test
     torch_bound: bool  # the package's name is bound to it in initialize's scope (else an import is added)
     comments: dict[int, str]
     device: str
@@ -221,11 +221,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
                             "undefined elsewhere)")
     model_name, opt_name = _bound_names(init.targets[0])
-    for use in availability:  # `amp is not None` -> True: torch.amp, which replaces apex.amp, is always there
-        test = use.ref.parent
-        if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
-                and optional is not None and is_availability_test(test, optional, use.ref.scope)):
-            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
+    tests = _availability_tests(availability, amp, optional)
     for use in [u for u in uses if not any(u is a for a in availability)]:
         if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
             raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
@@ -235,7 +231,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
-                  enabled, flags, scale_losses, clips, states, availability, torch_bound, comments, device, dtype,
+                  enabled, flags, scale_losses, clips, states, tests, torch_bound, comments, device, dtype,
                   newline, import_node, optional)
 
 
@@ -262,6 +258,20 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
     return inits, scale_losses, clips, states, availability
+
+
+def _availability_tests(availability: list[AmpUse], amp: str,
+                        optional: OptionalImport | None) -> list[tuple[AmpUse, ast.Compare]]:
+    """Each use of apex.amp itself with its `amp is not None` (that becomes True: torch.amp, which replaces
+    apex.amp, is always there); there is no other use of it."""
+    tests = []
+    for use in availability:
+        test = use.ref.parent
+        if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
+                and optional is not None and is_availability_test(test, optional, use.ref.scope)):
+            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
+        tests.append((use, test))
+    return tests
 
 
 def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
@@ -413,8 +423,8 @@ class _Rewrite:
 def _rewrite_availability_tests(rw: _Rewrite) -> None:
     """`amp is not None` -> `True`."""
     amp = rw.shape.amp
-    for use in rw.shape.availability:
-        start, end = rw.tree.index.span(use.ref.parent)  # type: ignore[arg-type]  # a none_test has a parent
+    for use, test in rw.shape.availability:
+        start, end = rw.tree.index.span(test)
         rw.splices.append((start, end, "True"))
         rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
                                     "which takes apex.amp's place, is always there")
