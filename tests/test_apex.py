@@ -367,7 +367,7 @@ def test_the_rules_table_gives_the_torch_the_apex_rewrite_needs():
 
 
 def test_a_file_importing_torch_under_another_name_gets_its_own_import_torch():
-    """The rewrite spells torch's names through `torch` (rules.NATIVE.package): bound to torch alone, or imported
+    """The rewrite spells torch's names through `torch` (`_Shape.torch_name`): bound to torch alone, or imported
     where the file has no such name, here beside `th` (both are torch; the file runs either way)."""
     from ampfix.engine import fix_source
 

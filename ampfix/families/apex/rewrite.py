@@ -184,6 +184,9 @@ class _Shape:
     states: list[AmpUse]
     availability: list[tuple[AmpUse, ast.Compare]]  # `amp is not None`: the use, and the test
     torch_bound: bool  # the package's name is bound to it in initialize's scope (else an import is added)
+    # The name torch's names are spelled through: the package's own, bound to it alone or imported (as the engine
+    # spells a new name, where no binding of the old one leads to it; not a file's `import torch as th`).
+    torch_name: str
     comments: dict[int, str]
     device: str
     dtype: str  # autocast's, qualified
@@ -200,9 +203,8 @@ class _Shape:
         return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
 
     def spell(self, qname: str) -> str:
-        """A torch name as the rewrite writes it: through the package's own name, which `_names_usable` made sure
-        is torch's (or unbound, and then imported)."""
-        return _NATIVE.package + qname[len(_NATIVE.package):]
+        """A qualified torch name as the rewrite writes it."""
+        return self.torch_name + qname[len(_NATIVE.package):]
 
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> _Shape:
@@ -231,8 +233,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
-                  enabled, flags, scale_losses, clips, states, tests, torch_bound, comments, device, dtype,
-                  newline, import_node, optional)
+                  enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
+                  device, dtype, newline, import_node, optional)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
