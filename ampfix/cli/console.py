@@ -11,9 +11,10 @@ import os
 import sys
 from pathlib import Path
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ampfix.io.config import ConfigError, Settings, enabled_rules, load
 from ampfix.core.options import Options
+from ampfix.io.config import ConfigError, Settings, load
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = Path("-")
@@ -22,34 +23,32 @@ STDIN = Path("-")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells and click report it
 
 
-def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] = {},
+def run_files(paths: Sequence[Path], mode: str, flags: Mapping[str, Any] = {},
               output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
               stdin_filename: str | None = None, quiet: bool = False) -> int:
     """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
-    `overrides`: the settings given as flags, which win over `[tool.ampfix]`. Ctrl-C stops the run
+    `flags`: the settings given as flags (`config.parse_flags`), which win over `[tool.ampfix]`. Ctrl-C stops the run
     after the files in progress (a second one stops it at once); what was done until then is
     reported all the same, then the exit code is 130. Output never fails on the stream's
     encoding: what it cannot take is written backslash-escaped.
     """
     with _EscapedOutput():
-        return _run(paths, mode, overrides, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
+        return _run(paths, mode, flags, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
                     stdin_filename=stdin_filename, quiet=quiet)
 
 
-def _run(paths: Sequence[Path], mode: str, overrides: Mapping[str, object], output_format: str, *,
+def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_format: str, *,
          force_exclude: bool, exit_zero: bool, stdin_filename: str | None, quiet: bool) -> int:
     reading_stdin = STDIN in paths
     if reading_stdin and len(paths) > 1:
         return _usage_error("`-` (stdin) cannot be mixed with other paths")
     named = [Path(stdin_filename)] if reading_stdin and stdin_filename else [] if reading_stdin else paths
     try:
-        settings = load(named, overrides)
+        settings = load(named, flags)
     except ConfigError as error:  # nothing has been read or written yet
         return _usage_error(str(error))
-    options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
-                      device=settings.device, device_expr=settings.device_expr, keep_dtype=settings.keep_dtype,
-                      rules=enabled_rules(settings.select, settings.ignore))
+    options = settings.options
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()
     if reading_stdin:
