@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ampfix.core.options import Options
 from ampfix.io.config import ConfigError, Settings, load
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ampfix.io.files import FileResult
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = Path("-")
@@ -142,7 +147,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.count = 0
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def seen(self) -> bool:
         return self.count > 0
@@ -257,7 +262,7 @@ class _Terminal:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def discovered(self, path: Path) -> None:
+    def discovered(self, path: Path | FileResult) -> None:
         self.scanned += 1
         if self.shows_progress:
             self._draw()
@@ -298,19 +303,19 @@ _SPINNER = "|/-\\"
 # path) goes to typer, which parses everything; so do Windows (click expands wildcards there) and
 # shell completion.
 FAST_COMMANDS = {"check": "check", "rewrite": "rewrite"}  # command -> mode
-FAST_FLAGS = {"--force-exclude": "force_exclude"}  # flag -> keyword of run_files (all True when given)
+FAST_FLAGS = frozenset({"--force-exclude"})
 
 
 def fast_path(args: Sequence[str]) -> int | None:
     """The exit code of `args` run without typer, or None when typer must parse them."""
     if len(args) < 2 or args[0] not in FAST_COMMANDS or os.name == "nt":
         return None
-    flags = {FAST_FLAGS.get(arg) for arg in args[1:] if arg.startswith("-")}
+    flags = {arg for arg in args[1:] if arg.startswith("-")}
     paths = [Path(arg) for arg in args[1:] if not arg.startswith("-")]
-    if None in flags or not paths or any(k.endswith("_COMPLETE") for k in os.environ):
+    if not flags <= FAST_FLAGS or not paths or any(k.endswith("_COMPLETE") for k in os.environ):
         return None
     try:
-        return run_files(paths, FAST_COMMANDS[args[0]], **dict.fromkeys(flags, True))
+        return run_files(paths, FAST_COMMANDS[args[0]], force_exclude="--force-exclude" in flags)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # as click does: exit 1, quietly (the reader went away)

@@ -101,7 +101,7 @@ def _tool_table(path: Path) -> dict[str, object] | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]  # Python 3.10 only: not installed where mypy runs on 3.11+
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)

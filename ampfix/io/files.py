@@ -204,13 +204,13 @@ def _write_in_place(path: Path, data: bytes) -> str | None:
     """
     # SIGTERM (the pool ending its workers, a worker's parent dying, `kill`) waits until the
     # temporary file is gone or has become the file: it must not be left in the user's folder.
-    holds = hasattr(signal, "pthread_sigmask")
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if holds else None
+    if not hasattr(signal, "pthread_sigmask"):
+        return _replace(path, data)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         return _replace(path, data)
     finally:
-        if holds:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _replace(path: Path, data: bytes) -> str | None:
@@ -265,7 +265,7 @@ def default_jobs() -> int:
 
 def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
                   jobs: int | None = None, exclusions: Exclusions | None = None,
-                  force_exclude: bool = False, on_discovered: Callable[[Path], None] | None = None,
+                  force_exclude: bool = False, on_discovered: Callable[[Path | FileResult], None] | None = None,
                   stop: Callable[[], bool] = lambda: False) -> Iterator[FileResult]:
     """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
 
@@ -429,7 +429,8 @@ def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]
     return [_process_item(item, settings) for item in chunk]
 
 
-def _observed(paths: Iterable[Path | FileResult], observer: Callable[[Path], None]) -> Iterator[Path | FileResult]:
+def _observed(paths: Iterable[Path | FileResult],
+              observer: Callable[[Path | FileResult], None]) -> Iterator[Path | FileResult]:
     for path in paths:
         observer(path)
         yield path

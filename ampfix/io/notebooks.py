@@ -197,7 +197,7 @@ def _items(text: str, i: int, brackets: str, what: str,
            read_item: Callable[[int], tuple[_Item, int]]) -> tuple[list[_Item], int]:
     """The items of the object or array at `i` (each read by `read_item` from its start, which gives
     the item and its end), and the container's end."""
-    opening, closing = brackets
+    opening, closing = brackets[0], brackets[1]
     if text[i] != opening:
         raise NotebookError(f"expected {what} at offset {i}")
     i = _skip(text, i + 1)
@@ -345,7 +345,7 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     if cell.elements is None:
         return json.dumps(new_source, ensure_ascii=ascii_only)
     start, end = cell.span
-    spelled = {}  # a line that is already there keeps its spelling
+    spelled: dict[str, str] = {}  # a line that is already there keeps its spelling
     for a, b in cell.elements:
         spelled.setdefault(json.loads(text[a:b]), text[a:b])
     new_lines = source_lines(new_source)
