@@ -1,4 +1,4 @@
-"""Files: discovery, decoding, the engine per file, and careful writing. Never prints."""
+"""Files: discovery, reading, one processing path (a codec per file kind, the engine, careful writing). Never prints."""
 
 from __future__ import annotations
 
