@@ -169,7 +169,8 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False) -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                                help="Show the version and exit.")] = False) -> None:
     pass
 
 

@@ -7,10 +7,8 @@ module; its decoded form keeps the map back to the cells (ampfix.io.notebooks, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ampfix.engine import Finding, SourceResult
 from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
 from ampfix.syntax.prefilter import could_hold_use
 
@@ -29,50 +27,56 @@ class DecodeError(Exception):
         self.code = code
 
 
-@dataclass(frozen=True)
 class Converted:
     """The engine's result in the file's terms."""
 
-    findings: tuple[Finding, ...]
-    new_text: str | None  # the file's new text; None: nothing to write
-    error: str | None = None
+    __slots__ = ("findings", "new_text", "error")
+
+    def __init__(self, findings: tuple[Finding, ...], new_text: str | None, error: str | None = None) -> None:
+        self.findings = findings
+        self.new_text = new_text  # the file's new text; None: nothing to write
+        self.error = error
 
 
-class Decoded(Protocol):
-    @property
-    def text(self) -> str:
-        """The file's text: what a diff shows."""
-        ...
+if TYPE_CHECKING:  # the codecs' interface, for the type checker: classes cost start-up (every commit)
+    from ampfix.engine import Finding, SourceResult
 
-    @property
-    def encoding(self) -> str:
-        """How the new text becomes bytes."""
-        ...
+    class Decoded(Protocol):
+        @property
+        def text(self) -> str:
+            """The file's text: what a diff shows."""
+            ...
 
-    @property
-    def source(self) -> str:
-        """What the engine reads."""
-        ...
+        @property
+        def encoding(self) -> str:
+            """How the new text becomes bytes."""
+            ...
 
-    def converted(self, result: SourceResult) -> Converted:
-        """The engine's result (from `source`) in the file's terms."""
-        ...
+        @property
+        def source(self) -> str:
+            """What the engine reads."""
+            ...
+
+        def converted(self, result: SourceResult) -> Converted:
+            """The engine's result (from `source`) in the file's terms."""
+            ...
+
+    class Codec(Protocol):
+        def could_hold(self, data: bytes, retargets: bool) -> bool:
+            """False only if the file cannot hold a use the run looks at (then it is never decoded)."""
+            ...
+
+        def decode(self, data: bytes) -> Decoded:
+            """Raises DecodeError."""
+            ...
 
 
-class Codec(Protocol):
-    def could_hold(self, data: bytes, retargets: bool) -> bool:
-        """False only if the file cannot hold a use the run looks at (then it is never decoded)."""
-        ...
-
-    def decode(self, data: bytes) -> Decoded:
-        """Raises DecodeError."""
-        ...
-
-
-@dataclass(frozen=True)
 class PythonText:
-    text: str
-    encoding: str
+    __slots__ = ("text", "encoding")
+
+    def __init__(self, text: str, encoding: str) -> None:
+        self.text = text
+        self.encoding = encoding
 
     @property
     def source(self) -> str:

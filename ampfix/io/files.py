@@ -12,12 +12,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ampfix.core.options import Options
 from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
-from ampfix.io.codec import (NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, Codec,
-                             DecodeError)
+from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
+
+if TYPE_CHECKING:
+    from ampfix.io.codec import Codec
 
 __all__ = ["MODES", "READ_ERROR_CODE", "WRITE_ERROR_CODE", "FileResult", "codec_for", "default_jobs", "discover",
            "process_data", "process_file", "process_paths", "process_stdin", "read_candidate"]
