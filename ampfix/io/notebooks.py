@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from ampfix.core.locations import source_lines
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult
 from ampfix.io.codec import Converted, DecodeError
+
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
 BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
 
