@@ -14,13 +14,20 @@ import pytest
 from typer.testing import CliRunner
 
 from ampfix.cli.app import app
-from ampfix.io.notebooks import masked_cell, process_notebook
+from ampfix.io.files import FileResult, process_data
+from ampfix.io.notebooks import masked_cell
 from ampfix.core.options import Options
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
 CASES = sorted(NOTEBOOKS.glob("*.in.ipynb"))
 IDS = [path.name[: -len(".in.ipynb")] for path in CASES]
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+
+
+def process_notebook(text: str, options: Options) -> tuple[str, FileResult]:
+    """A notebook's text through the files' processing path, written nowhere: its new text, and the result."""
+    result, new_data = process_data(Path("notebook.ipynb"), text.encode("utf-8"), options, "diff")
+    return new_data.decode("utf-8"), result
 
 
 def _expected(case: Path) -> Path:
@@ -42,11 +49,11 @@ def _expected_findings(case: Path) -> list[tuple[int, int, str, bool]]:
 def test_notebook_fixture(case: Path):
     text = case.read_bytes().decode("utf-8")
     expected = _expected(case).read_bytes().decode("utf-8")
-    result = process_notebook(text, Options(), rewrite=True)
-    assert result.new_text == expected
+    new_text, result = process_notebook(text, Options())
+    assert new_text == expected
     assert _findings(result) == _expected_findings(case)
-    again = process_notebook(expected, Options(), rewrite=True)
-    assert again.new_text == expected  # a second run changes nothing
+    again, _ = process_notebook(expected, Options())
+    assert again == expected  # a second run changes nothing
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -93,18 +100,18 @@ def _notebook(*sources: str, language: str = "python") -> str:
 
 def test_a_notebook_in_another_language_is_not_read_as_python():
     text = _notebook("library(torch.cuda.amp)")
-    assert process_notebook(text, Options(), rewrite=True).findings == ()
+    assert process_notebook(text, Options())[1].findings == ()
 
 
 def test_a_file_that_is_no_notebook_is_reported_and_left():
-    result = process_notebook('{"cells": [1, ', Options(), rewrite=True)
-    assert result.new_text == '{"cells": [1, ' and result.error and result.error.startswith("not a readable notebook")
+    new_text, result = process_notebook('{"cells": [1, ', Options())
+    assert new_text == '{"cells": [1, ' and result.error and result.error.startswith("not a readable notebook")
 
 
 def test_skip_file_in_any_cell_skips_the_notebook():
     text = _notebook("import torch\n", "# ampfix: skip-file\nx = torch.cuda.amp.GradScaler()")
-    result = process_notebook(text, Options(), rewrite=True)
-    assert (result.new_text, result.findings) == (text, ())
+    new_text, result = process_notebook(text, Options())
+    assert (new_text, result.findings) == (text, ())
 
 
 def invoke(*args: str):

@@ -1,4 +1,5 @@
-"""Jupyter notebooks: the code cells checked and rewritten as one module. Never prints.
+"""Jupyter notebooks: the codec that hands the code cells to the engine as one module, and back.
+Pure: no file is read or written here (ampfix.io.files does), nothing printed.
 
 - The cells are analysed together, in order, as one module would be (a name imported in one cell
   and used in a later one resolves), with a comment line between cells that marks the boundary;
@@ -20,13 +21,12 @@ import json
 import re
 from dataclasses import dataclass, replace
 from typing import TypeVar
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.core.locations import source_lines
-from ampfix.core.options import Options
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult
+from ampfix.io.codec import Converted, DecodeError
 
-SUFFIX = ".ipynb"
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
 BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
 
@@ -46,60 +46,72 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class NotebookResult:
+class NotebookText:
+    """A notebook decoded: its code cells as one module for the engine, and the map back."""
+
     text: str
-    new_text: str
-    findings: tuple[Finding, ...]
-    error: str | None = None
+    source: str  # the module of the cells that parse
+    parsed: tuple[tuple[Cell, str, list[int]], ...]  # (cell, its masked source, the masked lines)
+    starts: tuple[int, ...]  # the module line each parsed cell starts on
+    lines: _LineIndex
+    findings: tuple[Finding, ...] = ()  # the cells that do not parse, left out
+    errors: tuple[str, ...] = ()
+    encoding: str = "utf-8"
 
-    @property
-    def changed(self) -> bool:
-        return self.new_text != self.text
+    def converted(self, result: SourceResult) -> Converted:
+        """The engine's findings located in the cells, and its new module spliced into the notebook."""
+        findings = [*self.findings, *(self._located(finding) for finding in result.findings)]
+        findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
+        error = "; ".join((*self.errors, *([result.error] if result.error is not None else []))) or None
+        if not result.changed:
+            return Converted(tuple(findings), None, error)
+        new_sources = _split_module(result.new_source, self.parsed)
+        if new_sources is None:
+            message = "internal error, notebook left unchanged: the cells could not be told apart after the rewrite"
+            unfixed = tuple(replace(f, fixed=False) for f in findings)
+            return Converted((*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), None, message)
+        splices = [(cell, new) for (cell, _, _), new in zip(self.parsed, new_sources) if new != cell.source]
+        return Converted(tuple(findings), _spliced(self.text, splices), error)
 
-    def diff(self, path: str) -> str:
-        return SourceResult(self.text, self.new_text).diff(path)
+    def _located(self, finding: Finding) -> Finding:
+        index = max(bisect.bisect_right(self.starts, finding.line) - 1, 0)
+        line = max(1, finding.line - self.starts[index] + 1)
+        return _located(replace(finding, line=line), self.parsed[index][0], self.lines)
 
 
-def process_notebook(text: str, options: Options, rewrite: bool) -> NotebookResult:
-    """Check (or rewrite) a notebook's text. Never raises for a bad notebook."""
-    try:
-        cells = read_cells(text)
-    except NotebookError as error:
-        message = f"not a readable notebook: {error}"
-        return NotebookResult(text, text, (Finding(1, 1, SYNTAX_ERROR_CODE, message, False),), message)
-    lines = _LineIndex(text)
-    findings: list[Finding] = []
-    errors: list[str] = []
-    parsed: list[tuple[Cell, str, list[int]]] = []
-    for cell in cells:
-        masked = masked_cell(cell.source)
-        if isinstance(masked, SyntaxError):
-            line, col = masked.lineno or 1, masked.offset or 1
-            message = f"cannot parse: {masked.msg}; the cell is left as it is"
-            findings.append(_located(Finding(line, col, SYNTAX_ERROR_CODE, message, False), cell, lines))
-            errors.append(message)
-        else:
-            parsed.append((cell, *masked))
-    module, starts = _module(parsed)
-    result = (fix_source if rewrite else check_source)(module, options)
-    for finding in result.findings:
-        index = bisect.bisect_right(starts, finding.line) - 1
-        cell = parsed[max(index, 0)][0]
-        line = max(1, finding.line - starts[max(index, 0)] + 1)
-        findings.append(_located(replace(finding, line=line), cell, lines))
-    if result.error is not None:
-        errors.append(result.error)
-    findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
-    error = "; ".join(errors) or None
-    if not result.changed:
-        return NotebookResult(text, text, tuple(findings), error)
-    new_sources = _split_module(result.new_source, parsed)
-    if new_sources is None:
-        message = "internal error, notebook left unchanged: the cells could not be told apart after the rewrite"
-        unfixed = tuple(replace(f, fixed=False) for f in findings)
-        return NotebookResult(text, text, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
-    splices = [(cell, new) for (cell, _, _), new in zip(parsed, new_sources) if new != cell.source]
-    return NotebookResult(text, _spliced(text, splices), tuple(findings), error)
+class NotebookCodec:
+    def could_hold(self, data: bytes, retargets: bool) -> bool:
+        # In a notebook's JSON a line break before `amp` is spelled `\n`, which the Python test
+        # reads as a letter: the bytes are searched plainly.
+        return b"amp" in data or (retargets and b"autocast" in data)
+
+    def decode(self, data: bytes) -> NotebookText:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DecodeError(f"a notebook is UTF-8 JSON: {error}") from None
+        try:
+            cells = read_cells(text)
+        except NotebookError as error:
+            raise DecodeError(f"not a readable notebook: {error}", SYNTAX_ERROR_CODE) from None
+        lines = _LineIndex(text)
+        findings: list[Finding] = []
+        errors: list[str] = []
+        parsed: list[tuple[Cell, str, list[int]]] = []
+        for cell in cells:
+            masked = masked_cell(cell.source)
+            if isinstance(masked, SyntaxError):
+                line, col = masked.lineno or 1, masked.offset or 1
+                message = f"cannot parse: {masked.msg}; the cell is left as it is"
+                findings.append(_located(Finding(line, col, SYNTAX_ERROR_CODE, message, False), cell, lines))
+                errors.append(message)
+            else:
+                parsed.append((cell, *masked))
+        module, starts = _module(parsed)
+        return NotebookText(text, module, tuple(parsed), tuple(starts), lines, tuple(findings), tuple(errors))
+
+
+NOTEBOOK = NotebookCodec()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +165,8 @@ def _python_kernel(text: str, metadata: tuple[int, int] | None) -> bool:
 
 
 def _skip(text: str, i: int) -> int:
-    return _SPACE.match(text, i).end()  # type: ignore[union-attr]
+    match = _SPACE.match(text, i)  # never None: the pattern matches the empty string
+    return i if match is None else match.end()
 
 
 def _members(text: str, i: int) -> tuple[list[tuple[str, int, int]], int]:
@@ -185,7 +198,7 @@ def _items(text: str, i: int, brackets: str, what: str,
            read_item: Callable[[int], tuple[_Item, int]]) -> tuple[list[_Item], int]:
     """The items of the object or array at `i` (each read by `read_item` from its start, which gives
     the item and its end), and the container's end."""
-    opening, closing = brackets
+    opening, closing = brackets[0], brackets[1]
     if text[i] != opening:
         raise NotebookError(f"expected {what} at offset {i}")
     i = _skip(text, i + 1)
@@ -280,7 +293,7 @@ def _module(parsed: list[tuple[Cell, str, list[int]]]) -> tuple[str, list[int]]:
     return "".join(parts), starts
 
 
-def _split_module(new_module: str, parsed: list[tuple[Cell, str, list[int]]]) -> list[str] | None:
+def _split_module(new_module: str, parsed: Sequence[tuple[Cell, str, list[int]]]) -> list[str] | None:
     """Each cell's new source (masked lines restored), or None when the boundaries did not survive."""
     import difflib
 
@@ -333,7 +346,7 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     if cell.elements is None:
         return json.dumps(new_source, ensure_ascii=ascii_only)
     start, end = cell.span
-    spelled = {}  # a line that is already there keeps its spelling
+    spelled: dict[str, str] = {}  # a line that is already there keeps its spelling
     for a, b in cell.elements:
         spelled.setdefault(json.loads(text[a:b]), text[a:b])
     new_lines = source_lines(new_source)
@@ -348,32 +361,3 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     else:
         separator = "," + head if "\n" in head else ", "
     return "[" + head + separator.join(raws) + tail + "]"
-
-
-# ---------------------------------------------------------------------------------------------
-# Files
-
-
-def process_notebook_file(path, data: bytes, options: Options, mode: str):
-    """`ampfix.files.process_file` for a notebook: check, diff (a dry run) or rewrite it."""
-    return notebook_file(path, data, options, mode)[0]
-
-
-def notebook_file(path, data: bytes, options: Options, mode: str):
-    """(the FileResult, the notebook's new bytes: `data` when nothing changed). Writes in "rewrite" mode."""
-    from ampfix.io.files import FileResult, _error, _not_written, _write_in_place
-
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return _error(path, f"a notebook is UTF-8 JSON: {error}"), data
-    result = process_notebook(text, options, rewrite=mode != "check")
-    if not result.changed:
-        return FileResult(str(path), result.findings, error=result.error), data
-    new_data = result.new_text.encode("utf-8")
-    diff = result.diff(str(path)) if mode == "diff" else ""
-    if mode == "rewrite":
-        problem = _write_in_place(path, new_data)
-        if problem is not None:
-            return _not_written(path, result.findings, problem), data
-    return FileResult(str(path), result.findings, diff, changed=True, error=result.error), new_data
