@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from ampfix.cli.app import app
 from ampfix.io.files import FileResult, process_data
-from ampfix.io.notebooks import masked_cell
+from ampfix.io.ipython_syntax import masked_cell
 from ampfix.core.options import Options
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
@@ -82,7 +82,8 @@ def test_ipython_lines_are_masked_to_the_same_length_and_indentation(line: str):
 
 def test_a_cell_that_parses_is_not_masked_and_a_cell_magic_masks_every_line():
     assert masked_cell("x = a % b\n") == ("x = a % b\n", [])
-    assert masked_cell("%%bash\n  echo hi\n") == ("______\n_________\n", [0, 1])
+    # A cell magic that is not Python: every line, its indentation too (no mask may start a block).
+    assert masked_cell("%%bash\n  echo hi\n") == ("______\n_______\n", [0, 1])
 
 
 def test_a_cell_that_does_not_parse_even_masked_is_reported():
@@ -167,14 +168,33 @@ def test_rewrite_writes_only_the_notebook_that_changes(tmp_path: Path):
     assert invoke("rewrite", str(tmp_path)).exit_code == 0
 
 
-def test_a_bad_cell_is_reported_and_the_other_cells_are_rewritten(tmp_path: Path):
+def test_a_bad_cell_that_cannot_hold_a_use_is_passed_over(tmp_path: Path):
     path = tmp_path / "nb.ipynb"
     path.write_text(_notebook("def f(:\n    pass", *OLD_CELLS), encoding="utf-8")
     result = invoke("rewrite", str(path))
-    assert result.exit_code == 2
-    assert f"{path}:cell 1:1:7: AMP901 left: cannot parse: invalid syntax; the cell is left as it is" in result.stdout
+    assert result.exit_code == 1  # rewritten, nothing left, no error
+    assert "AMP901" not in result.stdout
     assert path.read_text() == _notebook("def f(:\n    pass", "import torch\nfrom torch.amp import GradScaler",
                                          '# scale\nscaler = GradScaler("cuda", enabled=False)')
+    assert invoke("check", str(path)).exit_code == 0
+
+
+def test_a_bad_cell_that_may_hold_a_use_is_a_finding_and_the_other_cells_are_rewritten(tmp_path: Path):
+    path = tmp_path / "nb.ipynb"
+    pseudo = "for batch in loader:\n    with torch.cuda.amp.autocast(): forward pass here"
+    path.write_text(_notebook(pseudo, *OLD_CELLS), encoding="utf-8")
+    result = invoke("rewrite", str(path))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == (
+        f"{path}:cell 1:2:45: AMP901 left: cannot parse the cell: invalid syntax; its deprecated uses are left "
+        "as they are")
+    assert "could not be processed" not in result.stdout
+    assert path.read_text() == _notebook(pseudo, "import torch\nfrom torch.amp import GradScaler",
+                                         '# scale\nscaler = GradScaler("cuda", enabled=False)')
+    assert invoke("check", str(path)).exit_code == 1  # the finding stays: it is not an error (2)
+    accepted = pseudo.replace("here", "here  # noqa: AMP901")
+    path.write_text(_notebook(accepted, "import torch"), encoding="utf-8")
+    assert invoke("check", str(path)).exit_code == 0
 
 
 def test_stdin_named_as_a_notebook(tmp_path: Path):

@@ -66,8 +66,9 @@ if TYPE_CHECKING:  # the codecs' interface, for the type checker: classes cost s
             """False only if the file cannot hold a use the run looks at (then it is never decoded)."""
             ...
 
-        def decode(self, data: bytes) -> Decoded:
-            """Raises DecodeError."""
+        def decode(self, data: bytes, retargets: bool = False) -> Decoded:
+            """Raises DecodeError. `retargets`: the run also looks at uses already on the new API
+            (what `could_hold` is told), for a codec that filters parts of a file."""
             ...
 
 
@@ -92,7 +93,7 @@ class PythonCodec:
     def could_hold(self, data: bytes, retargets: bool) -> bool:
         return could_hold_use(data, retargets)
 
-    def decode(self, data: bytes) -> PythonText:
+    def decode(self, data: bytes, retargets: bool = False) -> PythonText:
         try:
             return PythonText(*decode_source(data))
         except DECODE_ERRORS as error:

@@ -172,7 +172,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     written back in "rewrite" mode. The result, and the file's new bytes (`data` when nothing
     changed or nothing was written)."""
     try:
-        decoded = codec_for(path).decode(data)
+        decoded = codec_for(path).decode(data, options.retargets)
     except DecodeError as error:
         return _error(path, error.message, error.code), data
     engine = check_source if mode == "check" else fix_source

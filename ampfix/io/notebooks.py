@@ -4,10 +4,11 @@ Pure: no file is read or written here (ampfix.io.files does), nothing printed.
 - The cells are analysed together, in order, as one module would be (a name imported in one cell
   and used in a later one resolves), with a comment line between cells that marks the boundary;
   findings are mapped back to (cell, line, column).
-- IPython syntax (`%time x`, `!pip ...`, `x = !ls`, `obj?`, a `%%bash` cell) is masked, only in a
-  cell that does not parse as it stands, by a name of the same length (`_______`) that keeps the
-  line's indentation; the masked lines come back as they were. A cell that still does not parse
-  is reported and left out; the others are handled.
+- IPython syntax is read as IPython reads it (`ampfix.io.ipython_syntax`): in a cell that does not
+  parse as it stands, the lines IPython turns into calls are masked, and come back as they were. A
+  cell that still does not parse is left out: silently when it cannot hold a use (it could not
+  run either), as a finding on its line when it may (AMP901; not an error of the notebook, whose
+  other cells are handled).
 - The notebook's text is never re-serialised: each changed cell's "source" value is spliced into
   the original text, so indentation, key order, outputs, metadata and the final newline stay
   byte for byte. A line kept from the original keeps its JSON spelling.
@@ -15,7 +16,6 @@ Pure: no file is read or written here (ampfix.io.files does), nothing printed.
 
 from __future__ import annotations
 
-import ast
 import bisect
 import json
 import re
@@ -26,6 +26,9 @@ from collections.abc import Callable, Sequence
 from ampfix.core.locations import source_lines
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult
 from ampfix.io.codec import Converted, DecodeError
+from ampfix.io.ipython_syntax import masked_cell
+from ampfix.syntax.prefilter import could_hold_use
+from ampfix.syntax.suppressions import line_suppresses
 
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
 BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
@@ -54,15 +57,14 @@ class NotebookText:
     parsed: tuple[tuple[Cell, str, list[int]], ...]  # (cell, its masked source, the masked lines)
     starts: tuple[int, ...]  # the module line each parsed cell starts on
     lines: _LineIndex
-    findings: tuple[Finding, ...] = ()  # the cells that do not parse, left out
-    errors: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the cells that may hold a use but do not parse, left out
     encoding: str = "utf-8"
 
     def converted(self, result: SourceResult) -> Converted:
         """The engine's findings located in the cells, and its new module spliced into the notebook."""
         findings = [*self.findings, *(self._located(finding) for finding in result.findings)]
         findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
-        error = "; ".join((*self.errors, *([result.error] if result.error is not None else []))) or None
+        error = result.error
         if not result.changed:
             return Converted(tuple(findings), None, error)
         new_sources = _split_module(result.new_source, self.parsed)
@@ -85,7 +87,7 @@ class NotebookCodec:
         # reads as a letter: the bytes are searched plainly.
         return b"amp" in data or (retargets and b"autocast" in data)
 
-    def decode(self, data: bytes) -> NotebookText:
+    def decode(self, data: bytes, retargets: bool = False) -> NotebookText:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -96,19 +98,29 @@ class NotebookCodec:
             raise DecodeError(f"not a readable notebook: {error}", SYNTAX_ERROR_CODE) from None
         lines = _LineIndex(text)
         findings: list[Finding] = []
-        errors: list[str] = []
         parsed: list[tuple[Cell, str, list[int]]] = []
         for cell in cells:
             masked = masked_cell(cell.source)
-            if isinstance(masked, SyntaxError):
-                line, col = masked.lineno or 1, masked.offset or 1
-                message = f"cannot parse: {masked.msg}; the cell is left as it is"
-                findings.append(_located(Finding(line, col, SYNTAX_ERROR_CODE, message, False), cell, lines))
-                errors.append(message)
-            else:
+            if not isinstance(masked, SyntaxError):
                 parsed.append((cell, *masked))
+            elif could_hold_use(cell.source, retargets):
+                finding = _unparsable(cell, masked)
+                if finding is not None:
+                    findings.append(_located(finding, cell, lines))
         module, starts = _module(parsed)
-        return NotebookText(text, module, tuple(parsed), tuple(starts), lines, tuple(findings), tuple(errors))
+        return NotebookText(text, module, tuple(parsed), tuple(starts), lines, tuple(findings))
+
+
+def _unparsable(cell: Cell, error: SyntaxError) -> Finding | None:
+    """A cell that may hold a use but does not parse, even read as IPython reads it: a finding on its
+    line, not an error of the file (the other cells are handled; pseudo-code in a tutorial is no
+    broken file). `# noqa: AMP901` on that line accepts it."""
+    line, col = error.lineno or 1, error.offset or 1
+    cell_lines = source_lines(cell.source)
+    if 0 < line <= len(cell_lines) and line_suppresses(cell_lines[line - 1], SYNTAX_ERROR_CODE):
+        return None
+    message = f"cannot parse the cell: {error.msg}; its deprecated uses are left as they are"
+    return Finding(line, col, SYNTAX_ERROR_CODE, message, False)
 
 
 NOTEBOOK = NotebookCodec()
@@ -232,45 +244,6 @@ def _located(finding: Finding, cell: Cell, lines: _LineIndex) -> Finding:
     else:
         start = cell.span[0]
     return replace(finding, cell=cell.number, file_line=lines.line(start))
-
-
-# ---------------------------------------------------------------------------------------------
-# IPython syntax
-
-_HELP = re.compile(r"\s*(?:[?].*|[\w.]+\?{1,2}\s*)")  # `?obj`, `obj?`, `obj??`
-_MAGIC = re.compile(r"\s*[%!].*")  # `%time x`, `%%timeit`, `!pip install x`
-# Cell magics whose body is Python run in the kernel: only their first line is masked.
-PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
-_ASSIGNED_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!].*")  # `x = !ls`, `a, b = %sx ls`
-
-
-def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
-    """(the cell as valid Python, the indices of its masked lines), or the cell's syntax error.
-    A cell that parses as it stands is not masked (IPython's syntax never is valid Python)."""
-    try:
-        ast.parse(source)
-        return source, []
-    except (SyntaxError, ValueError) as error:
-        first_error = error if isinstance(error, SyntaxError) else SyntaxError(str(error))
-    lines = source_lines(source)
-    masked_lines: list[int] = []
-    name = lines[0][2:].split(maxsplit=1)[0] if lines and lines[0][2:].strip() and lines[0].startswith("%%") else None
-    cell_magic = name is not None and name not in PYTHON_CELL_MAGICS  # `%%bash`: no line of it is Python
-    for i, line in enumerate(lines):
-        body = line.rstrip("\r\n")
-        if cell_magic or _HELP.fullmatch(body) or _MAGIC.fullmatch(body) or _ASSIGNED_MAGIC.fullmatch(body):
-            code = body.lstrip() if not cell_magic else body
-            indent = body[: len(body) - len(code)]
-            lines[i] = indent + "_" * len(code) + line[len(body):]
-            masked_lines.append(i)
-    masked = "".join(lines)
-    if not masked_lines:
-        return first_error
-    try:
-        ast.parse(masked)
-    except (SyntaxError, ValueError) as error:  # the error left once IPython's lines are masked
-        return error if isinstance(error, SyntaxError) else SyntaxError(str(error))
-    return masked, masked_lines
 
 
 # ---------------------------------------------------------------------------------------------
