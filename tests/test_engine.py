@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 
 import ampfix.engine.apply
-from ampfix.engine import analysis
+from ampfix.engine import pipeline
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
 
 SOURCE = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
 
 
 def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: pytest.MonkeyPatch):
-    real_analyze = analysis.analyze
+    real_analyze = pipeline.analyze
 
     def wrong_plan(tree, source, options, *suppressions):
         plan = real_analyze(tree, source, options, *suppressions)
@@ -22,7 +22,7 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
         edits = [dataclasses.replace(e, text="torch.cuda.amp.GradScaler") for e in plan.edits]
         return dataclasses.replace(plan, edits=edits)
 
-    monkeypatch.setattr(analysis, "analyze", wrong_plan)
+    monkeypatch.setattr(pipeline, "analyze", wrong_plan)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error == (

@@ -24,7 +24,7 @@ from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.engine.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
+from ampfix.core.plan import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
 
 
 class PlanMismatch(Exception):

@@ -1,13 +1,14 @@
 """One walk over a module's `ast`: statements numbered in pre-order, bindings per scope, and every
 dotted name, string and import recorded with its scope, its statement and its role.
 
-This is the cheap half of name resolution: `ampfix.engine.analysis` then resolves only the dotted names
-whose head some `torch` import binds.
+This is the cheap half of name resolution; `resolve` is the other half, asked only of the dotted names
+whose head some import of interest binds.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -400,17 +401,47 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     return tuple(reversed(parts))
 
 
-def resolved(node: ast.expr, scope: Scope) -> str | None:
-    """The qualified name a dotted name spells where every binding of its head is the same import
-    (what a decision reads must mean one thing), or None."""
+@dataclass(frozen=True)
+class Resolved:
+    """What a dotted name refers to through an import."""
+
+    qname: str  # the qualified name it spells
+    binding: Binding  # the import binding its head goes through
+    scope: Scope | None  # where its head is bound
+    bindings: list[Binding]  # every binding of its head there (the live ones, when asked)
+
+
+def resolve(node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None, unanimous: bool = False,
+            live: Callable[[list[Binding]], list[Binding]] | None = None) -> Resolved | None:
+    """The one qualified-name resolver: the name the dotted name `node` spells through the first import
+    binding of its head in `scope`, or None (a name bound by a store is a binding, not a use).
+
+    `within`: only imports of names it accepts count (a family's package). `unanimous`: every binding of
+    the head must be that same import (what a decision reads must mean one thing). `live`: the bindings
+    that count, where it leaves any (those made in branches the target runs)."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return None
     parts = dotted_parts(node)
     if parts is None:
         return None
-    _, bindings = scope.lookup(parts[0])
-    qnames = {b.qname if b.kind == "import" else None for b in bindings}
-    if len(qnames) != 1 or None in qnames:
+    found_in, bindings = scope.lookup(parts[0])
+    if live is not None:
+        bindings = live(bindings) or bindings
+    if unanimous:
+        qnames = {b.qname if b.kind == "import" else None for b in bindings}
+        if len(qnames) != 1 or None in qnames:
+            return None
+    binding = next((b for b in bindings if b.kind == "import" and b.qname and (within is None or within(b.qname))),
+                   None)
+    if binding is None or binding.qname is None:
         return None
-    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
+    return Resolved(".".join((binding.qname, *parts[1:])), binding, found_in, bindings)
+
+
+def qualified_name(node: ast.expr, scope: Scope, *, unanimous: bool = False) -> str | None:
+    """`resolve(...)`'s qualified name, or None."""
+    found = resolve(node, scope, unanimous=unanimous)
+    return None if found is None else found.qname
 
 
 def _is_none_test(node: ast.Compare) -> bool:

@@ -29,7 +29,7 @@ import ast
 from collections.abc import Callable
 
 from ampfix.syntax import version_tests
-from ampfix.syntax.bindings import Binding, Guard, Guards, Scope, catches_only_failed_imports, dotted_parts, resolved
+from ampfix.syntax.bindings import Binding, Guard, Guards, Scope, catches_only_failed_imports, qualified_name
 from ampfix.core.rules import Family
 from ampfix.syntax.version_tests import UNKNOWN, BoolOp, Comparison, Literal, Not, Parser, Test
 
@@ -41,16 +41,6 @@ DEAD_HANDLER_REASON = ("in the handler `except {caught}` (line {line}), which th
 
 _INTROSPECTION = frozenset({"hasattr", "getattr"})
 _METADATA_VERSION = frozenset({"importlib.metadata.version", "importlib_metadata.version"})
-
-
-def qualify(node: ast.expr, scope: Scope) -> str | None:
-    """The qualified name a dotted name refers to through an import, or None."""
-    parts = dotted_parts(node)
-    if parts is None:
-        return None
-    _, bindings = scope.lookup(parts[0])
-    imported = next((b.qname for b in bindings if b.kind == "import" and b.qname), None)
-    return None if imported is None else ".".join((imported, *parts[1:]))
 
 
 class GuardJudge:
@@ -154,7 +144,7 @@ class GuardJudge:
             if binding is None:
                 return None
             return self.version_operand(binding.value, self.module_scope(scope), seen | {id(binding)})  # type: ignore[arg-type]
-        parser = version_tests.PARSERS.get(resolved(expr.func, scope) or "")
+        parser = version_tests.PARSERS.get(qualified_name(expr.func, scope, unanimous=True) or "")
         if parser is None or len(expr.args) != 1 or expr.keywords:
             return None
         (arg,) = expr.args
@@ -166,9 +156,10 @@ class GuardJudge:
     def is_installed_version(self, expr: ast.expr, scope: Scope) -> bool:
         """`torch.__version__`, `torch.version.__version__`, `importlib.metadata.version("torch")`."""
         if isinstance(expr, ast.Call):
-            return (resolved(expr.func, scope) in _METADATA_VERSION and len(expr.args) == 1 and not expr.keywords
+            return (qualified_name(expr.func, scope, unanimous=True) in _METADATA_VERSION and len(expr.args) == 1
+                    and not expr.keywords
                     and isinstance(expr.args[0], ast.Constant) and expr.args[0].value == self.family.distribution)
-        return resolved(expr, scope) in self.family.release_names
+        return qualified_name(expr, scope, unanimous=True) in self.family.release_names
 
     def module_binding(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> Binding | None:
         """The one binding of a module-level name bound once to a value (`TORCH_GE_1_10 = ...`), or None.
@@ -197,7 +188,7 @@ class GuardJudge:
             if isinstance(node, ast.Call) and self.call_is_version_test(node, scope, seen):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute)):
-                if self.family.is_version(qualify(node, scope)):
+                if self.family.is_version(qualified_name(node, scope)):
                     return True
                 if isinstance(node, ast.Name) and self.name_holds_version(node.id, scope, seen, call=False):
                     return True
@@ -207,12 +198,12 @@ class GuardJudge:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _INTROSPECTION and call.args:
             shadowed = scope.lookup(func.id)[1]
-            asked = qualify(call.args[0], scope)
+            asked = qualified_name(call.args[0], scope)
             # A check on a deprecated module is itself migrated (`hasattr(torch.cuda.amp, "autocast")`
             # becomes `hasattr(torch.amp, "autocast")`): its branch is for the old names' twins.
             if not shadowed and self.family.owns(asked) and self.family.deprecated_root(asked or "") is None:
                 return True
-        if (qualify(func, scope) in _METADATA_VERSION and call.args and isinstance(call.args[0], ast.Constant)
+        if (qualified_name(func, scope) in _METADATA_VERSION and call.args and isinstance(call.args[0], ast.Constant)
                 and call.args[0].value == self.family.distribution):
             return True
         return isinstance(func, ast.Name) and self.name_holds_version(func.id, scope, seen, call=True)
@@ -242,6 +233,6 @@ class GuardJudge:
                 elif isinstance(inner, ast.Import):
                     if any(self.family.is_new_api(alias.name) for alias in inner.names):
                         return True
-                elif isinstance(inner, ast.Attribute) and self.family.is_new_api(qualify(inner, scope)):
+                elif isinstance(inner, ast.Attribute) and self.family.is_new_api(qualified_name(inner, scope)):
                     return True
         return False

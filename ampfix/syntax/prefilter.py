@@ -1,7 +1,7 @@
 """The pre-filter: can this file hold a deprecated AMP use? Decided on its bytes, without parsing.
 
 Why the word `amp` is enough. Every deprecated name lies under `torch.cuda.amp` or `torch.cpu.amp`
-(`ampfix.families.DEPRECATED_ROOTS`). The analysis resolves names statically, from what the file
+(`ampfix.families.TORCH_AMP.roots`). The analysis resolves names statically, from what the file
 spells: it follows imports and attribute chains, not `getattr`, `__import__` or other modules'
 re-exports. So a use reaches the component `amp` only by spelling it as a name, in an import or
 in a chain:

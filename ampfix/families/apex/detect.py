@@ -1,7 +1,7 @@
 """Find every use of NVIDIA apex's removed mixed precision (`apex.amp`, `apex.fp16_utils`, `apex.parallel`) and
 the framework settings that select it; report each with its reason and the native pattern (`ampfix.families.apex.rules`).
 
-Names are resolved through the file's own imports, scope by scope, on the walk `ampfix.engine.analysis` already made:
+Names are resolved through the file's own imports, scope by scope, on the walk the engine already made:
 `import apex; apex.amp.initialize(...)`, `from apex import amp as a; a.scale_loss(...)` and
 `from apex.parallel import DistributedDataParallel as DDP; DDP(m)` are found, a local `amp` is not. apex's
 other packages (optimizers, normalization) still exist and are left alone.
@@ -10,37 +10,21 @@ other packages (optimizers, normalization) still exist and are left alone.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
+from ampfix.families.apex.lookup import longest as _longest
+from ampfix.families.apex.lookup import rule_of
+from ampfix.families.apex.module import ApexModule as Analysis
 from ampfix.families.apex.optional import optional_import
-from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
+from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
+from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
+from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
 from ampfix.core.rules import Rule
 
-if TYPE_CHECKING:
-    from ampfix.engine.analysis import Analysis
-
-_CODES: dict[str, Rule] = {name: rule for rule in rules.APEX_RULES for name in rule.symbols}
-
 
 def _owned(qname: str | None) -> bool:
     return qname is not None and any(qname == p or qname.startswith(p + ".") for p in rules.PACKAGES)
-
-
-def _longest(table: dict, qname: str) -> str | None:
-    """The longest dotted prefix of `qname` that `table` holds."""
-    parts = qname.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        if name in table:
-            return name
-    return None
-
-
-def rule_of(qname: str) -> Rule | None:
-    name = _longest(_CODES, qname)
-    return None if name is None else _CODES[name]
 
 
 def _advice(qname: str) -> rules.Advice:
@@ -49,8 +33,9 @@ def _advice(qname: str) -> rules.Advice:
     return rules.ADVICE[name]
 
 
-def plan_apex(analysis: Analysis) -> None:
-    """Add a finding for every apex use in the module `analysis` walked."""
+def plan_apex(context: ModuleContext, sink: Sink) -> None:
+    """Add a finding for every apex use in the module the context walked."""
+    analysis = Analysis(context, sink)
     walker = analysis.walker
     used: set[int] = set()  # id() of the import bindings some reported use goes through
     apex_imported = False
@@ -112,8 +97,6 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         return held
     if statement is None:
         return not_plain
-    from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
-
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
@@ -138,10 +121,8 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
 
 def _apex_binding(ref: ChainRef) -> Binding | None:
     """The apex import the head of `ref` is bound by in its scope, or None."""
-    if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
-        return None  # a binding, not a use
-    _, bindings = ref.scope.lookup(ref.parts[0])
-    return next((b for b in bindings if b.kind == "import" and _owned(b.qname)), None)
+    found = resolve(ref.node, ref.scope, within=_owned)
+    return None if found is None else found.binding
 
 
 def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:

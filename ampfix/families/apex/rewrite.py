@@ -20,7 +20,7 @@ differs), the statements before each scale_loss in its block under `torch.autoca
 `scaler.step(optimizer)` and `scaler.update()` for every step, the scaler's state_dict for apex's.
 
 Every condition is checked on the code; when one fails, nothing is rewritten and `ampfix.families.apex.detect` reports
-each use. Statements are rebuilt as text (`ampfix.analysis.Splice`): no comment may sit on a line that is
+each use. Statements are rebuilt as text (`ampfix.core.plan.Splice`): no comment may sit on a line that is
 rebuilt, and no string may span the lines that are re-indented.
 """
 
@@ -29,18 +29,15 @@ from __future__ import annotations
 import ast
 import tokenize
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ampfix.engine.analysis import Splice, free_name
-from ampfix.families.apex.detect import rule_of
+from ampfix.core.plan import Edit, Splice, free_name
+from ampfix.families.apex.lookup import rule_of
+from ampfix.families.apex.module import ApexModule as Analysis
 from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.syntax.bindings import ChainRef
 from ampfix.core.locations import first_line, tokens
 from ampfix.core.rules import Target
 from ampfix.families.apex import rules
-
-if TYPE_CHECKING:
-    from ampfix.engine.analysis import Analysis
 
 SCALER = "scaler"
 # initialize keywords the rewrite keeps the meaning of: `enabled` is kept, the others are O1's defaults or logging.
@@ -81,13 +78,11 @@ def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.Import
         return str(reason)
     for start, end, text in rewrite.splices:
         line = analysis.index.text.count("\n", 0, start) + 1
-        analysis.edits.append(_edit(start, end, line, text))
+        analysis.add_edit(_edit(start, end, line, text))
     return rewrite.messages
 
 
-def _edit(start: int, end: int, line: int, text: str):
-    from ampfix.engine.analysis import Edit
-
+def _edit(start: int, end: int, line: int, text: str) -> Edit:
     return Edit(start, end, line, "Splice", "", Splice(text))
 
 
