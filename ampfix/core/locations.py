@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 if TYPE_CHECKING:
@@ -56,9 +56,10 @@ class SourceIndex:
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         """The node's [start, end) in characters."""
+        positioned: Any = node  # every node spanned is an expression or a statement: it has a position
         return (
-            self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
-            self.offset(node.end_lineno, node.end_col_offset),  # type: ignore[attr-defined]
+            self.offset(positioned.lineno, positioned.col_offset),
+            self.offset(positioned.end_lineno, positioned.end_col_offset),
         )
 
     def line_start(self, line: int) -> int:

@@ -14,7 +14,7 @@ import ast
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from ampfix.core.locations import SourceIndex
 from ampfix.core.options import Options
@@ -46,7 +46,7 @@ class ModuleContext:
         """`derive(self)`, computed once per module: a fact of the module that several planners read."""
         if derive not in self._facts:
             self._facts[derive] = derive(self)
-        return self._facts[derive]  # type: ignore[return-value]  # stored by `derive` itself just above
+        return cast(T, self._facts[derive])  # what `derive` returned, stored just above
 
     @functools.cached_property
     def heads(self) -> frozenset[str]:

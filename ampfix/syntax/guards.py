@@ -79,7 +79,8 @@ class GuardJudge:
             return self.judge_handler(guard)
         test = self.tests.get(id(guard.node))
         if test is None:
-            test = self.tests[id(guard.node)] = self.version_test(guard.node, guard.scope, frozenset())  # type: ignore[arg-type]
+            assert isinstance(guard.node, ast.expr)  # an `if` guard's node is its test
+            test = self.tests[id(guard.node)] = self.version_test(guard.node, guard.scope, frozenset())
         values = version_tests.outcomes(test, self.target)
         if values == {not guard.taken}:
             return True, self.dead_reason(guard, test)
@@ -90,7 +91,8 @@ class GuardJudge:
         return False, None
 
     def dead_reason(self, guard: Guard, test: Test) -> str:
-        line = guard.node.lineno  # type: ignore[attr-defined]
+        assert isinstance(guard.node, ast.expr)  # an `if` guard's node is its test
+        line = guard.node.lineno
         condition = version_tests.describe(test, guard.taken)
         if condition is not None:
             branch = f"for {condition} (line {line})"
@@ -102,7 +104,8 @@ class GuardJudge:
         node, handler = guard.node, guard.handler
         assert isinstance(node, ast.Try) and handler is not None
         if catches_only_failed_imports(handler) and self.imports_move is not None and self.imports_move(node):
-            caught = ast.unparse(handler.type)  # type: ignore[arg-type]
+            assert handler.type is not None  # it catches only failed imports, so it names them
+            caught = ast.unparse(handler.type)
             return True, DEAD_HANDLER_REASON.format(caught=caught, line=handler.lineno, package=self.family.package,
                                                     target=self.target_text())
         return False, FALLBACK_REASON if self.tries_new_api(node, guard.scope) else None
@@ -120,30 +123,34 @@ class GuardJudge:
             return BoolOp(isinstance(expr.op, ast.And), tuple(self.version_test(v, scope, seen) for v in expr.values))
         if isinstance(expr, ast.Compare):
             return self.comparison(expr, scope, seen)
-        binding = self.module_binding(expr, scope, seen)
-        if binding is None:
+        bound = self.module_binding(expr, scope, seen)
+        if bound is None:
             return UNKNOWN
-        return self.version_test(binding.value, self.module_scope(scope), seen | {id(binding)})  # type: ignore[arg-type]
+        binding, value = bound
+        return self.version_test(value, self.module_scope(scope), seen | {id(binding)})
 
     def comparison(self, expr: ast.Compare, scope: Scope, seen: frozenset[int]) -> Test:
         symbols = [version_tests.operator_symbol(op) for op in expr.ops]
         operands = [self.version_operand(side, scope, seen) for side in (expr.left, *expr.comparators)]
-        parsers = {operand[0] for operand in operands if operand is not None}
-        if None in symbols or None in operands or len(parsers) != 1:
+        known = [operand for operand in operands if operand is not None]
+        ops = [symbol for symbol in symbols if symbol is not None]
+        parsers = {parser for parser, _ in known}
+        if len(ops) != len(symbols) or len(known) != len(operands) or len(parsers) != 1:
             return UNKNOWN
-        versions = tuple(operand[1] for operand in operands)  # type: ignore[index]
+        versions = tuple(version for _, version in known)
         if versions.count(None) != 1:  # the installed version against literals, once
             return UNKNOWN
-        return Comparison(parsers.pop(), versions, tuple(symbols))  # type: ignore[arg-type]
+        return Comparison(parsers.pop(), versions, tuple(ops))
 
     def version_operand(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> tuple[Parser, Literal | None] | None:
         """(its parser, the literal or None for the installed version) for `V("1.6")`, `V(torch.__version__)`,
         or a module-level name bound once to one of them; else None."""
         if not isinstance(expr, ast.Call):
-            binding = self.module_binding(expr, scope, seen)
-            if binding is None:
+            bound = self.module_binding(expr, scope, seen)
+            if bound is None:
                 return None
-            return self.version_operand(binding.value, self.module_scope(scope), seen | {id(binding)})  # type: ignore[arg-type]
+            binding, value = bound
+            return self.version_operand(value, self.module_scope(scope), seen | {id(binding)})
         parser = version_tests.PARSERS.get(qualified_name(expr.func, scope, unanimous=True) or "")
         if parser is None or len(expr.args) != 1 or expr.keywords:
             return None
@@ -161,8 +168,9 @@ class GuardJudge:
                     and isinstance(expr.args[0], ast.Constant) and expr.args[0].value == self.family.distribution)
         return qualified_name(expr, scope, unanimous=True) in self.family.release_names
 
-    def module_binding(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> Binding | None:
-        """The one binding of a module-level name bound once to a value (`TORCH_GE_1_10 = ...`), or None.
+    def module_binding(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> tuple[Binding, ast.expr] | None:
+        """The one binding of a module-level name bound once to a value (`TORCH_GE_1_10 = ...`), and the value;
+        or None.
         `seen`: the bindings being read already (`A = not A` reads no further)."""
         if not isinstance(expr, ast.Name):
             return None
@@ -172,7 +180,7 @@ class GuardJudge:
         (binding,) = bindings
         if binding.kind != "other" or not isinstance(binding.value, ast.expr) or id(binding) in seen:
             return None
-        return binding
+        return binding, binding.value
 
     def module_scope(self, scope: Scope) -> Scope:
         while scope.parent is not None:

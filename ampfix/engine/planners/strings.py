@@ -20,12 +20,12 @@ def plan_strings(context: ModuleContext, sink: Sink) -> None:
     for ref in context.walker.strings:
         if ref.in_annotation:
             _string_annotation(context, sink, ref)
-        elif _DOTTED_PATH.fullmatch(ref.node.value) and context.family.deprecated_root(ref.node.value):
+        elif _DOTTED_PATH.fullmatch(ref.value) and context.family.deprecated_root(ref.value):
             _string_path(context, sink, ref)
 
 
 def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
-    path = ref.node.value
+    path = ref.value
     symbol = context.family.symbol(path)
     if symbol is None or symbol[2] is None or symbol[0] != path:
         code = symbol[1].code if symbol and context.family.exists(path) else NO_TWIN_CODE
@@ -47,7 +47,7 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
 
 def _string_annotation(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
     """`"torch.cuda.amp.GradScaler | None"`: each dotted name inside is resolved like code."""
-    value = ref.node.value
+    value = ref.value
     try:
         inner = ast.parse(value.strip(), mode="eval")
     except SyntaxError:
@@ -71,7 +71,8 @@ def _string_annotation(context: ModuleContext, sink: Sink, ref: StringRef) -> No
             continue  # through a deprecated import: the import's rewrite covers it
         decided.append((use, decision))
         if decision.edit is not None and decision.edit.new_dotted is not None:
-            replacements.append((offset + node.col_offset, offset + node.end_col_offset, decision.edit.new_dotted))
+            replacements.append((offset + node.col_offset, offset + (node.end_col_offset or node.col_offset),
+                                 decision.edit.new_dotted))
     if not decided:
         return
     literal = literal_with(context.lines, ref.node, replacements)
