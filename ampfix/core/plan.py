@@ -85,10 +85,10 @@ class Plan:
     edits: list[Edit]
     # The top-level statements as [start, end) ranges of whole lines (`ampfix.core.locations.statement_groups`).
     statements: list[tuple[int, int]]
-    # Set when statements are added after the opening imports (`import functools`, the module's device
-    # name): the head of the file up to this offset is re-printed with them.
-    head_end: int | None = None
-    head_statements: tuple[str, ...] = ()
+    # Statements added after the opening imports (`import functools`, the module's device name): the
+    # offset they go at (a line boundary outside every statement) and their text, line breaks included.
+    head_at: int | None = None
+    head_text: str = ""
 
     @property
     def has_edits(self) -> bool:

@@ -6,8 +6,9 @@ edit's node in that small tree by its position (one lean printing pass that coun
 `_Spans`), and checks that it is the node the analysis saw (its type and, NFKC-normalised, its name
 or value). Expression edits then re-print only the outermost node that changes (the dotted name, or
 the call whose arguments change) and splice it over its own text; edits that change statements (an
-import split or removed, `import functools` added) re-print their fragment. The rest of the file is
-never parsed by LibCST nor printed.
+import split or removed) re-print their fragment. Statements added at the head (`import functools`)
+are text put where `ampfix.engine.heads` decided. The rest of the file is never parsed by LibCST nor
+printed.
 
 Any disagreement raises `PlanMismatch` naming the line: the engine then leaves the whole file
 untouched (an edit dropped in one statement could strand a use whose import moved in another).
@@ -40,11 +41,17 @@ class PlanMismatch(Exception):
 def apply_plan(source: str, plan: Plan) -> str:
     pieces: list[str] = []
     done = 0
+    head_at = plan.head_at  # a line boundary outside every fragment (`ampfix.engine.heads`)
     for start, end, edits in _fragments(plan):
-        head = plan.head_statements if start == 0 and plan.head_end is not None else ()
+        if head_at is not None and head_at <= start:
+            pieces += [source[done:head_at], plan.head_text]
+            done, head_at = head_at, None
         pieces.append(source[done:start])
-        pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        pieces.append(_apply_to_fragment(source[start:end], start, edits))
         done = end
+    if head_at is not None:
+        pieces += [source[done:head_at], plan.head_text]
+        done = head_at
     pieces.append(source[done:])
     return "".join(pieces)
 
@@ -59,8 +66,6 @@ def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
             raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
         wanted.setdefault(i, []).append(edit)
     ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
-    if plan.head_end is not None:
-        ranges.insert(0, (0, plan.head_end, []))
     merged: list[tuple[int, int, list[Edit]]] = []
     for start, end, edits in ranges:
         if merged and start < merged[-1][1]:
@@ -80,10 +85,10 @@ _NODE_TYPES = {
 }
 
 
-def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[str, ...]) -> str:
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
     splices = [edit for edit in edits if isinstance(edit.change, Splice)]
     edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
-    if not edits and not head:
+    if not edits:
         return _splice(text, offset, [], splices)  # text splices alone: nothing for LibCST to parse
     try:
         module = cst.parse_module(text)
@@ -96,13 +101,11 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[st
         module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
-    statements_change = bool(head) or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    statements_change = any(isinstance(edit.change, ImportEdit) for edit in edits)
     if statements_change and splices:
         raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
-    if statements_change:  # an import split or removed, a line added: the fragment is re-printed
+    if statements_change:  # an import split or removed: the fragment is re-printed
         new_module = module.visit(applier)
-        if head:
-            new_module = _insert_after_imports(new_module, head)
         # Every statement removed: an empty module would still print a line break.
         new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
@@ -562,36 +565,6 @@ def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[c
             args.append(new.with_changes(comma=last.comma))
         return args
     return [new]
-
-
-def _insert_after_imports(module: cst.Module, statements: tuple[str, ...]) -> cst.Module:
-    """`statements` (`import functools`, a device name) on the lines after the imports that open the
-    module (after its docstring).
-
-    Written by hand rather than with LibCST's AddImportsVisitor, which also adds a blank line.
-    """
-    body = list(module.body)
-    index = 0
-    for i, statement in enumerate(body):
-        if isinstance(statement, cst.SimpleStatementLine) and (
-            all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-            or (i == 0 and _is_docstring(statement))
-        ):
-            index = i + 1
-        else:
-            break
-    new_lines = [cst.parse_statement(statement + "\n") for statement in statements]
-    if index < len(body) and index == 0:
-        # Comments just above the first statement stay above the code they describe.
-        new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
-        body[0] = body[0].with_changes(leading_lines=())
-    body[index:index] = new_lines
-    return module.with_changes(body=body)
-
-
-def _is_docstring(line: cst.SimpleStatementLine) -> bool:
-    return len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and isinstance(
-        line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 __all__ = ["PlanMismatch", "apply_plan"]

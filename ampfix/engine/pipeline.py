@@ -12,7 +12,7 @@ import ast
 from ampfix.core.options import Options
 from ampfix.core.locations import statement_groups
 from ampfix.core.plan import Plan
-from ampfix.engine.heads import head_end, head_statements
+from ampfix.engine.heads import head_insertion, head_statements
 from ampfix.engine.planners.device_literals import plan_device_literals
 from ampfix.engine.planners.imports import plan_imports, try_imports_move
 from ampfix.engine.planners.strings import plan_strings
@@ -44,4 +44,5 @@ def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppr
     edits = list(sink.edits)
     statements = statement_groups(tree, context.index) if edits else []
     head = head_statements(context, sink.needs)
-    return Plan(findings, edits, statements, head_end(tree, context.index, statements) if head else None, head)
+    head_at, head_text = head_insertion(tree, context.index, statements, head) if head else (None, "")
+    return Plan(findings, edits, statements, head_at, head_text)
