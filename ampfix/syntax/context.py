@@ -31,6 +31,7 @@ class ModuleContext:
     def __init__(self, tree: ast.Module, source: str, options: Options, family: Family, suppressions: Suppressions,
                  imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None) -> None:
         self.tree = tree
+        self.source = source
         self.index = SourceIndex(source)
         self.lines = self.index.lines
         self.options = options
