@@ -23,8 +23,8 @@ from ampfix.syntax.context import ModuleContext, Planner, Sink
 from ampfix.syntax.suppressions import NONE, Suppressions
 
 PLANNERS: tuple[Planner, ...] = (
-    # Imports first: an import moves only with every use of the name it binds, which it reads from the
-    # uses' settlement (a fact computed on first read; the uses' findings follow the imports').
+    # Imports, then the uses: both read the uses' settlement (`uses.settled_uses`, a fact of the module
+    # computed once, on first read), since an import moves only with every use of the name it binds.
     plan_imports,
     record_uses,
     plan_strings,  # string paths and string annotations, decided as code is
