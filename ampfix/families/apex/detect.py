@@ -15,7 +15,6 @@ from ampfix.families.apex.lookup import longest as _longest
 from ampfix.families.apex.lookup import rule_of
 from ampfix.families.apex.module import ApexModule as Analysis
 from ampfix.families.apex.optional import optional_import
-from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -97,6 +96,8 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         return held
     if statement is None:
         return not_plain
+    from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
+
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
