@@ -1,6 +1,6 @@
 """Where do edits land? Over every .py file of a tree (default: the installed torch's own source),
 plan a rename on every dotted name and every plain string literal, apply the plan as `rewrite` does,
-and require each edit to land exactly where planned (`ampfix.engine.edit_probe`).
+and require each edit to land exactly where planned (`tests/edit_probe.py`).
 
     .venv/bin/python benchmarks/edit_landing.py [TREE] [--limit N]
 
@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the probe is a test tool
 
-from ampfix.engine.edit_probe import probe  # noqa: E402
+from edit_probe import probe  # noqa: E402
 
 
 def _default_tree() -> Path:

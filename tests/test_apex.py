@@ -324,7 +324,7 @@ def test_an_optional_apex_import_is_reported_as_such_wherever_it_is_and_a_requir
      "needs torch >= 2.3; the target is torch 2.2; AMP104 is not selected"),
 ])
 def test_the_rule_selection_and_the_target_torch_hold_the_rewrite_back_as_for_torchs_own_rules(options, reason):
-    """Weighed where torch's rules are (`Analysis.hold_back`): the rules the rewrite changes need torch 2.3."""
+    """Weighed where torch's rules are (`ModuleContext.hold_back`): the rules the rewrite changes need torch 2.3."""
     from ampfix.engine import fix_source
     from ampfix.core.options import Options
 
@@ -338,7 +338,7 @@ def test_the_rule_selection_and_the_target_torch_hold_the_rewrite_back_as_for_to
 
 def test_an_apex_training_function_for_a_torch_without_native_amp_is_left():
     """The apex branch of `if torch.__version__ < "1.6": ... else: <native>` exists for a torch that has no
-    torch.amp: rewritten, it would fail there (it was, before the rewrite was weighed by `Analysis.hold_back`)."""
+    torch.amp: rewritten, it would fail there (it was, before the rewrite was weighed by `ModuleContext.hold_back`)."""
     from ampfix.engine import fix_source
 
     source = ("import torch\nfrom apex import amp\n\nif torch.__version__ < \"1.6\":\n"

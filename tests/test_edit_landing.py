@@ -1,5 +1,5 @@
 """Every planned edit lands exactly where it was planned: a rename is planned on every dotted name
-and every plain string literal of every fixture (`ampfix.engine.edit_probe`), applied as `rewrite` applies
+and every plain string literal of every fixture (`tests/edit_probe.py`), applied as `rewrite` applies
 edits, and compared with the same replacements made by slicing the text at the planned spans.
 benchmarks/edit_landing.py does the same over torch's own source."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from fixture_cases import CASES, FIXTURES, read_source
 
-from ampfix.engine.edit_probe import probe
+from edit_probe import probe
 
 SOURCES = sorted({path for case in CASES for path in (case.in_path, case.expected_path)}
                  | set(FIXTURES.joinpath("run").glob("*.py")) | set(FIXTURES.joinpath("demo").glob("*.py")))

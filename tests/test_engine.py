@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 
 import ampfix.engine.apply
-from ampfix.engine import analysis
-from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
+from ampfix.engine import pipeline
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Options, check_source, fix_source
 
 SOURCE = "import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
 
 
 def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: pytest.MonkeyPatch):
-    real_analyze = analysis.analyze
+    real_analyze = pipeline.analyze
 
     def wrong_plan(tree, source, options, *suppressions):
         plan = real_analyze(tree, source, options, *suppressions)
@@ -22,7 +22,7 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
         edits = [dataclasses.replace(e, text="torch.cuda.amp.GradScaler") for e in plan.edits]
         return dataclasses.replace(plan, edits=edits)
 
-    monkeypatch.setattr(analysis, "analyze", wrong_plan)
+    monkeypatch.setattr(pipeline, "analyze", wrong_plan)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error == (
@@ -189,3 +189,32 @@ def test_a_string_annotation_is_not_confused_with_the_text_at_its_inner_position
     source = '# header comment\nimport torch\ndef f(s: "torch.cuda.amp.GradScaler") -> None: ...\n'
     result = fix_source(source)
     assert result.new_source == source.replace('"torch.cuda.amp.GradScaler"', '"torch.amp.GradScaler"')
+
+
+# Where added head statements go is decided once, on the ast (`ampfix.engine.heads`); apply puts the text there.
+@pytest.mark.parametrize("source, expected", [
+    # After the opening docstring and imports; the comment above the first statement stays above it.
+    ('"""Doc."""\nimport torch  # keep\n\n# about S\nS = torch.cuda.amp.GradScaler\n',
+     '"""Doc."""\nimport torch  # keep\nimport functools\n\n# about S\nS = functools.partial(torch.amp.GradScaler, "cuda")\n'),
+    # The file's own line breaks; a last line without one stays without one.
+    ("import torch\r\nS = torch.cuda.amp.GradScaler\r\n",
+     'import torch\r\nimport functools\r\nS = functools.partial(torch.amp.GradScaler, "cuda")\r\n'),
+    ("import torch\nS = torch.cuda.amp.GradScaler",
+     'import torch\nimport functools\nS = functools.partial(torch.amp.GradScaler, "cuda")'),
+    # An opening import that moves (its statement re-printed by LibCST) and the line added after it.
+    ("import torch\nfrom torch.cuda.amp import GradScaler as S\nT = S\nimport os\n",
+     'import torch\nfrom torch.amp import GradScaler as S\nimport functools\nT = functools.partial(S, "cuda")\n'
+     "import os\n"),
+    # Nothing opens the module: before its first statement (its decorators), after the comments above it.
+    ("# top\n\n# near\n@decorate\ndef f():\n    return torch.cuda.amp.GradScaler\nimport torch\n",
+     '# top\n\n# near\nimport functools\n@decorate\ndef f():\n    return functools.partial(torch.amp.GradScaler, "cuda")\n'
+     "import torch\n"),
+    # A bytes docstring opens the module as a str one does (the imports after it are opening imports too).
+    ('b"""Doc."""\nimport torch\nS = torch.cuda.amp.GradScaler\n',
+     'b"""Doc."""\nimport torch\nimport functools\nS = functools.partial(torch.amp.GradScaler, "cuda")\n'),
+])
+def test_added_head_statements_go_after_the_opening_imports(source: str, expected: str):
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert result.error is None
+    assert result.new_source == expected
+    assert fix_source(expected, Options(unsafe_fixes=True)).new_source == expected

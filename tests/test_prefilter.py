@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampfix.engine.analysis import analyze
+from ampfix.engine.pipeline import analyze
 from ampfix.engine import check_source
 from ampfix.io.files import process_file
 from ampfix.core.options import Options

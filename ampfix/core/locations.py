@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 if TYPE_CHECKING:
@@ -56,9 +56,10 @@ class SourceIndex:
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         """The node's [start, end) in characters."""
+        positioned: Any = node  # every node spanned is an expression or a statement: it has a position
         return (
-            self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
-            self.offset(node.end_lineno, node.end_col_offset),  # type: ignore[attr-defined]
+            self.offset(positioned.lineno, positioned.col_offset),
+            self.offset(positioned.end_lineno, positioned.end_col_offset),
         )
 
     def line_start(self, line: int) -> int:
@@ -85,3 +86,20 @@ def statement_groups(tree: ast.Module, index: SourceIndex) -> list[tuple[int, in
         else:
             groups.append((start, end))
     return groups
+
+
+def literal_with(lines: list[str], node: ast.Constant, replacements: list[tuple[int, int, str]]) -> str | None:
+    """The string literal with spans of its value replaced; None if value != raw content."""
+    if node.lineno != node.end_lineno:
+        return None
+    line = lines[node.lineno - 1].encode("utf-8")
+    raw = line[node.col_offset : node.end_col_offset].decode("utf-8")
+    quote = next((q for q in ('"""', "'''", '"', "'") if raw.startswith(q)), None)
+    if quote is None or not raw.endswith(quote) or len(raw) < 2 * len(quote):
+        return None  # a prefix (r, u, b, f) or a concatenation
+    content = raw[len(quote) : -len(quote)]
+    if content != node.value or "\\" in content:
+        return None
+    for start, end, new in sorted(replacements, reverse=True):
+        content = content[:start] + new + content[end:]
+    return quote + content + quote

@@ -1,4 +1,4 @@
-"""The shape of a migration rule. Rules are data; `ampfix.engine.analysis` applies them."""
+"""The shape of a migration rule. Rules are data; the engine's planners apply them."""
 
 from __future__ import annotations
 
@@ -66,10 +66,6 @@ class Rule:
     # What `rewrite` does where the symbols alone do not say (a rewrite of a whole pattern, not of a name).
     fix_note: str | None = None
 
-    @property
-    def fixable(self) -> bool:
-        return any(target is not None for target in self.symbols.values())
-
 
 @dataclass(frozen=True)
 class Family:
@@ -96,10 +92,8 @@ class Family:
     new_api: tuple[str, ...] = ()
     # Moving CUDA code elsewhere (`--device`): dtypes chosen for CUDA and what they become on the CPU...
     cpu_dtypes: dict[str, str] = field(default_factory=dict)
-    # ...the call that tells whether CUDA is there, for a device chosen when the code runs...
+    # ...and the call that tells whether CUDA is there, for a device chosen when the code runs.
     cuda_available: str | None = None
-    # ...and the class whose `.type` gives a device type from a str or a device object.
-    device_class: str | None = None
 
     @cached_property
     def _symbols(self) -> dict[str, tuple[Rule, Target | None]]:

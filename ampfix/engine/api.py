@@ -6,6 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from ampfix.core.options import Options
+from ampfix.core.plan import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Plan, PlannedFinding
 from ampfix.syntax.prefilter import could_hold_use
 
 
@@ -55,10 +56,6 @@ def _diff_lines(text: str) -> list[str]:
     return lines if lines[-1] else lines[:-1]
 
 
-INTERNAL_ERROR_CODE = "AMP900"
-SYNTAX_ERROR_CODE = "AMP901"
-
-
 def check_source(source: str, options: Options = Options()) -> SourceResult:
     """Find every deprecated AMP use; change nothing."""
     return _process(source, options, rewrite=False)
@@ -84,7 +81,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         col = getattr(error, "offset", None) or 1
         message = f"cannot parse: {getattr(error, 'msg', error)}"
         return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
-    from ampfix.engine.analysis import analyze
+    from ampfix.engine.pipeline import analyze
 
     plan = analyze(tree, source, options, suppressions)
     findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
@@ -100,7 +97,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     return SourceResult(source, new_source, findings)
 
 
-def _rewrite(source: str, plan) -> str:
+def _rewrite(source: str, plan: Plan) -> str:
     from ampfix.engine.apply import apply_plan
 
     new_source = apply_plan(source, plan)
@@ -109,7 +106,7 @@ def _rewrite(source: str, plan) -> str:
     return new_source
 
 
-def _finding(planned, applied: bool) -> Finding:
+def _finding(planned: PlannedFinding, applied: bool) -> Finding:
     return Finding(
         line=planned.line,
         col=planned.col + 1,

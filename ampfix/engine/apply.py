@@ -6,8 +6,9 @@ edit's node in that small tree by its position (one lean printing pass that coun
 `_Spans`), and checks that it is the node the analysis saw (its type and, NFKC-normalised, its name
 or value). Expression edits then re-print only the outermost node that changes (the dotted name, or
 the call whose arguments change) and splice it over its own text; edits that change statements (an
-import split or removed, `import functools` added) re-print their fragment. The rest of the file is
-never parsed by LibCST nor printed.
+import split or removed) re-print their fragment. Statements added at the head (`import functools`)
+are text put where `ampfix.engine.heads` decided. The rest of the file is never parsed by LibCST nor
+printed.
 
 Any disagreement raises `PlanMismatch` naming the line: the engine then leaves the whole file
 untouched (an edit dropped in one statement could strand a use whose import moved in another).
@@ -18,13 +19,15 @@ from __future__ import annotations
 import bisect
 import functools
 import unicodedata
+from collections.abc import Callable
+from typing import cast
 
 import libcst as cst
 from libcst import MaybeSentinel
 # The printer's state class: LibCST's own PositionProvider subclasses it the same way (stable in 1.x).
 from libcst._nodes.internal import CodegenState
 
-from ampfix.engine.analysis import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
+from ampfix.core.plan import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
 
 
 class PlanMismatch(Exception):
@@ -38,28 +41,18 @@ class PlanMismatch(Exception):
 def apply_plan(source: str, plan: Plan) -> str:
     pieces: list[str] = []
     done = 0
+    head_at = plan.head_at  # a line boundary outside every fragment (`ampfix.engine.heads`)
     for start, end, edits in _fragments(plan):
-        head = plan.head_statements if start == 0 and plan.head_end is not None else ()
+        if head_at is not None and head_at <= start:
+            pieces += [source[done:head_at], plan.head_text]
+            done, head_at = head_at, None
         pieces.append(source[done:start])
-        if not head and all(isinstance(edit.change, Splice) for edit in edits):
-            pieces.append(_splice(source, start, end, edits))
-        else:
-            pieces.append(_apply_to_fragment(source[start:end], start, edits, head))
+        pieces.append(_apply_to_fragment(source[start:end], start, edits))
         done = end
+    if head_at is not None:
+        pieces += [source[done:head_at], plan.head_text]
+        done = head_at
     pieces.append(source[done:])
-    return "".join(pieces)
-
-
-def _splice(source: str, start: int, end: int, splices: list[Edit]) -> str:
-    pieces: list[str] = []
-    done = start
-    for edit in sorted(splices, key=lambda e: (e.start, e.end)):
-        if edit.start < done:
-            raise PlanMismatch("text splices overlap", edit.line)
-        pieces.append(source[done:edit.start])
-        pieces.append(edit.change.text)  # type: ignore[union-attr]
-        done = edit.end
-    pieces.append(source[done:end])
     return "".join(pieces)
 
 
@@ -73,8 +66,6 @@ def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
             raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
         wanted.setdefault(i, []).append(edit)
     ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
-    if plan.head_end is not None:
-        ranges.insert(0, (0, plan.head_end, []))
     merged: list[tuple[int, int, list[Edit]]] = []
     for start, end, edits in ranges:
         if merged and start < merged[-1][1]:
@@ -94,9 +85,11 @@ _NODE_TYPES = {
 }
 
 
-def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[str, ...]) -> str:
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
     splices = [edit for edit in edits if isinstance(edit.change, Splice)]
     edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
+    if not edits:
+        return _splice(text, offset, [], splices)  # text splices alone: nothing for LibCST to parse
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
@@ -108,56 +101,64 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit], head: tuple[st
         module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
     applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
-    statements_change = bool(head) or any(isinstance(edit.change, ImportEdit) for edit in edits)
+    statements_change = any(isinstance(edit.change, ImportEdit) for edit in edits)
     if statements_change and splices:
         raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
-    if statements_change:  # an import split or removed, a line added: the fragment is re-printed
+    if statements_change:  # an import split or removed: the fragment is re-printed
         new_module = module.visit(applier)
-        if head:
-            new_module = _insert_after_imports(new_module, head)
         # Every statement removed: an empty module would still print a line break.
         new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
-        new_text = _apply_by_node(module, text, located, spans, applier, splices, offset)
+        new_text = _splice(text, offset, _reprinted_roots(module, located, spans, applier), splices)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
     return new_text
 
 
-def _apply_by_node(module: cst.Module, text: str, located: dict[int, Edit], spans: _Spans,
-                   applier: _Applier, splices: list[Edit], offset: int) -> str:
-    """Expression edits: re-print only the outermost nodes that change (the chain, or the call
-    whose arguments change) and splice each over its own extent in the fragment's text."""
+def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans,
+                     applier: _Applier) -> list[tuple[int, int, Callable[[], str]]]:
+    """Expression edits: the outermost nodes that change (the chain, or the call whose arguments
+    change), each with its extent in the fragment and what prints it with its edits applied."""
     roots: dict[int, tuple[cst.CSTNode, tuple[str, ...]]] = {}
     for node_id, edit in located.items():
         node = spans.nodes[node_id]
         root = node
         if isinstance(edit.change, ChainEdit) and edit.change.call is not None:
-            root = spans.calls.get(node_id)  # type: ignore[assignment]
-            if root is None:
+            call = spans.calls.get(node_id)
+            if call is None:
                 raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
+            root = call
         roots[id(root)] = (root, spans.fstring_quotes[node_id])
-    # Text splices (`ampfix.families.apex.rewrite`) go between the re-printed roots: an insertion at a root's start
-    # goes first; a splice that overlaps a root is a mismatch.
-    changes: list[tuple[int, int, int, cst.CSTNode | Edit, tuple[str, ...]]] = [
-        (*spans.extent[id(root)], 1, root, quotes) for root, quotes in roots.values()]
-    changes += [(edit.start - offset, edit.end - offset, 0, edit, ()) for edit in splices]
+
+    def printer(root: cst.CSTNode, quotes: tuple[str, ...]) -> Callable[[], str]:
+        def reprint() -> str:
+            applier.fstring_quotes = list(quotes)
+            return _print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)])
+        return reprint
+
+    return [(*spans.extent[id(root)], printer(root, quotes)) for root, quotes in roots.values()]
+
+
+def _splice(text: str, offset: int, reprinted: list[tuple[int, int, Callable[[], str]]], splices: list[Edit]) -> str:
+    """The one splice path: the fragment's text with the re-printed roots and the text splices
+    (`ampfix.families.apex.rewrite`) put over their extents. A splice goes between roots (an insertion at a
+    root's start goes first); one that overlaps another edit is a mismatch. A root inside a root already
+    re-printed was applied with it."""
+    changes: list[tuple[int, int, int, Callable[[], str] | Edit]] = [(start, end, 1, p) for start, end, p in reprinted]
+    changes += [(edit.start - offset, edit.end - offset, 0, edit) for edit in splices]
     pieces: list[str] = []
     done = 0
-    for start, end, _, change, quotes in sorted(changes, key=lambda item: item[:3]):
+    for start, end, _, change in sorted(changes, key=lambda item: item[:3]):
         if isinstance(change, Edit):
             if start < done:
                 raise PlanMismatch("a text splice overlaps another edit", change.line)
-            pieces.append(text[done:start])
-            pieces.append(change.change.text)  # type: ignore[union-attr]
-            done = end
+            assert isinstance(change.change, Splice)
+            pieces += [text[done:start], change.change.text]
+        elif start < done:
             continue
-        if start < done:
-            continue  # inside a root already re-printed, which applied its edits too
-        applier.fstring_quotes = list(quotes)
-        pieces.append(text[done:start])
-        pieces.append(_print(module, _apply_to_root(change, applier, spans), spans.indents[id(change)]))
+        else:
+            pieces += [text[done:start], change()]
         done = end
     pieces.append(text[done:])
     return "".join(pieces)
@@ -182,7 +183,9 @@ def _apply_to_root(root: cst.CSTNode, applier: _Applier, spans: _Spans) -> cst.C
         return applier.replace_chain(root, root)
     if alone and isinstance(root, cst.Call):
         return applier.leave_Call(root, root.with_changes(func=applier.replace_chain(root.func, root.func)))
-    return root.visit(applier)
+    visited = root.visit(applier)
+    assert isinstance(visited, cst.CSTNode)  # the applier removes only whole statements, never an expression
+    return visited
 
 
 class _Spans(CodegenState):
@@ -227,19 +230,22 @@ class _Spans(CodegenState):
                 self.nodes[key] = node
                 self.fstring_quotes[key] = self.quotes
             elif kind is cst.FormattedString:
-                self.quotes = (*self.quotes, node.quote)  # type: ignore[attr-defined]
+                self.quotes = (*self.quotes, cast(cst.FormattedString, node).quote)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         kind = type(node)
         if kind in _TRACKED_TYPES:
             self.extent[id(node)] = (self.stack.pop(), self.offset)
             if kind is cst.Call:
-                self.calls[id(node.func)] = node  # type: ignore[attr-defined]
+                call = cast(cst.Call, node)  # its exact type, checked above
+                self.calls[id(call.func)] = call
             elif kind is cst.FormattedString:
                 self.quotes = self.quotes[:-1]
 
-    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> _Syntactic:
+    # A plain context class, not the generator-based one LibCST declares (that cost a fifth of the pass).
+    def record_syntactic_position(  # type: ignore[override]  # returns _Syntactic: same protocol, cheaper
+            self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+            end_node: cst.CSTNode | None = None) -> _Syntactic:
         return _Syntactic(self, node)
 
 
@@ -328,7 +334,7 @@ class _Applier(cst.CSTTransformer):
                 return False
         return super().on_visit(node)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if id(original_node) in self.skipped:
             return updated_node
         return super().on_leave(original_node, updated_node)
@@ -350,7 +356,9 @@ class _Applier(cst.CSTTransformer):
         free = [q for q in ('"', "'") if q not in taken]
         if not free:
             raise PlanMismatch("no quote character is free inside these nested f-strings", line)
-        return node.visit(_Requote(free[0], line))
+        requoted = node.visit(_Requote(free[0], line))
+        assert isinstance(requoted, cst.BaseExpression)  # re-quoting replaces strings by strings
+        return requoted
 
     def take(self, node: cst.CSTNode) -> Edit | None:
         edit = self.located.get(id(node))
@@ -398,7 +406,8 @@ class _Applier(cst.CSTTransformer):
         return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
 
     # strings -------------------------------------------------------------------------------
-    def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+    def leave_SimpleString(self, original_node: cst.SimpleString,
+                           updated_node: cst.SimpleString) -> cst.BaseExpression:
         located = self.take(original_node)
         if located is None:
             return updated_node
@@ -564,36 +573,6 @@ def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[c
             args.append(new.with_changes(comma=last.comma))
         return args
     return [new]
-
-
-def _insert_after_imports(module: cst.Module, statements: tuple[str, ...]) -> cst.Module:
-    """`statements` (`import functools`, a device name) on the lines after the imports that open the
-    module (after its docstring).
-
-    Written by hand rather than with LibCST's AddImportsVisitor, which also adds a blank line.
-    """
-    body = list(module.body)
-    index = 0
-    for i, statement in enumerate(body):
-        if isinstance(statement, cst.SimpleStatementLine) and (
-            all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
-            or (i == 0 and _is_docstring(statement))
-        ):
-            index = i + 1
-        else:
-            break
-    new_lines = [cst.parse_statement(statement + "\n") for statement in statements]
-    if index < len(body) and index == 0:
-        # Comments just above the first statement stay above the code they describe.
-        new_lines[0] = new_lines[0].with_changes(leading_lines=body[0].leading_lines)
-        body[0] = body[0].with_changes(leading_lines=())
-    body[index:index] = new_lines
-    return module.with_changes(body=body)
-
-
-def _is_docstring(line: cst.SimpleStatementLine) -> bool:
-    return len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and isinstance(
-        line.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 __all__ = ["PlanMismatch", "apply_plan"]

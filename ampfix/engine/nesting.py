@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import TYPE_CHECKING
 
 from ampfix.core.rules import Target
 from ampfix.families.torch_amp import autocast
-from ampfix.syntax.bindings import ChainRef, Walker, resolved
-
-if TYPE_CHECKING:
-    from ampfix.engine.analysis import Analysis, Use
+from ampfix.syntax.bindings import Binding, ChainRef, Walker, qualified_name
+from ampfix.syntax.context import ModuleContext
 
 # Every autocast that opens a region: the deprecated names, their twin, and torch's own alias.
 REGION_NAMES = frozenset({*autocast.RULE.symbols, *(t.new for t in autocast.RULE.symbols.values() if t),
@@ -52,7 +49,7 @@ class Nesting:
         if not isinstance(call, ast.Call):
             return None
         ref = self.chains.get(id(call.func))
-        return resolved(call.func, ref.scope) if ref is not None else None
+        return qualified_name(call.func, ref.scope, unanimous=True) if ref is not None else None
 
     def is_region(self, node: ast.AST) -> bool:
         return self.names(node) in REGION_NAMES
@@ -62,7 +59,7 @@ class Nesting:
         found = []
         for ref in self.walker.chains:
             if ref.role == "call" and isinstance(ref.parent, ast.Call) and ref.parent.func is ref.node:
-                name = resolved(ref.node, ref.scope)
+                name = qualified_name(ref.node, ref.scope, unanimous=True)
                 if name in STATE_SETTERS:
                     found.append((ref.parent, name))
         return found
@@ -129,34 +126,39 @@ class Nesting:
         return sites
 
 
-def written_defaults(analysis: Analysis, use: Use, target: Target,
+def module_nesting(context: ModuleContext) -> Nesting:
+    """The module's nesting facts, built once (`ModuleContext.fact`)."""
+    return Nesting(context.tree, context.walker)
+
+
+def written_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, full: str, target: Target,
                      call: ast.Call) -> tuple[tuple[tuple[str, str], ...], str] | str:
     """The old defaults a rewrite of `call` writes, as (keyword, text), with what the message says of them;
     or why the call must be left (a default that cannot be written)."""
-    options, shape = analysis.options, autocast.RULE.shape
+    options, shape = context.options, autocast.RULE.shape
     assert shape is not None
     given = {kw.arg for kw in call.keywords} | set(shape.old_params[:len(call.args)])
     missing = [(param, value) for param, value in target.old_defaults if param not in given]
     if not missing:
         return (), ""
-    why = "--explicit-autocast-defaults" if options.explicit_autocast_defaults else analysis.nesting.reason(call)
+    why = "--explicit-autocast-defaults" if options.explicit_autocast_defaults else context.fact(module_nesting).reason(call)
     if why is None:
         return (), ""
     if None in given:
-        return f"`{use.full}(**...)` {why}: its defaults must be written, and `**` may already pass them"
+        return f"`{full}(**...)` {why}: its defaults must be written, and `**` may already pass them"
     written, notes = [], []
     for param, value in missing:
         if "." in value:  # a dtype, spelled through the file's torch binding
             if target.device == "cuda" and options.to_cpu:
-                moved = analysis.family.cpu_dtypes.get(value)
+                moved = context.family.cpu_dtypes.get(value)
                 if moved is not None and not options.keep_dtype:
                     notes.append(f"CUDA's {value} default -> {moved} on the CPU (--keep-dtype keeps float16)")
                     value = moved
             elif target.device == "cuda" and options.retargets:
                 notes.append(f"CUDA's {value} default kept on whatever device runs it")
-            spelled = analysis.spelled_through(use.ref.parts[0], use.binding, use.ref.scope, value)
+            spelled = context.spelled_through(ref.parts[0], binding, ref.scope, value)
             if spelled is None:
-                return f"`{use.full}` {why}: no name bound to `{analysis.family.package}` here to spell `{value}` with"
+                return f"`{full}` {why}: no name bound to `{context.family.package}` here to spell `{value}` with"
             value = spelled
         written.append((param, value))
     said = ", ".join(f"{param}={value}" for param, value in written)

@@ -38,14 +38,12 @@ TORCH_AMP = Family(
     # CPU float16 autocast runs, but far slower than bfloat16, and some CPU ops refuse it.
     cpu_dtypes={"torch.float16": "torch.bfloat16", "torch.half": "torch.bfloat16"},
     cuda_available="torch.cuda.is_available",
-    device_class="torch.device",
 )
 
-FAMILIES: tuple[Family, ...] = (TORCH_AMP,)
+# The codes the planners report under where no rule of a name says more: a name with no twin, an import path.
+NO_TWIN_CODE = no_twin.RULE.code
+MODULE_PATH_CODE = module_paths.RULE.code
 
-# The deprecated namespaces of every family (the pre-filter's argument rests on them).
-DEPRECATED_ROOTS = tuple(root for family in FAMILIES for root in family.roots)
 
-
-__all__ = ["ALL_RULES", "DEPRECATED_ROOTS", "FAMILIES", "TORCH_AMP", "TORCH_RULES", "CallShape", "Example", "Family", "Rule",
-           "Target"]
+__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "TORCH_AMP", "TORCH_RULES", "CallShape", "Example",
+           "Family", "Rule", "Target"]

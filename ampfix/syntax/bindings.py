@@ -1,13 +1,14 @@
 """One walk over a module's `ast`: statements numbered in pre-order, bindings per scope, and every
 dotted name, string and import recorded with its scope, its statement and its role.
 
-This is the cheap half of name resolution: `ampfix.engine.analysis` then resolves only the dotted names
-whose head some `torch` import binds.
+This is the cheap half of name resolution; `resolve` is the other half, asked only of the dotted names
+whose head some import of interest binds.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -27,10 +28,11 @@ class Scope:
         target.bindings.setdefault(binding.name, []).append(binding)
 
     def lookup(self, name: str) -> tuple[Scope | None, list[Binding]]:
-        scope: Scope | None = self
+        start = self
         if name in self.global_names:
-            while scope.parent is not None:
-                scope = scope.parent
+            while start.parent is not None:
+                start = start.parent
+        scope: Scope | None = start
         first = True
         while scope is not None:
             # A class body's names are invisible to the functions nested in it.
@@ -95,6 +97,12 @@ class StringRef:
     in_annotation: bool
     guards: Guards
 
+    @property
+    def value(self) -> str:
+        """The string's value (only str constants are recorded)."""
+        assert isinstance(self.node.value, str)
+        return self.node.value
+
 
 @dataclass(eq=False)
 class ImportRef:
@@ -110,6 +118,9 @@ class ImportRef:
         return self.tried is not None and any(catches_missing_names(h) and not isinstance(h.body[-1], ast.Raise)
                                               for h in self.tried.handlers)
 
+
+# What the expression walk has still to visit: (node, scope, role, parent, inside an annotation).
+_Work = tuple[ast.AST, "Scope", str, "ast.AST | None", bool]
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _TYPE_CHECK_FUNCS = frozenset({"isinstance", "issubclass"})
@@ -302,15 +313,14 @@ class Walker:
     def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
         """Record the dotted names and strings of an expression, in source order. An explicit stack,
         not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
-        work: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(node, scope, role, parent, annotation)]
+        work: list[_Work] = [(node, scope, role, parent, annotation)]
         while work:
-            node, scope, role, parent, annotation = work.pop()  # type: ignore[assignment]
-            later = self.expr_step(node, scope, role, parent, annotation)
+            later = self.expr_step(*work.pop())
             if later:
                 work.extend(reversed(later))
 
     def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
-                  annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+                  annotation: bool) -> list[_Work]:
         """Record `node` if it is a dotted name or a string; return its parts still to walk."""
         if isinstance(node, (ast.Name, ast.Attribute)):
             parts = dotted_parts(node)
@@ -319,7 +329,8 @@ class Walker:
                     scope.bind(Binding(node.id, "other", node.lineno, guards=self.guards))
                 self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
                 return []
-            return [(node.value, scope, "value", node, annotation)]  # type: ignore[union-attr]
+            assert isinstance(node, ast.Attribute)  # a Name is always a dotted name
+            return [(node.value, scope, "value", node, annotation)]
         if isinstance(node, ast.Call):
             return self.call(node, scope, annotation)
         if isinstance(node, ast.Constant):
@@ -331,16 +342,16 @@ class Walker:
             self.arguments(node.args, scope, inner)
             return [(node.body, inner, "value", node, annotation)]
         if isinstance(node, _COMPREHENSIONS):
-            self.comprehension(node, scope)  # type: ignore[arg-type]
+            self.comprehension(node, scope)
             return []
         if isinstance(node, ast.JoinedStr):
-            later = []
+            later: list[_Work] = []
             for value in node.values:
                 if isinstance(value, ast.FormattedValue):
                     later.append((value.value, scope, "value", value, annotation))
                     if value.format_spec is not None:
                         later.append((value.format_spec, scope, "value", value, annotation))
-            return later  # type: ignore[return-value]
+            return later
         if isinstance(node, ast.Tuple) and role == "type":
             return [(element, scope, "type", node, annotation) for element in node.elts]
         if isinstance(node, ast.NamedExpr):
@@ -349,17 +360,17 @@ class Walker:
             return [(node.value, scope, "value", node, annotation)]
         if isinstance(node, ast.Compare) and _is_none_test(node):
             return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
-        later = []
+        rest: list[_Work] = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
-                later.append((child, scope, "type" if annotation else "value", node, annotation))
+                rest.append((child, scope, "type" if annotation else "value", node, annotation))
             elif isinstance(child, ast.AST):
                 self.generic(child, scope)
-        return later  # type: ignore[return-value]
+        return rest
 
-    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[tuple[ast.AST, Scope, str, ast.AST | None, bool]]:
+    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[_Work]:
         func = node.func
-        later: list[tuple[ast.AST, Scope, str, ast.AST | None, bool]] = [(func, scope, "call", node, annotation)]
+        later: list[_Work] = [(func, scope, "call", node, annotation)]
         type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
             isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
         feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
@@ -400,17 +411,47 @@ def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     return tuple(reversed(parts))
 
 
-def resolved(node: ast.expr, scope: Scope) -> str | None:
-    """The qualified name a dotted name spells where every binding of its head is the same import
-    (what a decision reads must mean one thing), or None."""
+@dataclass(frozen=True)
+class Resolved:
+    """What a dotted name refers to through an import."""
+
+    qname: str  # the qualified name it spells
+    binding: Binding  # the import binding its head goes through
+    scope: Scope | None  # where its head is bound
+    bindings: list[Binding]  # every binding of its head there (the live ones, when asked)
+
+
+def resolve(node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None, unanimous: bool = False,
+            live: Callable[[list[Binding]], list[Binding]] | None = None) -> Resolved | None:
+    """The one qualified-name resolver: the name the dotted name `node` spells through the first import
+    binding of its head in `scope`, or None (a name bound by a store is a binding, not a use).
+
+    `within`: only imports of names it accepts count (a family's package). `unanimous`: every binding of
+    the head must be that same import (what a decision reads must mean one thing). `live`: the bindings
+    that count, where it leaves any (those made in branches the target runs)."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return None
     parts = dotted_parts(node)
     if parts is None:
         return None
-    _, bindings = scope.lookup(parts[0])
-    qnames = {b.qname if b.kind == "import" else None for b in bindings}
-    if len(qnames) != 1 or None in qnames:
+    found_in, bindings = scope.lookup(parts[0])
+    if live is not None:
+        bindings = live(bindings) or bindings
+    if unanimous:
+        qnames = {b.qname if b.kind == "import" else None for b in bindings}
+        if len(qnames) != 1 or None in qnames:
+            return None
+    binding = next((b for b in bindings if b.kind == "import" and b.qname and (within is None or within(b.qname))),
+                   None)
+    if binding is None or binding.qname is None:
         return None
-    return ".".join((qnames.pop(), *parts[1:]))  # type: ignore[arg-type]
+    return Resolved(".".join((binding.qname, *parts[1:])), binding, found_in, bindings)
+
+
+def qualified_name(node: ast.expr, scope: Scope, *, unanimous: bool = False) -> str | None:
+    """`resolve(...)`'s qualified name, or None."""
+    found = resolve(node, scope, unanimous=unanimous)
+    return None if found is None else found.qname
 
 
 def _is_none_test(node: ast.Compare) -> bool:

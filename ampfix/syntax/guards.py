@@ -29,7 +29,7 @@ import ast
 from collections.abc import Callable
 
 from ampfix.syntax import version_tests
-from ampfix.syntax.bindings import Binding, Guard, Guards, Scope, catches_only_failed_imports, dotted_parts, resolved
+from ampfix.syntax.bindings import Binding, Guard, Guards, Scope, catches_only_failed_imports, qualified_name
 from ampfix.core.rules import Family
 from ampfix.syntax.version_tests import UNKNOWN, BoolOp, Comparison, Literal, Not, Parser, Test
 
@@ -41,16 +41,6 @@ DEAD_HANDLER_REASON = ("in the handler `except {caught}` (line {line}), which th
 
 _INTROSPECTION = frozenset({"hasattr", "getattr"})
 _METADATA_VERSION = frozenset({"importlib.metadata.version", "importlib_metadata.version"})
-
-
-def qualify(node: ast.expr, scope: Scope) -> str | None:
-    """The qualified name a dotted name refers to through an import, or None."""
-    parts = dotted_parts(node)
-    if parts is None:
-        return None
-    _, bindings = scope.lookup(parts[0])
-    imported = next((b.qname for b in bindings if b.kind == "import" and b.qname), None)
-    return None if imported is None else ".".join((imported, *parts[1:]))
 
 
 class GuardJudge:
@@ -89,7 +79,8 @@ class GuardJudge:
             return self.judge_handler(guard)
         test = self.tests.get(id(guard.node))
         if test is None:
-            test = self.tests[id(guard.node)] = self.version_test(guard.node, guard.scope, frozenset())  # type: ignore[arg-type]
+            assert isinstance(guard.node, ast.expr)  # an `if` guard's node is its test
+            test = self.tests[id(guard.node)] = self.version_test(guard.node, guard.scope, frozenset())
         values = version_tests.outcomes(test, self.target)
         if values == {not guard.taken}:
             return True, self.dead_reason(guard, test)
@@ -100,7 +91,8 @@ class GuardJudge:
         return False, None
 
     def dead_reason(self, guard: Guard, test: Test) -> str:
-        line = guard.node.lineno  # type: ignore[attr-defined]
+        assert isinstance(guard.node, ast.expr)  # an `if` guard's node is its test
+        line = guard.node.lineno
         condition = version_tests.describe(test, guard.taken)
         if condition is not None:
             branch = f"for {condition} (line {line})"
@@ -112,7 +104,8 @@ class GuardJudge:
         node, handler = guard.node, guard.handler
         assert isinstance(node, ast.Try) and handler is not None
         if catches_only_failed_imports(handler) and self.imports_move is not None and self.imports_move(node):
-            caught = ast.unparse(handler.type)  # type: ignore[arg-type]
+            assert handler.type is not None  # it catches only failed imports, so it names them
+            caught = ast.unparse(handler.type)
             return True, DEAD_HANDLER_REASON.format(caught=caught, line=handler.lineno, package=self.family.package,
                                                     target=self.target_text())
         return False, FALLBACK_REASON if self.tries_new_api(node, guard.scope) else None
@@ -130,31 +123,35 @@ class GuardJudge:
             return BoolOp(isinstance(expr.op, ast.And), tuple(self.version_test(v, scope, seen) for v in expr.values))
         if isinstance(expr, ast.Compare):
             return self.comparison(expr, scope, seen)
-        binding = self.module_binding(expr, scope, seen)
-        if binding is None:
+        bound = self.module_binding(expr, scope, seen)
+        if bound is None:
             return UNKNOWN
-        return self.version_test(binding.value, self.module_scope(scope), seen | {id(binding)})  # type: ignore[arg-type]
+        binding, value = bound
+        return self.version_test(value, self.module_scope(scope), seen | {id(binding)})
 
     def comparison(self, expr: ast.Compare, scope: Scope, seen: frozenset[int]) -> Test:
         symbols = [version_tests.operator_symbol(op) for op in expr.ops]
         operands = [self.version_operand(side, scope, seen) for side in (expr.left, *expr.comparators)]
-        parsers = {operand[0] for operand in operands if operand is not None}
-        if None in symbols or None in operands or len(parsers) != 1:
+        known = [operand for operand in operands if operand is not None]
+        ops = [symbol for symbol in symbols if symbol is not None]
+        parsers = {parser for parser, _ in known}
+        if len(ops) != len(symbols) or len(known) != len(operands) or len(parsers) != 1:
             return UNKNOWN
-        versions = tuple(operand[1] for operand in operands)  # type: ignore[index]
+        versions = tuple(version for _, version in known)
         if versions.count(None) != 1:  # the installed version against literals, once
             return UNKNOWN
-        return Comparison(parsers.pop(), versions, tuple(symbols))  # type: ignore[arg-type]
+        return Comparison(parsers.pop(), versions, tuple(ops))
 
     def version_operand(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> tuple[Parser, Literal | None] | None:
         """(its parser, the literal or None for the installed version) for `V("1.6")`, `V(torch.__version__)`,
         or a module-level name bound once to one of them; else None."""
         if not isinstance(expr, ast.Call):
-            binding = self.module_binding(expr, scope, seen)
-            if binding is None:
+            bound = self.module_binding(expr, scope, seen)
+            if bound is None:
                 return None
-            return self.version_operand(binding.value, self.module_scope(scope), seen | {id(binding)})  # type: ignore[arg-type]
-        parser = version_tests.PARSERS.get(resolved(expr.func, scope) or "")
+            binding, value = bound
+            return self.version_operand(value, self.module_scope(scope), seen | {id(binding)})
+        parser = version_tests.PARSERS.get(qualified_name(expr.func, scope, unanimous=True) or "")
         if parser is None or len(expr.args) != 1 or expr.keywords:
             return None
         (arg,) = expr.args
@@ -166,12 +163,14 @@ class GuardJudge:
     def is_installed_version(self, expr: ast.expr, scope: Scope) -> bool:
         """`torch.__version__`, `torch.version.__version__`, `importlib.metadata.version("torch")`."""
         if isinstance(expr, ast.Call):
-            return (resolved(expr.func, scope) in _METADATA_VERSION and len(expr.args) == 1 and not expr.keywords
+            return (qualified_name(expr.func, scope, unanimous=True) in _METADATA_VERSION and len(expr.args) == 1
+                    and not expr.keywords
                     and isinstance(expr.args[0], ast.Constant) and expr.args[0].value == self.family.distribution)
-        return resolved(expr, scope) in self.family.release_names
+        return qualified_name(expr, scope, unanimous=True) in self.family.release_names
 
-    def module_binding(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> Binding | None:
-        """The one binding of a module-level name bound once to a value (`TORCH_GE_1_10 = ...`), or None.
+    def module_binding(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> tuple[Binding, ast.expr] | None:
+        """The one binding of a module-level name bound once to a value (`TORCH_GE_1_10 = ...`), and the value;
+        or None.
         `seen`: the bindings being read already (`A = not A` reads no further)."""
         if not isinstance(expr, ast.Name):
             return None
@@ -181,7 +180,7 @@ class GuardJudge:
         (binding,) = bindings
         if binding.kind != "other" or not isinstance(binding.value, ast.expr) or id(binding) in seen:
             return None
-        return binding
+        return binding, binding.value
 
     def module_scope(self, scope: Scope) -> Scope:
         while scope.parent is not None:
@@ -197,7 +196,7 @@ class GuardJudge:
             if isinstance(node, ast.Call) and self.call_is_version_test(node, scope, seen):
                 return True
             if isinstance(node, (ast.Name, ast.Attribute)):
-                if self.family.is_version(qualify(node, scope)):
+                if self.family.is_version(qualified_name(node, scope)):
                     return True
                 if isinstance(node, ast.Name) and self.name_holds_version(node.id, scope, seen, call=False):
                     return True
@@ -207,12 +206,12 @@ class GuardJudge:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _INTROSPECTION and call.args:
             shadowed = scope.lookup(func.id)[1]
-            asked = qualify(call.args[0], scope)
+            asked = qualified_name(call.args[0], scope)
             # A check on a deprecated module is itself migrated (`hasattr(torch.cuda.amp, "autocast")`
             # becomes `hasattr(torch.amp, "autocast")`): its branch is for the old names' twins.
             if not shadowed and self.family.owns(asked) and self.family.deprecated_root(asked or "") is None:
                 return True
-        if (qualify(func, scope) in _METADATA_VERSION and call.args and isinstance(call.args[0], ast.Constant)
+        if (qualified_name(func, scope) in _METADATA_VERSION and call.args and isinstance(call.args[0], ast.Constant)
                 and call.args[0].value == self.family.distribution):
             return True
         return isinstance(func, ast.Name) and self.name_holds_version(func.id, scope, seen, call=True)
@@ -242,6 +241,6 @@ class GuardJudge:
                 elif isinstance(inner, ast.Import):
                     if any(self.family.is_new_api(alias.name) for alias in inner.names):
                         return True
-                elif isinstance(inner, ast.Attribute) and self.family.is_new_api(qualify(inner, scope)):
+                elif isinstance(inner, ast.Attribute) and self.family.is_new_api(qualified_name(inner, scope)):
                     return True
         return False

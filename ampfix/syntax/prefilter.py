@@ -1,7 +1,7 @@
 """The pre-filter: can this file hold a deprecated AMP use? Decided on its bytes, without parsing.
 
 Why the word `amp` is enough. Every deprecated name lies under `torch.cuda.amp` or `torch.cpu.amp`
-(`ampfix.families.DEPRECATED_ROOTS`). The analysis resolves names statically, from what the file
+(`ampfix.families.TORCH_AMP.roots`). The analysis resolves names statically, from what the file
 spells: it follows imports and attribute chains, not `getattr`, `__import__` or other modules'
 re-exports. So a use reaches the component `amp` only by spelling it as a name, in an import or
 in a chain:
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import AnyStr
 
 # `amp` followed by a non-word character: a literal prefix, so the search runs at memchr speed
 # (`\bamp\b` is ~12x slower: the regex engine tries the boundary at every byte). The character
@@ -63,14 +64,17 @@ def mentions_apex(text: str | bytes) -> bool:
     """Does the text spell `apex` or `Apex` (see the docstring)? One search for `pex`, rare in code, then
     the letter before it: two plain searches cost twice as much on a tree without apex."""
     if isinstance(text, bytes):
-        needle, letters = b"pex", (ord("a"), ord("A"))
-    else:
-        needle, letters = "pex", ("a", "A")  # type: ignore[assignment]
-    i = text.find(needle)  # type: ignore[arg-type]
+        return _follows(text, b"pex", (ord("a"), ord("A")))
+    return _follows(text, "pex", ("a", "A"))
+
+
+def _follows(text: AnyStr, needle: AnyStr, letters: tuple[object, ...]) -> bool:
+    """Is `needle` in `text` right after one of `letters`?"""
+    i = text.find(needle)
     while i != -1:
         if i and text[i - 1] in letters:
             return True
-        i = text.find(needle, i + 3)  # type: ignore[arg-type]
+        i = text.find(needle, i + 3)
     return False
 
 

@@ -18,6 +18,7 @@ import operator
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 Version = tuple[int, ...]
 # Three parts: torch's releases are X.Y.Z. A part this large is no literal anyone writes.
@@ -51,7 +52,7 @@ PARSERS: dict[str, Parser] = {
     "looseversion.LooseVersion": LOOSE,
 }
 
-_OPERATORS: dict[type, tuple[str, Callable[[object, object], bool]]] = {
+_OPERATORS: dict[type, tuple[str, Callable[[Any, Any], bool]]] = {
     ast.Lt: ("<", operator.lt), ast.LtE: ("<=", operator.le), ast.Gt: (">", operator.gt),
     ast.GtE: (">=", operator.ge), ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne),
 }

@@ -2,7 +2,7 @@
 the framework settings that select it; report each with its reason and the native pattern
 (`ampfix.families.apex.rules`).
 
-Names are resolved through the file's own imports, scope by scope, on the walk `ampfix.engine.analysis` already made:
+Names are resolved through the file's own imports, scope by scope, on the walk the engine already made:
 `import apex; apex.amp.initialize(...)`, `from apex import amp as a; a.scale_loss(...)` and
 `from apex.parallel import DistributedDataParallel as DDP; DDP(m)` are found, a local `amp` is not. apex's
 other packages (optimizers, normalization) still exist and are left alone.
@@ -11,33 +11,30 @@ other packages (optimizers, normalization) still exist and are left alone.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
 
+from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
-from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
+from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
+from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
 from ampfix.core.rules import Rule
 
-if TYPE_CHECKING:
-    from ampfix.engine.analysis import Analysis
-
-
-# The engine, as apex's detection reaches it: the calls on the analysis that are not reads of its walk, and the
-# one binding lookup of its own (the engine's redesign changes how: this section and `plan_rewrite`'s `_Engine`).
-def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
+# The engine, as apex's detection reaches it (through `ApexModule`, its view of the planner context and sink):
+# the calls that are not reads of the walk, and the binding lookup.
+def _report(analysis: ApexModule, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
     message = advice.reason + (f"; {detail}" if detail else "")
     analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
 
 
-def _report_fixed(analysis: Analysis, node: ast.AST, rule: Rule, message: str) -> None:
+def _report_fixed(analysis: ApexModule, node: ast.AST, rule: Rule, message: str) -> None:
     analysis.add_finding(node, rule.code, message, fixable=True, will_fix=True)
 
 
-def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
+def _held_back(analysis: ApexModule, reported: list[tuple[int, Rule, Guards]]) -> str | None:
     """Why the rewrite, one decision for all of these (line, rule, branches around it), must not happen, or None: a
-    suppression comment on one of them; else what `Analysis.hold_back` says of each (the rule selection, the rule's
+    suppression comment on one of them; else what `ModuleContext.hold_back` says of each (the rule selection, the rule's
     minimum torch against --target-torch, version guards), each reason once, in the order of the lines."""
     suppressed = sorted({line for line, rule, _ in reported if analysis.suppressions.covers(line, rule.code)})
     if suppressed:
@@ -48,10 +45,8 @@ def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> 
 
 def _apex_binding(ref: ChainRef) -> Binding | None:
     """The apex import the head of `ref` is bound by in its scope, or None."""
-    if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
-        return None  # a binding, not a use
-    _, bindings = ref.scope.lookup(ref.parts[0])
-    return next((b for b in bindings if b.kind == "import" and _owned(b.qname)), None)
+    found = resolve(ref.node, ref.scope, within=_owned)
+    return None if found is None else found.binding
 
 
 # The uses --------------------------------------------------------------------------------------------------
@@ -65,8 +60,9 @@ def _advice(qname: str) -> rules.Advice:
     return rules.ADVICE[name]
 
 
-def plan_apex(analysis: Analysis) -> None:
-    """Add a finding for every apex use in the module `analysis` walked."""
+def plan_apex(context: ModuleContext, sink: Sink) -> None:
+    """Add a finding for every apex use in the module the context walked."""
+    analysis = ApexModule(context, sink)
     walker = analysis.walker
     used: set[int] = set()  # id() of the import bindings some reported use goes through
     apex_imported = False
@@ -98,7 +94,7 @@ def plan_apex(analysis: Analysis) -> None:
         _report_settings(analysis)
 
 
-def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+def _plan_rewrite(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
@@ -117,7 +113,7 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
-def _amp_import(analysis: Analysis, bindings_used: list[Binding]) -> ast.ImportFrom | OptionalImport | str:
+def _amp_import(analysis: ApexModule, bindings_used: list[Binding]) -> ast.ImportFrom | OptionalImport | str:
     """The one module-level `from apex import amp` the uses go through (plain, or the optional import), or why
     there is none."""
     bindings = {id(binding): binding for binding in bindings_used}
@@ -144,7 +140,7 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
     return [f"{node.module}.{alias.name}" for alias in node.names]
 
 
-def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
+def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
     notes = []
     call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
     if rule is rules.INITIALIZE and call is not None:
@@ -207,7 +203,7 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str]) -> None:
+def _report_imports(analysis: ApexModule, used: set[int], rewritten: dict[int, str]) -> None:
     """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
     or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
     removes it: `rewritten` holds its message by id() of the import)."""
@@ -243,13 +239,13 @@ def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, u
     return False
 
 
-def _may_hold_settings(analysis: Analysis) -> bool:
+def _may_hold_settings(analysis: ApexModule) -> bool:
     """A framework setting selecting apex spells `apex`/`Apex`, or DeepSpeed's key "amp" (a recorded string)."""
     return mentions_apex(analysis.index.text) or any(
         ref.node.value == rules.DEEPSPEED_AMP_KEY for ref in analysis.walker.strings)
 
 
-def _report_settings(analysis: Analysis) -> None:
+def _report_settings(analysis: ApexModule) -> None:
     for node in ast.walk(analysis.tree):
         if isinstance(node, ast.Call):
             pairs = [(k.arg, k.value, k.value) for k in node.keywords if k.arg is not None]

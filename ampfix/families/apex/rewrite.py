@@ -22,7 +22,7 @@ differs), the statements before each scale_loss in its block under `torch.autoca
 Two stages: `_shape` checks the conditions that hold for the module as a whole and returns the shape found; the
 sub-rewrites (`_SUB_REWRITES`, in order) each rewrite one part of it and check what only that part shows. When a
 condition fails (`NotMechanical`), nothing is rewritten and `ampfix.families.apex.detect` reports each use with the
-reason. Statements are rebuilt as text (`ampfix.engine.analysis.Splice`): no comment may sit on a line that is
+reason. Statements are rebuilt as text (`ampfix.core.plan.Splice`): no comment may sit on a line that is
 rebuilt, and no string may span the lines that are re-indented. torch's names come from `rules.NATIVE`.
 """
 
@@ -40,18 +40,19 @@ from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.syntax.bindings import ChainRef, Scope
 
-# The engine, as this rewrite reaches it: these imports and `_Engine` are the only places that touch it.
-from ampfix.engine.analysis import Edit, Splice, free_name
+# The engine, as this rewrite reaches it (the plan vocabulary and apex's view of the module, the same planner
+# protocol as torch's rules): these imports and `_Engine` are the only places that touch it.
+from ampfix.core.plan import Edit, Splice, free_name
+from ampfix.families.apex.module import ApexModule
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
-    from ampfix.engine.analysis import Analysis
 
 
 class _Engine:
     """What the rewrite reads from the engine's analysis of the module, and where it hands over its splices."""
 
-    def __init__(self, analysis: Analysis) -> None:
+    def __init__(self, analysis: ApexModule) -> None:
         self._analysis = analysis
         self.tree: ast.Module = analysis.tree
         self.index: SourceIndex = analysis.index
@@ -79,7 +80,7 @@ class _Engine:
     def add_splices(self, splices: list[tuple[int, int, str]]) -> None:
         for start, end, text in splices:
             line = self.index.text.count("\n", 0, start) + 1
-            self._analysis.edits.append(Edit(start, end, line, "Splice", "", Splice(text)))
+            self._analysis.add_edit(Edit(start, end, line, "Splice", "", Splice(text)))
 
 
 _NATIVE = rules.NATIVE
@@ -100,7 +101,7 @@ class NotMechanical(Exception):
     """A condition of the rewrite fails: every use is reported instead."""
 
 
-def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom,
+def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
                  optional: OptionalImport | None = None) -> dict[int, str] | str:
     """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
     by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the

@@ -19,7 +19,7 @@ from ampfix.families.torch_amp import grad_scaler
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
 # The oldest torch that pattern's rewrite runs on: torch.amp.GradScaler(device)'s, AMP002's minimum torch (the
 # minimum torch of the rules whose names it rewrites, weighed against --target-torch where every rule's is
-# (`Analysis.hold_back`)).
+# (`ModuleContext.hold_back`)).
 PATTERN_MIN_TORCH = grad_scaler.RULE.min_torch
 
 # The packages whose imports can reach the names below.

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import ast
 
-from ampfix.engine.analysis import ChainEdit, Edit, Plan
+from ampfix.core.locations import SourceIndex, literal_with, statement_groups
+from ampfix.core.plan import ChainEdit, Edit, Plan
 from ampfix.syntax.bindings import Walker
-from ampfix.core.locations import SourceIndex, statement_groups
-from ampfix.engine.planners.strings import literal_with
 
 
 def probe(source: str) -> tuple[str, str, int]:

@@ -1,0 +1,254 @@
+"""The decision for one use of a deprecated name: rewrite it (and how), or report it (and why).
+
+Each use gets one `Decision`, made once from the use, the rule of its name, the options and the branches
+around it. The device a moved call gets is the device policy's (`ampfix.families.torch_amp.device`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, replace
+
+from ampfix.core.plan import CallEdit, ChainEdit
+from ampfix.core.rules import Rule, Target
+from ampfix.engine.nesting import written_defaults
+from ampfix.families import NO_TWIN_CODE
+from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
+from ampfix.syntax.bindings import Binding, ChainRef
+from ampfix.syntax.context import ModuleContext
+
+
+@dataclass(frozen=True)
+class Use:
+    """A dotted name in the code that resolves below a deprecated root."""
+
+    ref: ChainRef
+    full: str  # the qualified name it resolves to
+    binding: Binding  # the import its head goes through
+    # (id(scope), name) of a deprecated import binding it goes through: those uses move together
+    group: tuple[int, str] | None
+    conflicting: bool  # its head is bound to several things
+
+
+@dataclass(frozen=True)
+class Decision:
+    code: str
+    message: str
+    edit: ChainEdit | None = None  # None: left as it is
+    fixable: bool = False
+    unsafe: bool = False
+    suggestion: str | None = None
+    # Arguments respelled with the call when it moves to the CPU: (the dotted name, its new spelling).
+    dtype_edits: tuple[tuple[ast.expr, str], ...] = ()
+    module_device: bool = False  # its device is the module's device name (--device auto)
+
+
+def decide(context: ModuleContext, use: Use) -> Decision:
+    ref, full, family = use.ref, use.full, context.family
+    symbol = family.symbol(full)
+    if use.conflicting:
+        code = symbol[1].code if symbol else NO_TWIN_CODE
+        dead = context.judge.dead(ref.guards)
+        if dead is not None:
+            return Decision(code, f"`{full}` left: {dead}")
+        lines = sorted({b.line for b in ref.scope.lookup(ref.parts[0])[1]})
+        return Decision(code, f"`{ref.parts[0]}` is bound to several things (lines {', '.join(map(str, lines))}); "
+                        "rewriting one use would break the others")
+    missing = family.missing_twin(full)
+    if missing is not None:
+        listed_by, why = missing
+        if listed_by is None:
+            return Decision(NO_TWIN_CODE, f"{why}; there is nothing to migrate it to")
+        return Decision(listed_by.code, why)
+    assert symbol is not None
+    name, rule, target = symbol
+    assert target is not None
+    rest = full[len(name):]
+    new_name = target.new + rest
+    suggestion = new_name if rest or ref.role in ("type", "none_test") else suggest(context, rule, target, new_name)
+    new_dotted = None
+    if use.group is None:
+        new_dotted = context.spelled_through(ref.parts[0], use.binding, ref.scope, new_name)
+        if new_dotted is None:
+            return Decision(rule.code, f"`{full}`: no name bound to `{family.package}` here to spell "
+                            f"`{new_name}` with",
+                            suggestion=new_name)
+        start, end = (0, 0) if ref.in_string else context.index.span(ref.node)
+        if "#" in context.index.text[start:end]:  # the new name is written afresh: a comment in it would go
+            return Decision(rule.code, f"`{full}`: a comment inside the dotted name; migrate by hand",
+                            suggestion=new_name)
+    if ref.role == "feature_check":
+        return decide_feature_check(context, use, target, rest, new_dotted)
+    reason = _held_back(context, use, rule)
+    if reason is not None:
+        return Decision(rule.code, f"`{full}` left: {reason}", suggestion=suggestion)
+    return decide_context(context, use, rule, target, rest, new_name, new_dotted, suggestion)
+
+
+def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
+    """Why the use keeps its old name: its own rule and branches, or those of the deprecated import it
+    goes through."""
+    imported = context.family.symbol(use.binding.qname or "") if use.group is not None else None
+    return context.hold_back(rule, use.ref.guards) or (
+        context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
+
+
+def suggest(context: ModuleContext, rule: Rule, target: Target, new_name: str) -> str:
+    """The new call, spelled out for a person to finish by hand."""
+    shape = rule.shape
+    if shape is None:
+        return new_name
+    device = device_text(context, target)
+    if shape.device_keyword:
+        return f"{new_name}(..., {shape.device_keyword}={device})"
+    if shape.positionals_to_keywords:
+        params = [f"{p}=..." for p in shape.old_params]
+    elif shape.device_position:
+        params = list(shape.old_params)
+    else:
+        params = ["..."]
+    params.insert(shape.device_position or 0, device)
+    return f"{new_name}({', '.join(params)})"
+
+
+def decide_feature_check(context: ModuleContext, use: Use, target: Target, rest: str,
+                         new_dotted: str | None) -> Decision:
+    """`hasattr(torch.cuda.amp, "autocast")` asks the same of `torch.amp` when the name has a twin
+    there under the same name."""
+    full, call, family = use.full, use.ref.parent, context.family
+    assert isinstance(call, ast.Call)
+    attribute = call.args[1] if len(call.args) == 2 else None
+    if not (target.module and not rest and isinstance(attribute, ast.Constant)
+            and isinstance(attribute.value, str)):
+        return Decision(NO_TWIN_CODE, f"`{full}`: the module object itself has no drop-in twin",
+                        suggestion=target.new if target.module else None)
+    asked = f"{full}.{attribute.value}"
+    twin = family.symbol(asked)
+    if twin is None or twin[0] != asked or twin[2] is None or twin[2].new != family.renamed(asked):
+        return Decision(NO_TWIN_CODE, f"`hasattr({full}, {attribute.value!r})`: `{target.new}` has no "
+                        f"`{attribute.value}` to ask for instead")
+    check_rule = twin[1]
+    reason = _held_back(context, use, check_rule)
+    if reason is not None:
+        return Decision(check_rule.code, f"`hasattr({full}, {attribute.value!r})` left: {reason}",
+                        suggestion=target.new)
+    return Decision(check_rule.code, f"`hasattr({full}, {attribute.value!r})` -> "
+                    f"`hasattr({target.new}, {attribute.value!r})`", ChainEdit(new_dotted=new_dotted),
+                    fixable=True)
+
+
+def decide_context(context: ModuleContext, use: Use, rule: Rule, target: Target, rest: str, new_name: str,
+                   new_dotted: str | None, suggestion: str) -> Decision:
+    """The decision by where the name stands: called, a decorator, a base class, a type, a plain value."""
+    ref, full, shape = use.ref, use.full, rule.shape
+
+    def rewrite(message: str, edit: ChainEdit) -> Decision:
+        return Decision(rule.code, message, edit, fixable=True, suggestion=suggestion)
+
+    def leave(message: str, code: str = rule.code) -> Decision:
+        return Decision(code, message, suggestion=suggestion)
+
+    if ref.role == "none_test":
+        return rewrite(f"`{full}` -> `{new_name}` (compared with None: the signature does not matter)",
+                       ChainEdit(new_dotted=new_dotted))
+    if shape is None:  # a pure rename
+        if target.module and not rest and ref.role != "type":
+            return leave(f"`{full}`: the module object itself has no drop-in twin", NO_TWIN_CODE)
+        return rewrite(f"`{full}` -> `{new_name}`", ChainEdit(new_dotted=new_dotted))
+    if rest:
+        return leave(f"`{full}`: an attribute of a deprecated object; migrate by hand")
+    if ref.role == "type":
+        return rewrite(f"`{full}` -> `{new_name}` (type position)", ChainEdit(new_dotted=new_dotted))
+    site = site_device(context, ref, target)
+    if isinstance(site, str):
+        return leave(f"`{full}` left: {site}")
+    device, note, module_device = site
+    if ref.role == "call":
+        decision = decide_call(context, use, rule, target, device, new_name, new_dotted, suggestion)
+        if decision.edit is None:
+            return decision
+        return replace(decision, message=decision.message + note, module_device=module_device)
+    if ref.role == "decorator":
+        if shape.bare_decorator_ok:
+            args = f"{shape.device_keyword}={device}"
+            return replace(rewrite(f"`@{full}` -> `@{new_name}({args})`{note}",
+                                   ChainEdit(new_dotted=new_dotted, decorator_call=args)),
+                           module_device=module_device)
+        return leave(f"bare `@{full}` passes the function as `enabled`; add the arguments by hand")
+    return _decide_reference(context, use, rule, new_name, new_dotted, suggestion, (device, note, module_device))
+
+
+def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
+                      suggestion: str, site: tuple[str, str, bool]) -> Decision:
+    """A class or function referenced, not called: a base class, or a value (an unsafe functools.partial)."""
+    ref, full, shape = use.ref, use.full, rule.shape
+    assert shape is not None
+    device, note, module_device = site
+
+    def unsafe(message: str, edit: ChainEdit, suggestion: str = suggestion) -> Decision:
+        if context.options.unsafe_fixes:
+            return Decision(rule.code, message, edit, fixable=True, unsafe=True, suggestion=suggestion)
+        return Decision(rule.code, message + " (an unsafe fix exists: --unsafe-fixes)", None, fixable=True,
+                        unsafe=True, suggestion=suggestion)
+
+    if ref.role == "base":
+        return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
+                      f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
+    message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
+    if _identity_matters(ref):
+        return Decision(rule.code, message + "; it stands where the class itself is looked up or compared (a dict "
+                        "key, a set element, a comparison), which a functools.partial is not", suggestion=suggestion)
+    if shape.partial_keeps_meaning:
+        args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
+        return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
+                              suggestion=f"functools.partial({new_name}, {args})"),
+                       module_device=module_device)
+    return Decision(rule.code, message, suggestion=suggestion)
+
+
+def decide_call(context: ModuleContext, use: Use, rule: Rule, target: Target, device: str, new_name: str,
+                new_dotted: str | None, suggestion: str) -> Decision:
+    full, shape, call = use.full, rule.shape, use.ref.parent
+    assert shape is not None and isinstance(call, ast.Call)
+
+    def leave(message: str) -> Decision:
+        return Decision(rule.code, message, suggestion=suggestion)
+
+    starred = any(isinstance(arg, ast.Starred) for arg in call.args)
+    # `*args` only matters where positions move: named (autocast) or a device among them (_cast).
+    if starred and (shape.positionals_to_keywords or shape.device_position not in (None, 0)):
+        return leave(f"`{full}(*args)`: the positions of the arguments are unknown")
+    positionals = len(call.args)
+    if not starred and positionals > len(shape.old_params):
+        return leave(f"`{full}` called with {positionals} positional arguments; it takes at most "
+                     f"{len(shape.old_params)}")
+    keywords = {kw.arg for kw in call.keywords if kw.arg is not None}
+    if keywords & {shape.device_keyword, *context.family.device_keywords}:
+        return leave(f"`{full}` already given a device argument")
+    if shape.device_position is not None and positionals < shape.device_position:
+        return leave(f"`{full}`: the arguments before the device are passed by keyword")
+    names = shape.old_params[:positionals] if shape.positionals_to_keywords else ()
+    edit = CallEdit(device, shape.device_position, shape.device_keyword, tuple(names))
+    what = f"device {device}"
+    if names:
+        what += ", positional arguments named " + ", ".join(names)
+    dtype_edits, said = cpu_dtypes(context, use.ref, rule, target)
+    what += "".join(f"; {text}" for text in said)
+    defaults = written_defaults(context, use.ref, use.binding, full, target, call)
+    if isinstance(defaults, str):
+        return leave(defaults)
+    edit = replace(edit, added_keywords=defaults[0])
+    return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}{defaults[1]}",
+                    ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion,
+                    dtype_edits=dtype_edits)
+
+
+def _identity_matters(ref: ChainRef) -> bool:
+    """Is the reference a dict key, a set element or an operand of a comparison? There the class is
+    looked up or compared (`{GradScaler: save_hook}[type(obj)]`), and no stand-in keeps its meaning."""
+    parent, node = ref.parent, ref.node
+    if isinstance(parent, ast.Dict):
+        return any(key is node for key in parent.keys)
+    if isinstance(parent, ast.DictComp):
+        return parent.key is node
+    return isinstance(parent, (ast.Set, ast.Compare))

@@ -1,0 +1,169 @@
+"""What a planner works with: the read-only context of one module, and the sink it writes into.
+
+A planner is a function `planner(context, sink)`; the engine runs them in the one sequence it declares
+(`ampfix.engine.pipeline.PLANNERS`). The context holds what every planner reads (the tree, the source,
+the walk's bindings, the family, the options, the suppression comments, the guard judge, the resolver)
+and facts derived from them once (`fact`); planners never change it. The sink takes their findings and
+edits, and is where suppression comments are applied: a finding a comment covers is dropped there, with
+the edits and head statements that came with it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, cast
+
+from ampfix.core.locations import SourceIndex
+from ampfix.core.options import Options
+from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
+from ampfix.core.rules import Family, Rule
+from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, resolve
+from ampfix.syntax.guards import GuardJudge
+from ampfix.syntax.suppressions import Suppressions
+
+T = TypeVar("T")
+
+
+class ModuleContext:
+    def __init__(self, tree: ast.Module, source: str, options: Options, family: Family, suppressions: Suppressions,
+                 imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None) -> None:
+        self.tree = tree
+        self.source = source
+        self.index = SourceIndex(source)
+        self.lines = self.index.lines
+        self.options = options
+        self.family = family
+        self.suppressions = suppressions
+        self.walker = Walker()
+        self.walker.statements(tree.body, self.walker.module_scope)
+        moves = None if imports_move is None else functools.partial(imports_move, self)
+        self.judge = GuardJudge(family, options.target_torch, imports_move=moves)
+        self._facts: dict[Callable[[ModuleContext], object], object] = {}
+
+    def fact(self, derive: Callable[[ModuleContext], T]) -> T:
+        """`derive(self)`, computed once per module: a fact of the module that several planners read."""
+        if derive not in self._facts:
+            self._facts[derive] = derive(self)
+        return cast(T, self._facts[derive])  # what `derive` returned, stored just above
+
+    @functools.cached_property
+    def heads(self) -> frozenset[str]:
+        """The names some import of the family's package binds, in any scope: only chains headed by one
+        can resolve to the family's names."""
+        names: set[str] = set()
+        # Only a scope holding an import can hold an import binding (or its module, for `global`).
+        scopes = {id(imp.scope): imp.scope for imp in self.walker.imports}
+        scopes[id(self.walker.module_scope)] = self.walker.module_scope
+        for scope in scopes.values():
+            for name, bindings in scope.bindings.items():
+                if any(b.kind == "import" and self.family.owns(b.qname) for b in bindings):
+                    names.add(name)
+        return frozenset(names)
+
+    def resolve(self, node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None,
+                unanimous: bool = False, live: bool = False) -> Resolved | None:
+        """`ampfix.syntax.bindings.resolve`; `live`: bindings made in branches the target never runs do not
+        reach a use it runs."""
+        return resolve(node, scope, within=within, unanimous=unanimous, live=self.judge.live if live else None)
+
+    def resolve_value(self, node: ast.expr, scope: Scope) -> str | None:
+        """The qualified name a dotted name in an argument spells where every binding of its head is the same
+        import (what a decision reads must mean one thing), or None."""
+        found = resolve(node, scope, unanimous=True)
+        return None if found is None else found.qname
+
+    def hold_back(self, rule: Rule | None, guards: Guards) -> str | None:
+        """Why a use of `rule`'s names under `guards` must keep the old name, or None.
+        The one place that weighs the rule selection, --target-torch and version guards."""
+        if rule is not None and self.options.rules is not None and rule.code not in self.options.rules:
+            return f"{rule.code} is not selected"
+        target = self.options.target_torch
+        if target is not None and rule is not None and rule.min_torch is not None and rule.min_torch > target:
+            need = ".".join(map(str, rule.min_torch))
+            have = ".".join(map(str, target))
+            package = self.family.package
+            return f"needs {package} >= {need}; the target is {package} {have}"
+        return self.judge.reason(guards)
+
+    def spelled_through(self, head: str, binding: Binding, scope: Scope, new: str) -> str | None:
+        """`new` spelled through `head`, the name `binding` binds, when it lies under that binding's
+        module; else as it stands, when the package's name in `scope` is bound only to the package; or None."""
+        prefix = binding.qname or ""
+        if new.startswith(prefix + "."):
+            return head + new[len(prefix):]
+        _, package_bindings = scope.lookup(self.family.package)
+        if package_bindings and all(b.kind == "import" and b.qname == self.family.package for b in package_bindings):
+            return new
+        return None
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """Findings and the edits and head statements that stand or fall with them."""
+
+    findings: tuple[PlannedFinding, ...]
+    edits: tuple[Edit, ...]
+    needs: frozenset[str]
+
+
+class Sink:
+    """Where planners put findings and edits. A unit whose finding a suppression comment covers is dropped
+    as it is added (the one place suppressions are applied), so a later planner never sees its edits."""
+
+    def __init__(self, context: ModuleContext) -> None:
+        self._index = context.index
+        self._suppressions = context.suppressions
+        self._units: list[_Unit] = []
+        self._edits: list[Edit] = []
+
+    # building ------------------------------------------------------------------------------
+    def finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
+                will_fix: bool = False, suggestion: str | None = None) -> PlannedFinding:
+        line = getattr(node, "lineno", 1)
+        col = self._index.col(line, getattr(node, "col_offset", 0))
+        return PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion)
+
+    def edit(self, node: ast.expr | ast.stmt, kind: str, text: str,
+             change: ChainEdit | ImportEdit | ValueEdit | Splice | str) -> Edit:
+        start, end = self._index.span(node)
+        return Edit(start, end, node.lineno, kind, text, change)
+
+    # adding --------------------------------------------------------------------------------
+    def add(self, findings: tuple[PlannedFinding, ...] = (), edits: tuple[Edit, ...] = (),
+            needs: frozenset[str] = frozenset()) -> None:
+        """Findings with the edits and head statements (`needs`) that come with them; all dropped where a
+        suppression comment covers one of the findings."""
+        if any(self._suppressions.covers(f.line, f.code) for f in findings):
+            return
+        self._units.append(_Unit(findings, edits, needs))
+        self._edits += edits
+
+    def add_finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
+                    will_fix: bool = False, suggestion: str | None = None) -> None:
+        self.add((self.finding(node, code, message, fixable=fixable, unsafe=unsafe, will_fix=will_fix,
+                               suggestion=suggestion),))
+
+    def add_edit(self, edit: Edit) -> None:
+        self.add(edits=(edit,))
+
+    # reading -------------------------------------------------------------------------------
+    @property
+    def edits(self) -> tuple[Edit, ...]:
+        """The edits planned so far (a planner that rebuilds statements checks it cuts none of them)."""
+        return tuple(self._edits)
+
+    @property
+    def findings(self) -> list[PlannedFinding]:
+        return [f for unit in self._units for f in unit.findings]
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """The head statements asked for (`functools`, the module's device name)."""
+        return frozenset().union(*(unit.needs for unit in self._units))
+
+
+class Planner(Protocol):
+    def __call__(self, context: ModuleContext, sink: Sink) -> None: ...
