@@ -64,7 +64,7 @@ class Run:
     failing_examples: Counter = field(default_factory=Counter)  # source -> examples with a failure
     failures: Counter = field(default_factory=Counter)  # kind -> failures
     found: dict[tuple, Found] = field(default_factory=dict)
-    pending_oracle: list[tuple[fc.Mutant, str, str]] = field(default_factory=list)  # (mutant, output, option set)
+    pending_oracle: list[tuple[fc.Mutant, fc.OraclePair]] = field(default_factory=list)
 
     def record(self, source: str, option_set: str, mutant: fc.Mutant, failures: list[fc.Failure]) -> None:
         for failure in failures:
@@ -85,9 +85,8 @@ def _mask(detail: str) -> str:
 
 def _use_kind(mutant: fc.Mutant, failure: fc.Failure) -> str:
     """The template of the use a failure names (silent-*), else the templates of every use."""
-    for use in mutant.uses:
-        if use.text.strip() and use.text.strip() in failure.detail:
-            return use.template
+    if failure.template:
+        return failure.template
     return " | ".join(sorted({u.template for u in mutant.uses}))
 
 
@@ -106,7 +105,7 @@ def _run_source(name: str, strategy, count: int, run_seed: int, run: Run, progre
             run.failing_examples[name] += 1
         run.record(name, option_set, mutant, outcome.failures)
         if name == "runnable" and outcome.fixed is not None and not outcome.failures:
-            run.pending_oracle.append((mutant, outcome.fixed.new_source, option_set))
+            run.pending_oracle.append((mutant, fc.oracle_pair(mutant, outcome.fixed, option_set)))
             if len(run.pending_oracle) >= ORACLE_BATCH:
                 _flush_oracle(run)
         progress()
@@ -118,11 +117,11 @@ def _run_source(name: str, strategy, count: int, run_seed: int, run: Run, progre
 def _flush_oracle(run: Run) -> None:
     if not run.pending_oracle:
         return
-    pairs = [(m.source, out, option_set) for m, out, option_set in run.pending_oracle]
-    for index, failures in fc.oracle_failures(pairs, fc.expected_record).items():
-        mutant, _, option_set = run.pending_oracle[index]
+    pairs = [pair for _, pair in run.pending_oracle]
+    for index, failures in fc.oracle_failures(pairs).items():
+        mutant, pair = run.pending_oracle[index]
         run.failing_examples["runnable"] += 1
-        run.record("runnable", option_set, mutant, failures)
+        run.record("runnable", pair.option_set, mutant, failures)
     run.pending_oracle.clear()
 
 
