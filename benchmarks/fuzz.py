@@ -12,7 +12,8 @@ derandomized part of the same in the suite). The examples are split between the 
 - ``runnable``: small programs of runnable statement templates, which the torch oracle (tests/amp_recorder.py)
   runs before and after the rewrite, in batches.
 
-Each example is one program under one option set (drawn from fuzz_cases.OPTION_SETS). Printed: the examples
+Each example is one program under one option set: every program drawn is checked under each of
+fuzz_cases.OPTION_SETS. Printed: the examples
 run by source and option set, the failures by invariant kind, and for each distinct failure (kind, the kind of
 use, the option set, the message with names masked) a minimal reproducer: the first failing program, reduced
 by deleting statements while the same kind of failure remains.
@@ -38,7 +39,6 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import fuzz_cases as fc  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 # Share of the examples by source (a missing corpus gives its share to torch's source).
 SHARES = {"hypothesmith": 0.4, "torch": 0.25, "corpus": 0.2, "runnable": 0.15}
@@ -91,24 +91,27 @@ def _use_kind(mutant: fc.Mutant, failure: fc.Failure) -> str:
 
 
 def _run_source(name: str, strategy, count: int, run_seed: int, run: Run, progress) -> None:
+    """`count` examples from `strategy`: each program drawn is checked under every option set (the engine is
+    cheap next to generating a program, so one program gives as many examples as there are option sets)."""
     if count <= 0:
         return
 
     @seed(run_seed)
-    @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+    @settings(max_examples=-(-count // len(fc.OPTION_SETS)), database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(mutant=strategy, option_set=st.sampled_from(sorted(fc.OPTION_SETS)))
-    def one(mutant: fc.Mutant, option_set: str) -> None:
-        outcome = fc.failures(mutant, fc.OPTION_SETS[option_set])
-        run.examples[(name, option_set)] += 1
-        if outcome.failures:
-            run.failing_examples[name] += 1
-        run.record(name, option_set, mutant, outcome.failures)
-        if name == "runnable" and outcome.fixed is not None and not outcome.failures:
-            run.pending_oracle.append((mutant, fc.oracle_pair(mutant, outcome.fixed, option_set)))
-            if len(run.pending_oracle) >= ORACLE_BATCH:
-                _flush_oracle(run)
-        progress()
+    @given(mutant=strategy)
+    def one(mutant: fc.Mutant) -> None:
+        for option_set, options in fc.OPTION_SETS.items():
+            outcome = fc.failures(mutant, options)
+            run.examples[(name, option_set)] += 1
+            if outcome.failures:
+                run.failing_examples[name] += 1
+            run.record(name, option_set, mutant, outcome.failures)
+            if name == "runnable" and outcome.fixed is not None and not outcome.failures:
+                run.pending_oracle.append((mutant, fc.oracle_pair(mutant, outcome.fixed, option_set)))
+            progress()
+        if len(run.pending_oracle) >= ORACLE_BATCH:
+            _flush_oracle(run)
 
     one()
     _flush_oracle(run)

@@ -315,11 +315,10 @@ def expression_positions(tree: ast.Module) -> list[ast.expr]:
                 and not isinstance(node, ast.GeneratorExp)):
             out.append(node)
         if isinstance(node, ast.match_case):  # patterns are not expressions; the guard and body are visited
-            for child in (node.guard, *node.body):
-                if child is not None:
-                    visit(child, inside)
-            return
-        for child in ast.iter_child_nodes(node):
+            children: list[ast.AST] = [*([node.guard] if node.guard is not None else []), *node.body]
+        else:
+            children = list(ast.iter_child_nodes(node))
+        for child in children:
             visit(child, inside)
 
     visit(tree, False)
@@ -560,9 +559,9 @@ def runnable_mutants(draw) -> Mutant:
     top_lines = tuple(range(RUNNABLE_PRELUDE.count("\n") + 1, offset + 1))
     mutant = Mutant(RUNNABLE_PRELUDE + "".join(top) + "".join(body), label="runnable")
     for line, text, local, template_text in placed:
-        imports = tuple(n + offset for n in local) if local else top_lines
+        import_lines = tuple(n + offset for n in local) if local else top_lines
         last = line + offset + text.count("\n") - 1
-        mutant.uses.append(Use(line + offset, last, imports, text, template_text))
+        mutant.uses.append(Use(line + offset, last, import_lines, text, template_text))
     return mutant
 
 
@@ -575,6 +574,7 @@ class Failure:
     kind: str
     detail: str
     template: str = ""  # the kind of use it is about, when it is about one
+    records: tuple[list, list] | None = field(default=None, compare=False)  # the oracle's (before, after)
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.detail}"
@@ -679,7 +679,8 @@ def oracle_failures(pairs: list[OraclePair]) -> dict[int, list[Failure]]:
     """Runs each pair: the rewrite must build the AMP objects the original builds (`records_match`).
     Returns {index of a failing pair: its failures}."""
     with tempfile.TemporaryDirectory(prefix="ampfix-fuzz-") as tmp:
-        befores, afters = [], []
+        befores: list[str] = []
+        afters: list[str] = []
         for k, pair in enumerate(pairs):
             for side, text, paths in (("in", pair.before, befores), ("out", pair.after, afters)):
                 path = Path(tmp) / f"case{k}_{side}.py"
@@ -699,7 +700,8 @@ def oracle_failures(pairs: list[OraclePair]) -> dict[int, list[Failure]]:
         elif after["error"] is not None:
             problems.append(Failure("oracle-output-error", f"the rewritten program raised: {after['error']}"))
         elif not records_match(before["records"], after["records"], pair):
-            problems.append(Failure("oracle-mismatch", f"before {before['records']}, after {after['records']}"))
+            problems.append(Failure("oracle-mismatch", f"before {before['records']}, after {after['records']}",
+                                    records=(before["records"], after["records"])))
         if problems:
             out[k] = problems
     return out
