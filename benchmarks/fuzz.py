@@ -9,6 +9,8 @@ derandomized part of the same in the suite). The examples are split between the 
 - ``hypothesmith``: programs generated from Python's grammar, with 1-3 uses inserted;
 - ``torch``: the installed torch's own .py files (up to --max-bytes), mutated the same way;
 - ``corpus``: the .py files of the old releases benchmarks/corpus.py downloads (--corpus; skipped when absent);
+- ``every-spelling``: each template with each spelling of its names, in a small host (deterministic; run in
+  full before the drawn examples, and not counted against --examples);
 - ``runnable``: small programs of runnable statement templates, which the torch oracle (tests/amp_recorder.py)
   runs before and after the rewrite, in batches.
 
@@ -178,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {done[0]} examples, {sum(run.failures.values())} failures, "
                   f"{time.perf_counter() - start:.0f} s", flush=True)
 
+    for mutant in fc.every_spelling():
+        for option_set, options in fc.OPTION_SETS.items():
+            outcome = fc.failures(mutant, options)
+            run.examples[("every-spelling", option_set)] += 1
+            if outcome.failures:
+                run.failing_examples["every-spelling"] += 1
+            run.record("every-spelling", option_set, mutant, outcome.failures)
     for k, (name, count) in enumerate(counts.items()):
         strategy = strategies[name]
         if strategy is not None:

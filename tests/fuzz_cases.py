@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import itertools
 import io
 import json
 import os
@@ -484,6 +485,28 @@ def file_mutants(draw, files: Sequence[Path], label: str) -> Mutant:
     mutant = mutate(source, draw, f"{label}:{path.name}")
     mutant.label = f"{label}:{path}"
     return mutant
+
+
+def every_spelling() -> list[Mutant]:
+    """Every template with every spelling of its names, on each device it takes, in a small host: the
+    deterministic complement of the drawn examples (each template once, its names all spelled the same way)."""
+    out = []
+    for template in STATEMENT_TEMPLATES + EXPRESSION_TEMPLATES:
+        statement = template in STATEMENT_TEMPLATES
+        for device in template.devices:
+            choices = [spellings(name, device) for _, name in template.names]
+            for combination in itertools.product(*choices):
+                values = {f: spelling.expr for (f, _), spelling in zip(template.names, combination)}
+                values.update(id="fz_1", e="x")
+                imports = list(dict.fromkeys([*template.extra_imports, *(i for s in combination for i in s.imports)]))
+                text = template.text.format(**values)
+                use_line = len(imports) + 2
+                body = text if statement else f"y = {text}\n"
+                source = "".join(i + "\n" for i in imports) + "x = 1\n" + body
+                use = Use(use_line, use_line + body.count("\n") - 1 if not statement else use_line,
+                          tuple(range(1, len(imports) + 1)), text, template.text)
+                out.append(Mutant(source, [use], label="every-spelling"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,17 @@ def test_generated_programs(mutant: fc.Mutant, option_set: str) -> None:
     _assert_invariants(mutant, option_set)
 
 
+EVERY_SPELLING = fc.every_spelling()
+
+
+@pytest.mark.parametrize("option_set", sorted(fc.OPTION_SETS))
+def test_every_spelling_in_every_template(option_set: str) -> None:
+    """Each template with each spelling of its names, in a small host."""
+    problems = [f"{failure}\n{mutant.source}" for mutant in EVERY_SPELLING
+                for failure in fc.failures(mutant, fc.OPTION_SETS[option_set]).failures]
+    assert not problems, "\n".join(problems[:20])
+
+
 TORCH_FILES = fc.torch_source_files()
 
 
