@@ -71,7 +71,9 @@ class Run:
     def record(self, source: str, option_set: str, mutant: fc.Mutant, failures: list[fc.Failure]) -> None:
         for failure in failures:
             self.failures[failure.kind] += 1
-            key = (failure.kind, option_set, _use_kind(mutant, failure), _mask(failure.detail))
+            # The oracle's detail is already what differs; other details name the program's own things.
+            detail = failure.detail if failure.kind.startswith("oracle-") else _mask(failure.detail)
+            key = (failure.kind, option_set, _use_kind(mutant, failure), detail)
             found = self.found.setdefault(key, Found(failure.kind, option_set, source))
             found.count += 1
             if found.mutant is None or len(mutant.source) < len(found.mutant.source):
@@ -86,8 +88,9 @@ def _mask(detail: str) -> str:
 
 
 def _use_kind(mutant: fc.Mutant, failure: fc.Failure) -> str:
-    """The template of the use a failure names (silent-*), else the templates of every use."""
-    if failure.template:
+    """The template of the use a failure names (silent-*), else the templates of every use (none for the
+    oracle, whose detail says which objects differ)."""
+    if failure.template or failure.kind.startswith("oracle-"):
         return failure.template
     return " | ".join(sorted({u.template for u in mutant.uses}))
 
@@ -130,15 +133,24 @@ def _flush_oracle(run: Run) -> None:
     run.pending_oracle.clear()
 
 
+ORACLE_REDUCTION_TRIES = 12  # each try runs the recorder twice (seconds)
+
+
 def _reduce(found: Found) -> fc.Mutant | None:
-    if found.mutant is None or found.kind.startswith("oracle-"):
-        return found.mutant  # runnable programs are small already; reducing would rerun the oracle each try
+    if found.mutant is None:
+        return None
     options = fc.OPTION_SETS[found.option_set]
+    if not found.kind.startswith("oracle-"):
+        return fc.reduce(found.mutant, lambda c: any(f.kind == found.kind for f in fc.failures(c, options).failures))
 
-    def still_fails(candidate: fc.Mutant) -> bool:
-        return any(f.kind == found.kind for f in fc.failures(candidate, options).failures)
+    def oracle_still_fails(candidate: fc.Mutant) -> bool:
+        outcome = fc.failures(candidate, options)
+        if outcome.failures or outcome.fixed is None:
+            return False
+        failures = fc.oracle_failures([fc.oracle_pair(candidate, outcome.fixed, found.option_set)])
+        return any(f.kind == found.kind and f.detail == found.detail for f in failures.get(0, ()))
 
-    return fc.reduce(found.mutant, still_fails)
+    return fc.reduce(found.mutant, oracle_still_fails, budget=ORACLE_REDUCTION_TRIES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -723,11 +723,20 @@ def oracle_failures(pairs: list[OraclePair]) -> dict[int, list[Failure]]:
         elif after["error"] is not None:
             problems.append(Failure("oracle-output-error", f"the rewritten program raised: {after['error']}"))
         elif not records_match(before["records"], after["records"], pair):
-            problems.append(Failure("oracle-mismatch", f"before {before['records']}, after {after['records']}",
+            problems.append(Failure("oracle-mismatch", record_differences(before["records"], after["records"]),
                                     records=(before["records"], after["records"])))
         if problems:
             out[k] = problems
     return out
+
+
+def record_differences(before: list[dict], after: list[dict]) -> str:
+    """What differs, object by object (`api.argument: before -> after`), or the counts when they differ."""
+    if len(before) != len(after):
+        return f"{len(before)} AMP objects before, {len(after)} after: {before} / {after}"
+    differences = sorted({f"{old['api']}.{key}: {old.get(key)!r} -> {new.get(key)!r}"
+                          for old, new in zip(before, after) for key in {*old, *new} if old.get(key) != new.get(key)})
+    return "; ".join(differences)
 
 
 def records_match(before: list[dict], after: list[dict], pair: OraclePair) -> bool:
