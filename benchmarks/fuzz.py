@@ -234,7 +234,9 @@ def figures(run: Run, elapsed: float) -> dict:
 def render(run: Run, elapsed: float) -> str:
     option_sets = sorted(fc.OPTION_SETS)
     sources = sorted({s for s, _ in run.examples})
-    lines = [f"examples run: {sum(run.examples.values())} in {elapsed:.0f} s", "",
+    every = sum(n for (source, _), n in run.examples.items() if source == "every-spelling")
+    lines = [f"examples run: {sum(run.examples.values()) - every} drawn + {every} every-spelling, in {elapsed:.0f} s",
+             "",
              f"{'source':<14}" + "".join(f"{o:>14}" for o in option_sets) + f"{'total':>8}{'failing':>9}"]
     for source in sources:
         row = [run.examples[(source, o)] for o in option_sets]

@@ -24,8 +24,11 @@ The invariants (`failures`), each a failure kind:
   goes through);
 - ``silent-leftover``: after the rewrite, the lines an inserted use became hold no deprecated use (by the
   engine-independent oracle of benchmarks/corpus.py), or a finding left unfixed is on the use's lines;
-- ``oracle-*`` (runnable programs only): the rewritten program runs, and builds the same AMP objects
-  (moved to the CPU under --device cpu/auto, as tests/test_equivalence.py expects).
+- ``oracle-*`` (runnable programs only): the rewritten program runs (``oracle-output-error``), builds the same
+  AMP objects (``oracle-mismatch``; moved to the CPU under --device cpu/auto, as tests/test_equivalence.py
+  expects, but for the uses left reported), and, when every use was rewritten, no longer warns that it uses
+  torch.cuda.amp / torch.cpu.amp (``oracle-still-warns``). ``oracle-input-error`` is the harness's own failure:
+  a generated program that does not run.
 """
 
 from __future__ import annotations
@@ -725,6 +728,9 @@ def oracle_failures(pairs: list[OraclePair]) -> dict[int, list[Failure]]:
         elif not records_match(before["records"], after["records"], pair):
             problems.append(Failure("oracle-mismatch", record_differences(before["records"], after["records"]),
                                     records=(before["records"], after["records"])))
+        if pair.all_fixed and after["deprecation_warnings"] and after["error"] is None:
+            problems.append(Failure("oracle-still-warns", f"every use was rewritten, yet the rewrite warns: "
+                                    f"{after['deprecation_warnings']}"))
         if problems:
             out[k] = problems
     return out
