@@ -31,6 +31,7 @@ import json
 import re
 import sys
 import time
+import traceback
 import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -118,7 +119,12 @@ def _run_source(name: str, strategy, count: int, run_seed: int, run: Run, progre
         if len(run.pending_oracle) >= ORACLE_BATCH:
             _flush_oracle(run)
 
-    one()
+    try:
+        one()
+    except Exception as error:  # noqa: BLE001 - a bug of the harness (the generators): counted, the run goes on
+        run.failures["harness-error"] += 1
+        run.found[("harness-error", name)] = Found("harness-error", "-", name, 1, None,
+                                                   "".join(traceback.format_exception(error))[-3000:])
     _flush_oracle(run)
 
 

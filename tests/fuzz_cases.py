@@ -308,6 +308,11 @@ def _top_position(tree: ast.Module) -> int:
 _NOT_REPLACEABLE = (ast.Starred, ast.Slice, ast.JoinedStr, ast.FormattedValue)
 
 
+def _holds_slice(node: ast.AST) -> bool:
+    """A subscript's tuple of slices (`a[:, 1:]`) is no expression outside the brackets."""
+    return isinstance(node, ast.Tuple) and any(isinstance(e, ast.Slice) for e in node.elts)
+
+
 def expression_positions(tree: ast.Module) -> list[ast.expr]:
     """Expressions that `(USE, e)[1]` can replace: loaded, outside f-strings, not a starred or a slice."""
     out: list[ast.expr] = []
@@ -316,7 +321,7 @@ def expression_positions(tree: ast.Module) -> list[ast.expr]:
         inside = in_fstring or isinstance(node, ast.JoinedStr)
         if (isinstance(node, ast.expr) and not inside and not isinstance(node, _NOT_REPLACEABLE)
                 and isinstance(getattr(node, "ctx", ast.Load()), ast.Load) and node.end_lineno is not None
-                and not isinstance(node, ast.GeneratorExp)):
+                and not isinstance(node, ast.GeneratorExp) and not _holds_slice(node)):
             out.append(node)
         if isinstance(node, ast.match_case):  # patterns are not expressions; the guard and body are visited
             children: list[ast.AST] = [*([node.guard] if node.guard is not None else []), *node.body]
@@ -370,11 +375,11 @@ def insert_use(mutant: Mutant, draw, counter: list[int]) -> bool:
         imports = _replace_expression(mutant, tree, draw, counter)
     if imports is None:
         return False
-    if imports:  # at the top of the module, after its docstring and __future__ imports
-        top = _top_position(ast.parse(mutant.source))
-        mutant.insert_lines(top, "".join(i + "\n" for i in imports))
-        mutant.uses[-1] = replace(mutant.uses[-1], imports=tuple(range(top, top + len(imports))))
     try:
+        if imports:  # at the top of the module, after its docstring and __future__ imports
+            top = _top_position(ast.parse(mutant.source))
+            mutant.insert_lines(top, "".join(i + "\n" for i in imports))
+            mutant.uses[-1] = replace(mutant.uses[-1], imports=tuple(range(top, top + len(imports))))
         compile(mutant.source, "<fuzz>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError):  # a position where the text does not fit (a pattern, ...)
         mutant.source, mutant.uses = before
