@@ -1,0 +1,6 @@
+from torch.cuda import amp
+from torch import cuda
+
+scaler = amp.GradScaler()
+with cuda.amp.autocast():
+    pass
