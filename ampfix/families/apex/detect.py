@@ -88,10 +88,10 @@ def plan_apex(analysis: Analysis) -> None:
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         for ref, _, full, rule in uses:
-            if isinstance(rewritten, dict):
+            if isinstance(rewritten, dict) and id(ref) in rewritten:
                 _report_fixed(analysis, ref.node, rule, rewritten[id(ref)])
-            else:
-                not_rewritten = rewritten if rule is says_why else ""
+            else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
+                not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
         _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
     if apex_imported or _may_hold_settings(analysis):
