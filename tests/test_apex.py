@@ -451,6 +451,9 @@ def test_the_o1_pattern_beside_every_other_apex_name_is_rewritten_and_the_others
         (f.line, f.code, f.fixable) for f in fixed.findings}
     assert sorted(f.code for f in fixed.findings if f.fixed) == ["AMP101", "AMP102", "AMP103", "AMP104"]
     left = {(f.line, f.code) for f in fixed.findings if not f.fixed}
-    expected = {(line, rule.code) for line, rule in ((n, rules.rule_of(name)) for n, name in lines.items())
+    # each use at its line, and each import (line i + 1 imports name i; it fails on current apex)
+    imports = {i + 1: name for i, name in enumerate(others)}
+    expected = {(line, rule.code) for line, rule in ((n, rules.rule_of(name))
+                                                     for n, name in [*lines.items(), *imports.items()])
                 if rule is not None}
-    assert len(expected) == len(lines) and left == expected
+    assert len(expected) == 2 * len(others) and left == expected

@@ -87,13 +87,15 @@ def plan_apex(analysis: Analysis) -> None:
         rewritten = _plan_rewrite(analysis, uses)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
-        for ref, _, full, rule in uses:
+        left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
+        for ref, binding, full, rule in uses:
             if isinstance(rewritten, dict) and id(ref) in rewritten:
                 _report_fixed(analysis, ref.node, rule, rewritten[id(ref)])
             else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
+                left.add(id(binding))
                 not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
-        _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
+        _report_imports(analysis, used, left, rewritten if isinstance(rewritten, dict) else {})
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
 
@@ -207,10 +209,12 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str]) -> None:
-    """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
-    or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
-    removes it: `rewritten` holds its message by id() of the import)."""
+def _report_imports(analysis: Analysis, used: set[int], left: set[int], rewritten: dict[int, str]) -> None:
+    """Every apex import the rewrite does not remove is reported at its line (it fails on current apex): the
+    optional import says its handler silently turns mixed precision off, an import with a use left through it
+    (`left`, id() of bindings) says the uses are reported too. Fixed where the rewrite removes the optional import
+    (`rewritten` holds its message by id() of the import); a plain one whose every use is rewritten goes silently
+    with them."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
             rule = rules.rule_of(qname) if _owned(qname) else None
@@ -225,6 +229,8 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
                         "goes on in float32; torch.amp is always there, so import nothing instead")
             elif not _binding_used(imp.scope, imp.node, qname, used):
                 _report(analysis, imp.node, rule, advice)
+            elif _binding_used(imp.scope, imp.node, qname, left):  # it fails on current apex too
+                _report(analysis, imp.node, rule, advice, "the uses of what it imports are reported at their lines")
 
 
 def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, used: set[int]) -> bool:
