@@ -105,7 +105,7 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [binding for _, binding, _ in amp_uses])
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
     # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
     reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
     if isinstance(found, OptionalImport):
@@ -119,15 +119,20 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
-def _amp_import(analysis: Analysis, bindings_used: list[Binding]) -> ast.ImportFrom | OptionalImport | str:
-    """The one module-level `from apex import amp` the uses go through (plain, or the optional import), or why
-    there is none."""
-    bindings = {id(binding): binding for binding in bindings_used}
+def _amp_import(analysis: Analysis, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:
+    """The one `from apex import amp` the uses go through (plain at module level, the optional import, or plain in
+    the function that uses it: the rewrite checks where in it), or why there is none."""
+    bindings = {id(binding): binding for _, binding in uses}
     binding = next(iter(bindings.values()), None)
-    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
-                 "or a name also bound otherwise)")
+    not_plain = ("apex.amp is not reached through one `from apex import amp` (at module level, or in the function "
+                 "of its uses), or its name is also bound otherwise")
     if binding is None or len(bindings) != 1 or binding.qname != rules.AMP_MODULE:
         return not_plain
+    scope, found = uses[0][0].scope.lookup(binding.name)
+    node = binding.imported_by.node if binding.imported_by is not None else None
+    if scope is not None and scope.kind == "function" and found == [binding] \
+            and isinstance(node, ast.ImportFrom) and imports_amp_alone(node):
+        return node  # a local import (a function body, an `if`/`try` in it)
     module_bindings = analysis.walker.module_scope.bindings.get(binding.name, [])
     if module_bindings == [binding]:
         node = binding.imported_by.node if binding.imported_by is not None else None

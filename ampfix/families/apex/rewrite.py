@@ -193,6 +193,10 @@ class _Shape:
     newline: str
     import_node: ast.ImportFrom
     optional: OptionalImport | None
+    # what removing the import removes: the import, the optional import's `try`, or a local import's `try` whose
+    # handlers only raise; None where it goes with initialize's `if` (a local import in it)
+    import_statement: ast.stmt | None = None
+    condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
 
     @property
     def scope(self) -> Scope:
@@ -217,7 +221,23 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
-    init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+    local = optional is None and import_node not in tree.engine.tree.body
+    import_statement = _local_import_statement(tree, import_node) if local else (
+        optional.statement if optional is not None else import_node)
+    condition = None
+    if local:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled)
+        flags: tuple[str, ...] = ()
+        if tree.parent(import_statement) is init_statement:
+            import_statement_kept: ast.stmt | None = None  # it goes with initialize's `if`
+        elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
+            import_statement_kept = import_statement
+        else:
+            raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
+                                "nor in the `if` that guards initialize")
+    else:
+        init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+        import_statement_kept = import_statement
     function = tree.parent(init_statement)  # a function, or the module of a script
     if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
         raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
@@ -228,13 +248,17 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
             raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
     torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
+    if local and not torch_bound:
+        raise NotMechanical("torch is not imported where the local `from apex import amp` is")
+    if condition is not None:
+        _stable(condition, function)
     comments = _comment_lines(tree.index.text)
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional)
+                  device, dtype, newline, import_node, optional, import_statement_kept, condition)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -291,6 +315,58 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,)
+
+
+def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
+    """A local `from apex import amp`, or the `try` holding it alone whose handlers only raise (the import failing
+    was an error, and torch.amp, which takes its place, is always there): what removing it removes."""
+    parent = tree.parent(import_node)
+    if isinstance(parent, ast.Try) and parent.body == [import_node]:
+        if parent.orelse or parent.finalbody or not all(
+                len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
+            raise NotMechanical("the `try` around the local `from apex import amp` does more than raise")
+        return parent
+    return import_node
+
+
+def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt,
+                 enabled: ast.expr | None) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
+    """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
+    chain): COND goes to `enabled=` of the scaler and of autocast. The statement initialize becomes the scaler of,
+    the `enabled` expression, the condition."""
+    guard = tree.parent(init)
+    if not isinstance(guard, ast.If):
+        return init, enabled, None
+    if guard.body not in ([init], [import_statement, init]) or guard.orelse:
+        raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
+    if not _chain(guard.test):
+        raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
+    if enabled is not None:
+        raise NotMechanical("initialize under a condition has an `enabled=` of its own")
+    return guard, guard.test, guard.test
+
+
+def _chain(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _stable(condition: ast.expr, function: ast.AST) -> None:
+    """The condition means the same at the scaler and at every autocast: nothing in the function assigns it (nor,
+    for an attribute chain, the name it starts from)."""
+    root = condition
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    dumps = {ast.dump(condition), ast.dump(root)}
+    for node in ast.walk(function):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
+                        and ast.dump(part).replace("Store()", "Load()") in dumps:
+                    raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
 
 def _bound_names(target: ast.expr) -> tuple[str, str]:
@@ -508,7 +584,10 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     """The `if flag:` around a scale_loss, its `else` the plain backward; None where the `if` is one of its own
     (`if i % k == 0:`), a block like any other."""
     guard = rw.tree.parent(with_node)
-    optional = rw.shape.optional
+    optional, condition = rw.shape.optional, rw.shape.condition
+    if condition is not None and isinstance(guard, ast.If) and ast.dump(guard.test) == ast.dump(condition):
+        _plain_backward_else(guard, with_node, loss, backward)  # initialize's own condition
+        return guard
     if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
             and guard.body == [with_node]):
         return None
@@ -725,9 +804,11 @@ def _rewrite_import(rw: _Rewrite) -> None:
     shape, index, lines = rw.shape, rw.tree.index, rw.tree.lines
     newline, optional = shape.newline, shape.optional
     replacement = "" if shape.torch_bound else f"import {_NATIVE.package}{newline}"
+    if shape.import_statement is None:
+        return  # a local import in initialize's `if`: gone with it
     if optional is None:
-        _whole_lines_only(rw, shape.import_node)
-        removed: ast.stmt = shape.import_node
+        _whole_lines_only(rw, shape.import_statement)
+        removed: ast.stmt = shape.import_statement
     else:
         removed = optional.statement
         _ends_its_line(rw, removed)
