@@ -14,7 +14,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
-from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
+from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
@@ -26,13 +26,14 @@ if TYPE_CHECKING:
 
 # The engine, as apex's detection reaches it: the calls on the analysis that are not reads of its walk, and the
 # one binding lookup of its own (the engine's redesign changes how: this section and `plan_rewrite`'s `_Engine`).
-def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
+def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "",
+            unsafe_fix: bool = False) -> None:
     message = advice.reason + (f"; {detail}" if detail else "")
-    analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
+    analysis.add_finding(node, rule.code, message, fixable=unsafe_fix, unsafe=unsafe_fix, suggestion=advice.native)
 
 
-def _report_fixed(analysis: Analysis, node: ast.AST, rule: Rule, message: str) -> None:
-    analysis.add_finding(node, rule.code, message, fixable=True, will_fix=True)
+def _report_fixed(analysis: Analysis, node: ast.AST, rule: Rule, message: str, unsafe: bool = False) -> None:
+    analysis.add_finding(node, rule.code, message, fixable=True, unsafe=unsafe, will_fix=True)
 
 
 def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
@@ -89,18 +90,19 @@ def plan_apex(analysis: Analysis) -> None:
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
         for ref, binding, full, rule in uses:
-            if isinstance(rewritten, dict) and id(ref) in rewritten:
-                _report_fixed(analysis, ref.node, rule, rewritten[id(ref)])
+            if isinstance(rewritten, Rewritten) and id(ref) in rewritten.messages:
+                _report_fixed(analysis, ref.node, rule, rewritten.messages[id(ref)], rewritten.unsafe)
             else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
                 left.add(id(binding))
                 not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
-                _report_use(analysis, ref, rule, full, not_rewritten)
-        _report_imports(analysis, used, left, rewritten if isinstance(rewritten, dict) else {})
+                unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
+                _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
+        _report_imports(analysis, used, left, rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False))
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
 
 
-def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str:
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
@@ -151,7 +153,8 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
     return [f"{node.module}.{alias.name}" for alias in node.names]
 
 
-def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
+def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "",
+                unsafe_fix: bool = False) -> None:
     notes = []
     call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
     if rule is rules.INITIALIZE and call is not None:
@@ -160,7 +163,7 @@ def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_re
         notes.append(_scale_loss_detail(call))
     if not_rewritten:
         notes.append(f"not rewritten: {not_rewritten}")
-    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n))
+    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n), unsafe_fix)
 
 
 def _argument(call: ast.Call, name: str, params: tuple[str, ...]) -> ast.expr | None:
@@ -214,7 +217,7 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: Analysis, used: set[int], left: set[int], rewritten: dict[int, str]) -> None:
+def _report_imports(analysis: Analysis, used: set[int], left: set[int], rewritten: Rewritten) -> None:
     """Every apex import the rewrite does not remove is reported at its line (it fails on current apex): the
     optional import says its handler silently turns mixed precision off, an import with a use left through it
     (`left`, id() of bindings) says the uses are reported too. Fixed where the rewrite removes the optional import
@@ -226,8 +229,8 @@ def _report_imports(analysis: Analysis, used: set[int], left: set[int], rewritte
             if rule is None:
                 continue
             advice = _advice(qname)
-            if id(imp.node) in rewritten:
-                _report_fixed(analysis, imp.node, rule, rewritten[id(imp.node)])
+            if id(imp.node) in rewritten.messages:
+                _report_fixed(analysis, imp.node, rule, rewritten.messages[id(imp.node)], rewritten.unsafe)
             elif imp.optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "

@@ -96,12 +96,25 @@ class AmpUse:
     full: str
 
 
+@dataclass(frozen=True)
+class Rewritten:
+    """The message of each use rewritten, by id() of its ChainRef (and, for the optional import, of the import);
+    `unsafe`: the rewrite changes the numerics where opt_level is not O1 (--unsafe-fixes)."""
+
+    messages: dict[int, str]
+    unsafe: bool
+
+
+class UnsafeOnly(str):
+    """Why the rewrite is not made, where --unsafe-fixes makes it (the uses are reported fixable, unsafe)."""
+
+
 class NotMechanical(Exception):
     """A condition of the rewrite fails: every use is reported instead."""
 
 
 def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom,
-                 optional: OptionalImport | None = None) -> dict[int, str] | str:
+                 optional: OptionalImport | None = None) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
     by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
     mechanical shape."""
@@ -114,9 +127,12 @@ def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.Import
         _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)
+    opt_level = rewrite.shape.opt_level
+    if opt_level.unsafe and not engine.options.unsafe_fixes:
+        return UnsafeOnly(f"{opt_level.note} (an unsafe fix exists: --unsafe-fixes)")
     _initialize_message(rewrite)
     engine.add_splices(rewrite.splices)
-    return rewrite.messages
+    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe)
 
 
 # The module's tree, with what the stages ask of it ------------------------------------------------------------
@@ -197,6 +213,7 @@ class _Shape:
     # handlers only raise; None where it goes with initialize's `if` (a local import in it)
     import_statement: ast.stmt | None = None
     condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
+    opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
 
     @property
     def scope(self) -> Scope:
@@ -221,6 +238,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
+    opt_level = _opt_level(tree, init_call)
     local = optional is None and import_node not in tree.engine.tree.body
     import_statement = _local_import_statement(tree, import_node) if local else (
         optional.statement if optional is not None else import_node)
@@ -258,7 +276,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional, import_statement_kept, condition)
+                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -421,12 +439,10 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr 
                             "hand)")
     enabled = None
     for keyword in call.keywords:
-        if keyword.arg not in rules.PATTERN_KEYWORDS:
-            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity and loss_scale")
+        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS:
+            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
+                                "keep_batchnorm_fp32 and master_weights")
         value = keyword.value
-        if keyword.arg == "opt_level" and not (isinstance(value, ast.Constant)
-                                               and value.value == rules.NATIVE_OPT_LEVEL):
-            raise NotMechanical(f'opt_level is not the literal "{rules.NATIVE_OPT_LEVEL}"')
         if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
                                                 and value.value == rules.DYNAMIC_LOSS_SCALE):
             raise NotMechanical(f'loss_scale is not "{rules.DYNAMIC_LOSS_SCALE}"')
@@ -436,6 +452,78 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr 
                 raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
             enabled = value
     return model, optimizer, enabled
+
+
+@dataclass(frozen=True)
+class _OptLevel:
+    """What initialize's opt_level (and the keywords that belong to O2/O3) means for the rewrite."""
+
+    level: str  # for the message: "O1", "O2", or the expression's text
+    note: str  # what the finding adds: what O2/O3 users lose ("" for O1)
+    unsafe: bool  # the rewrite changes the numerics where the level is not O1: --unsafe-fixes only
+
+
+def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
+    """A literal O1 (or none) as before; an argparse option in the module whose default is O1: rewritten, the note
+    saying what a run with O2/O3 loses; a literal O2/O3, an option with another default, or a value that cannot be
+    read: rewritten under --unsafe-fixes only, with the note."""
+    value = next((k.value for k in call.keywords if k.arg == "opt_level"), None)
+    if value is None and len(call.args) > 3:
+        raise NotMechanical("opt_level is passed by position")
+    extras = [rules.INITIALIZE_KEYWORDS[k.arg] for k in call.keywords if k.arg in rules.UNSAFE_KEYWORDS]
+    if value is None or (isinstance(value, ast.Constant) and value.value == rules.NATIVE_OPT_LEVEL):
+        if extras:
+            raise NotMechanical("keep_batchnorm_fp32/master_weights are given with O1")
+        return _OptLevel(rules.NATIVE_OPT_LEVEL, "", False)
+    if isinstance(value, ast.Constant):
+        if value.value not in rules.UNSAFE_OPT_LEVELS:
+            raise NotMechanical(f"opt_level is {value.value!r} (O1 is rewritten; O2 and O3 under --unsafe-fixes)")
+        return _unsafe_level(tree, value.value, [rules.UNSAFE_OPT_LEVELS[value.value], *extras])
+    text = tree.text(value)
+    option = _argparse_option(tree, value)
+    if option is None:
+        return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
+    flag, default, choices = option
+    said = f"opt_level `{text}` is the option {flag} (default {default!r}" + (
+        f", choices {', '.join(choices)})" if choices else ")")
+    if default == rules.NATIVE_OPT_LEVEL and not extras:
+        return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
+    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *extras])
+
+
+def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:
+    return _OptLevel(level, "; ".join(notes), True)
+
+
+def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
+    """`X.name` read from the one `add_argument("--name", default="O1", choices=[...])` of the module whose
+    destination is `name`: the flag, its literal default, its literal choices; else None."""
+    if not isinstance(value, ast.Attribute):
+        return None
+    found = []
+    for node in ast.walk(tree.engine.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        longs = [f for f in flags if f.startswith("--")]
+        dest = keywords.get("dest")
+        name = dest.value if isinstance(dest, ast.Constant) else (longs[0][2:].replace("-", "_") if longs else None)
+        if name == value.attr:
+            found.append((longs[0] if longs else name, keywords))
+    if len(found) != 1:
+        return None
+    flag, keywords = found[0]
+    default = keywords.get("default")
+    choices = keywords.get("choices")
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+        return None
+    listed = [c.value for c in choices.elts if isinstance(c, ast.Constant) and isinstance(c.value, str)] \
+        if isinstance(choices, (ast.List, ast.Tuple)) else []
+    if choices is not None and (len(listed) != len(getattr(choices, "elts", [])) or not listed):
+        return None
+    return str(flag), default.value, listed
 
 
 def _availability_guard(guard: ast.If, optional: OptionalImport, scope: Scope, what: str) -> None:
@@ -862,11 +950,13 @@ def _initialize_message(rw: _Rewrite) -> None:
             "of their own)")
     opt_name = shape.opt_name
     rw.messages[id(shape.init_use.ref)] = (
-        f"`{shape.amp}.initialize` (O1) -> `{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
+        f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
+        f"`{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
         f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{SCALER}.step({opt_name})` and "
         f"`{SCALER}.update()`"
         + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
-           "unscaled them when scale_loss exited)" if rw.unscaled_at else "") + note)
+           "unscaled them when scale_loss exited)" if rw.unscaled_at else "")
+        + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
 
 
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).

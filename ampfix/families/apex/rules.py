@@ -381,6 +381,17 @@ INITIALIZE_KEYWORDS: dict[str, str] = {
     "max_loss_scale": "max_loss_scale: GradScaler has no ceiling for its scale",
     "num_losses": "num_losses gives each loss its own scale: one GradScaler serves every loss with one scale",
 }
+# The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
+# an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
+UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
+# What an O2/O3 run loses when it becomes native AMP (the note of an unsafe or option-read rewrite).
+OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master copies of the weights); native AMP "
+                  "keeps float32 weights and runs the forward pass under autocast: the numerics and the memory use "
+                  "change (NVIDIA's deprecation notice points O1 and O2 users to native AMP)")
+UNSAFE_OPT_LEVELS: dict[str, str] = {
+    "O2": f"opt_level O2 becomes native AMP: {OPT_LEVEL_LOSS}",
+    "O3": f"opt_level O3 (pure float16, no master weights) becomes native AMP: {OPT_LEVEL_LOSS}",
+}
 OPT_LEVELS: dict[str, str] = {
     "O1": "O1 patched torch for the whole process from here on; autocast is scoped, so every forward pass "
           "(evaluation too) must be under it",
