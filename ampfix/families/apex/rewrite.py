@@ -371,8 +371,8 @@ def _chain(node: ast.expr) -> bool:
 
 
 def _stable(condition: ast.expr, function: ast.AST) -> None:
-    """The condition means the same at the scaler and at every autocast: nothing in the function assigns it (nor,
-    for an attribute chain, the name it starts from)."""
+    """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
+    the `if` that tests it (nor, for an attribute chain, the name it starts from)."""
     root = condition
     while isinstance(root, ast.Attribute):
         root = root.value
@@ -383,6 +383,7 @@ def _stable(condition: ast.expr, function: ast.AST) -> None:
         for target in targets:
             for part in ast.walk(target):
                 if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
+                        and part.lineno > condition.lineno \
                         and ast.dump(part).replace("Store()", "Load()") in dumps:
                     raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
@@ -650,7 +651,9 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     if id(block) in rw.forward_blocks or position <= begin:
         raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
     rw.forward_blocks.add(id(block))
-    _whole_lines_only(rw, statement)
+    kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
+    if guard is None:
+        _whole_lines_only(rw, statement)
     # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
     # loss and the arguments stay where they are (another rule may edit inside them)
     loss_start, loss_end = index.span(loss)
@@ -658,7 +661,7 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
                        f"{tree.indent(statement.lineno)}{SCALER}.scale("))
     rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
     if guard is not None:  # the `else:` and its `loss.backward()` go
-        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline))
+        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
     first, last = _put_under_autocast(rw, block[begin:position])
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     amp = shape.amp
@@ -683,6 +686,22 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     _plain_backward_else(guard, with_node, loss, backward)
     rw.flags.append(guard.test.id)
     return guard
+
+
+def _comments_after_the_with(rw: _Rewrite, guard: ast.If, with_node: ast.With) -> str:
+    """The lines that go with the `else:` of a collapsed `if COND: scale_loss ... else: loss.backward()` may hold
+    comments on lines of their own (commented-out clipping, say): those lines are kept as they are, after the
+    rebuilt statement. Any other comment in the `if` holds the rewrite back."""
+    _ends_its_line(rw, guard)
+    lines, comments = rw.tree.lines, rw.shape.comments
+    kept = []
+    for number in range(first_line(guard), _last_line(guard) + 1):
+        if number not in comments:
+            continue
+        if number <= _last_line(with_node) or not lines[number - 1].lstrip().startswith("#"):
+            raise NotMechanical("a comment sits on a line that would be rebuilt")
+        kept.append(lines[number - 1])
+    return "".join(kept)
 
 
 def _put_under_autocast(rw: _Rewrite, forward: list[ast.stmt]) -> tuple[int, int]:
