@@ -688,6 +688,12 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     return guard
 
 
+def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
+    """Is `node` an `if` testing the condition that guarded initialize?"""
+    condition = rw.shape.condition
+    return condition is not None and isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(condition)
+
+
 def _comments_after_the_with(rw: _Rewrite, guard: ast.If, with_node: ast.With) -> str:
     """The lines that go with the `else:` of a collapsed `if COND: scale_loss ... else: loss.backward()` may hold
     comments on lines of their own (commented-out clipping, say): those lines are kept as they are, after the
@@ -773,6 +779,13 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             raise NotMechanical("master_params is not the first argument of a clipping statement")
         block, position = tree.block_of(statement)
         following = block[position + 1] if position + 1 < len(block) else None
+        guard = tree.parent(statement)
+        if following is None and _tests_condition(rw, guard) and isinstance(guard, ast.If) \
+                and guard.body[-1] is statement:
+            # `if COND: clip(master_params(opt)) else: clip(model.parameters())`, then the step: the `if` stays
+            # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
+            block, position = tree.block_of(guard)
+            following = block[position + 1] if position + 1 < len(block) else None
         if following is None or following.lineno not in step_lines:
             raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
                                 "partial, scaled gradients)")
