@@ -26,6 +26,7 @@ JOBS: dict[str, list[str]] = {
     "yolo_wrong_step_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_step.py"],
     "glue_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.native.py"],
     "glue_wrong_clip_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.wrong_clip.py"],
+    "ddp_verify": ["verify", "apex_ddp.py", "--rewritten", "apex_ddp.native.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -116,6 +117,22 @@ def test_a_correct_native_rewrite_is_equivalent_to_the_apex_original(job_name: s
     assert report["rewritten"]["emulated"] == []
     assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
     assert "equivalent to the emulated apex.amp" in job.stderr
+
+
+def test_the_canonical_apex_example_runs_with_apex_parallel_emulated_and_verifies_against_its_rewrite(
+        ddp_verify: Job) -> None:
+    """apex's examples/simple/distributed shape: apex.parallel imported unconditionally (issue 21)."""
+    report = ddp_verify.report
+    assert ddp_verify.returncode == 0, ddp_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    parallel = "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)"
+    script, native = str(FIXTURES / "apex_ddp.py"), str(FIXTURES / "apex_ddp.native.py")
+    assert report["original"]["emulated"] == [
+        {"feature": parallel, "file": script, "line": 9, "count": 1},
+        {"feature": EMULATED_O1, "file": script, "line": 23, "count": 1}]
+    # the rewrite keeps apex.parallel (AMP108 is reported, not rewritten): emulated there too
+    assert report["rewritten"]["emulated"] == [{"feature": parallel, "file": native, "line": 9, "count": 1}]
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 20
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:
