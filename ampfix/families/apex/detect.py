@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
@@ -86,15 +87,20 @@ def plan_apex(analysis: Analysis) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
+        parallel = _plan_parallel(analysis, uses)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
         for ref, binding, full, rule in uses:
             if isinstance(rewritten, Rewritten) and id(ref) in rewritten.messages:
                 _report_fixed(analysis, ref.node, rule, rewritten.messages[id(ref)], rewritten.unsafe)
+            elif isinstance(parallel, dict) and id(ref) in parallel:
+                _report_fixed(analysis, ref.node, rule, parallel[id(ref)])
             else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
                 left.add(id(binding))
                 not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
+                if rule in (rules.DISTRIBUTED, rules.SYNC_BATCH_NORM) and isinstance(parallel, str):
+                    not_rewritten = parallel
                 unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
                 _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
         _report_imports(analysis, used, left, rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False))
@@ -119,6 +125,17 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
         return found
     statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+
+
+def _plan_parallel(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+    """AMP110/AMP111 (`ampfix.families.apex.parallel`), where every apex.parallel use is one of theirs: the message
+    of each use by id() of its ref, or why nothing is rewritten (each use is then reported, with it)."""
+    parallel = [(ref, rule, full) for ref, _, full, rule in uses
+                if full == "apex.parallel" or full.startswith("apex.parallel.")]
+    if not parallel:
+        return {}
+    held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, rule, _ in parallel])
+    return held or plan_parallel(analysis, [(ref, full) for ref, _, full in parallel])
 
 
 def _amp_import(analysis: Analysis, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:

@@ -82,6 +82,14 @@ class _Engine:
             self._analysis.edits.append(Edit(start, end, line, "Splice", "", Splice(text)))
 
 
+Engine = _Engine  # the adapter's type, for the family's other rewrites
+
+
+def engine_of(analysis: Analysis) -> _Engine:
+    """The adapter, for the apex family's other rewrites (`ampfix.families.apex.parallel`)."""
+    return _Engine(analysis)
+
+
 _NATIVE = rules.NATIVE
 SCALER = _NATIVE.scaler
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
