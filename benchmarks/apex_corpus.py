@@ -55,6 +55,7 @@ AMP = ("apex.amp",)
 REMOVED = ("apex.amp", "apex.parallel", "apex.fp16_utils")
 TRAINING = ("apex.amp.initialize", "apex.amp.scale_loss")
 _MASK = re.compile(r"`[^`]*`")
+_AMP_CODES = ("AMP100", "AMP101", "AMP102", "AMP103", "AMP104")
 
 
 @dataclass
@@ -82,7 +83,8 @@ def _uses(source: str, modules: tuple[str, ...]) -> DeprecatedUses | None:
 
 def _why_left(findings) -> str:
     """The reason the engine gave for not rewriting: the `not rewritten: ...` of a finding, names masked."""
-    for finding in findings:
+    amp_first = sorted(findings, key=lambda f: f.code not in _AMP_CODES)  # the pattern's reason, not apex.parallel's
+    for finding in amp_first:
         _, found, why = finding.message.partition("not rewritten: ")
         if found and not finding.fixed:
             return _MASK.sub("`X`", why)
