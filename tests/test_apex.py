@@ -68,12 +68,13 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
-def test_the_canonical_apex_example_shape_is_rewritten_to_its_committed_native_twin():
-    """fixtures/run/apex_ddp.native.py, which tests/test_runner_apex.py verifies against the apex original."""
+@pytest.mark.parametrize("name", ["apex_ddp", "apex_condition"])
+def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str):
+    """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original."""
     from ampfix.engine import fix_source
 
     run = ROOT / "fixtures" / "run"
-    assert fix_source((run / "apex_ddp.py").read_text()).new_source == (run / "apex_ddp.native.py").read_text()
+    assert fix_source((run / f"{name}.py").read_text()).new_source == (run / f"{name}.native.py").read_text()
 
 
 @pytest.mark.parametrize("script", [SCRIPT, ROOT / "fixtures" / "apex" / "o1_script_resumes.in.py",

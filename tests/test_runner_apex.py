@@ -27,6 +27,9 @@ JOBS: dict[str, list[str]] = {
     "glue_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.native.py"],
     "glue_wrong_clip_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.wrong_clip.py"],
     "ddp_verify": ["verify", "apex_ddp.py", "--rewritten", "apex_ddp.native.py"],
+    "condition_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py"],
+    "condition_off_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py", "--",
+                             "--fp16", "0"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -133,6 +136,28 @@ def test_the_canonical_apex_example_runs_with_apex_parallel_emulated_and_verifie
     # the rewrite uses torch's DistributedDataParallel (AMP110), under the same WORLD_SIZE test: nothing emulated
     assert report["rewritten"]["emulated"] == []
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 20
+
+
+def test_the_rewrite_of_a_local_import_under_a_condition_verifies_with_the_flag_on(condition_verify: Job) -> None:
+    report = condition_verify.report
+    assert condition_verify.returncode == 0, condition_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
+    # apex unscaled before each clipping inside scale_loss; the rewrite's unscale_ before the clipping
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_with_the_flag_off_the_rewrite_differs_only_by_its_disabled_scaler(condition_off_verify: Job) -> None:
+    """`--fp16 0`: apex was never imported, the rewrite creates a disabled GradScaler (a pass-through); verify
+    names that object as the difference, and everything it produces is the same."""
+    report = condition_off_verify.report
+    assert report["equivalent"] is False
+    assert "enabled=False) at apex_condition.native.py:17" in report["first_difference"]
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
+    assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 4)]
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:

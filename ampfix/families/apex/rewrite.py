@@ -578,14 +578,23 @@ class _Rewrite:
         self.flags.extend(self.shape.flags)
 
     @property
+    def enabled(self) -> str | None:
+        """The `enabled=` of the scaler and autocast: initialize's own, a flag, or `bool(COND)` for the `if COND:`
+        that guarded initialize (an `if` tests truthiness; torch.autocast takes a bool only, not `args.fp16 = 1`)."""
+        shape = self.shape
+        if shape.enabled is None:
+            return None
+        text = self.tree.text(shape.enabled)
+        return f"bool({text})" if shape.enabled is shape.condition else text
+
+    @property
     def scaler_args(self) -> str:
-        enabled = self.shape.enabled
-        return self.shape.device + (f", enabled={self.tree.text(enabled)}" if enabled is not None else "")
+        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "")
 
     @property
     def autocast(self) -> str:
         shape = self.shape
-        enabled = f", enabled={self.tree.text(shape.enabled)})" if shape.enabled is not None else ")"
+        enabled = f", enabled={self.enabled})" if self.enabled is not None else ")"
         return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
 
     def line_splice(self, before: ast.stmt | int, text: str) -> None:
