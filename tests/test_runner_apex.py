@@ -366,10 +366,14 @@ def test_an_apex_without_amp_gets_the_emulated_amp_and_nothing_else(
     assert callable(amp.initialize) and callable(amp.scale_loss)
     with pytest.raises(AttributeError, match="float_function"):
         amp.float_function  # noqa: B018
+    parallel = importlib.import_module("apex.parallel")  # NVIDIA's examples import it unconditionally
+    assert callable(parallel.DistributedDataParallel) and callable(parallel.convert_syncbn_model)
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("apex.parallel")
+        importlib.import_module("apex.fp16_utils")
     features = [feature for feature, _, _ in provider.unemulated]
     assert features == [
         "apex.amp.float_function (not emulated; only initialize, scale_loss, master_params, state_dict, load_state_dict are)",
-        "apex.parallel (not installed; ampfix emulates only apex.amp's O1)",
+        "apex.fp16_utils (not installed; ampfix emulates only apex.amp's O1 and apex.parallel)",
     ]
+    assert [feature for feature, _, _ in provider.emulated][-1] == (
+        "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)")
