@@ -222,6 +222,7 @@ class _Shape:
     import_statement: ast.stmt | None = None
     condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
     opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
+    scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
 
     @property
     def scope(self) -> Scope:
@@ -238,7 +239,7 @@ class _Shape:
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
-    inits, scale_losses, clips, states, availability = _uses_by_rule(uses, optional)
+    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(uses, optional)
     init_use = inits[0]
     amp = init_use.ref.parts[0]
     init_call = _call_of(init_use)
@@ -284,7 +285,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level)
+                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
+                  scale_reads)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -298,6 +300,10 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
     scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
     clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
     states = by_rule.pop(rules.STATE.code, [])
+    internals = by_rule.get(rules.INTERNALS.code, [])
+    scale_reads = [use for use in internals if use.full == rules.LOSS_SCALERS]
+    if len(scale_reads) == len(internals):
+        by_rule.pop(rules.INTERNALS.code, None)
     availability = by_rule.pop(rules.OPTIONAL_IMPORT.code, []) if optional is not None else []
     if not inits:
         raise NotMechanical(f"no `{rules.INITIALIZE.title}` in this module: mixed precision is switched on "
@@ -309,7 +315,7 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
     if by_rule:
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
-    return inits, scale_losses, clips, states, availability
+    return inits, scale_losses, clips, states, availability, scale_reads
 
 
 def _availability_tests(availability: list[AmpUse], amp: str,
@@ -904,6 +910,31 @@ def _scaler_state_helper(rw: _Rewrite, scope: Scope) -> tuple[str, bool]:
     return name, True
 
 
+def _rewrite_scale_reads(rw: _Rewrite) -> None:
+    """apex's private loss scale read, `amp._amp_state.loss_scalers[0]._loss_scale` (or `.loss_scale()`), ->
+    `scaler.get_scale()`, the GradScaler's twin (one scaler: index 0 only). Anything else of `_amp_state`, a
+    write included, holds the rewrite back."""
+    tree, index = rw.tree, rw.tree.index
+    for use in rw.shape.scale_reads:
+        subscript = use.ref.parent
+        read = tree.parent(subscript)
+        if not (isinstance(subscript, ast.Subscript) and subscript.value is use.ref.node
+                and isinstance(subscript.slice, ast.Constant) and subscript.slice.value == 0
+                and isinstance(read, ast.Attribute) and isinstance(read.ctx, ast.Load)
+                and read.attr in rules.LOSS_SCALE_READS):
+            raise NotMechanical("apex's private `_amp_state` is used otherwise than reading loss_scalers[0]'s scale")
+        whole: ast.expr = read
+        if read.attr == "loss_scale":
+            call = tree.parent(read)
+            if not (isinstance(call, ast.Call) and call.func is read and not call.args and not call.keywords):
+                raise NotMechanical("loss_scalers[0].loss_scale is not called")
+            whole = call
+        start, end = index.span(whole)
+        rw.splices.append((start, end, f"{SCALER}.get_scale()"))
+        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{SCALER}.get_scale()` "
+                                    "(the GradScaler updates its scale in update(), apex did in scale_loss)")
+
+
 def _rewrite_evaluation(rw: _Rewrite) -> None:
     """Evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too."""
     rw.evaluation = _evaluation_blocks(rw)
@@ -1011,7 +1042,7 @@ def _initialize_message(rw: _Rewrite) -> None:
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
     _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses, _rewrite_clipping,
-    _unscale_before_gradient_reads, _rewrite_state, _rewrite_evaluation, _rewrite_import)
+    _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import)
 
 
 # What the stages ask of statements ------------------------------------------------------------------------

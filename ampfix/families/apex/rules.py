@@ -365,6 +365,11 @@ for _name in ("mmengine.optim.optimizer.ApexOptimWrapper",
               "mmengine.optim.optimizer.apex_optimizer_wrapper.ApexOptimWrapper"):
     ADVICE[_name] = ADVICE["mmengine.optim.ApexOptimWrapper"]
 
+# apex's private loss scalers (`amp._amp_state.loss_scalers[0]`) and the reads of their scale that become the
+# GradScaler's `get_scale()`.
+LOSS_SCALERS = "apex.amp._amp_state.loss_scalers"
+LOSS_SCALE_READS = frozenset({"_loss_scale", "loss_scale"})
+
 # An attribute apex set on optimizers it wrapped (`optimizer._amp_stash`); reported in files importing apex.
 AMP_STASH = "_amp_stash"
 AMP_STASH_ADVICE = Advice(f"`{AMP_STASH}` is apex's private optimizer state, {REMOVED}",
