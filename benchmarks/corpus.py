@@ -131,8 +131,8 @@ def _unpack_python_files(archive: Path, tree: Path) -> None:
 # The oracle: deprecated uses by line, independently of the engine
 
 
-def _is_deprecated(qname: str | None) -> bool:
-    return qname is not None and any(qname == m or qname.startswith(m + ".") for m in DEPRECATED_MODULES)
+def _is_deprecated(qname: str | None, modules: tuple[str, ...] = DEPRECATED_MODULES) -> bool:
+    return qname is not None and any(qname == m or qname.startswith(m + ".") for m in modules)
 
 
 class DeprecatedUses(ast.NodeVisitor):
@@ -141,7 +141,9 @@ class DeprecatedUses(ast.NodeVisitor):
     Each scope maps a name to the set of (what it is bound to, the import's line); the target is
     None for anything but an import."""
 
-    def __init__(self) -> None:
+    def __init__(self, modules: tuple[str, ...] = DEPRECATED_MODULES) -> None:
+        self.modules = modules  # what counts as deprecated (benchmarks/apex_corpus.py: apex's removed modules)
+        self.qnames: dict[int, set[str]] = defaultdict(set)  # line -> the deprecated names used on it
         self.lines: set[int] = set()
         self.via_import: dict[int, set[int]] = defaultdict(set)  # use line -> its import's line(s)
         self._scopes: list[dict[str, set[tuple[str | None, int | None]]]] = []
@@ -177,14 +179,14 @@ class DeprecatedUses(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if _is_deprecated(alias.name):
+            if _is_deprecated(alias.name, self.modules):
                 self.lines.add(alias.lineno)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
             return
         for alias in node.names:
-            if _is_deprecated(f"{node.module}.{alias.name}"):
+            if _is_deprecated(f"{node.module}.{alias.name}", self.modules):
                 self.lines.add(alias.lineno)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -198,9 +200,11 @@ class DeprecatedUses(ast.NodeVisitor):
 
     def _found(self, node: ast.expr) -> bool:
         qname, import_lines = self._resolve(node)
-        if not _is_deprecated(qname):
+        if not _is_deprecated(qname, self.modules):
             return False
+        assert qname is not None
         self.lines.add(node.lineno)
+        self.qnames[node.lineno].add(qname)
         self.via_import[node.lineno].update(import_lines)
         return True
 
@@ -208,7 +212,7 @@ class DeprecatedUses(ast.NodeVisitor):
         if not isinstance(node.value, str) or "amp" not in node.value:
             return
         text = node.value.strip()
-        if _DOTTED.fullmatch(text) and _is_deprecated(text):  # "torch.cuda.amp.autocast"
+        if _DOTTED.fullmatch(text) and _is_deprecated(text, self.modules):  # "torch.cuda.amp.autocast"
             self.lines.add(node.lineno)
             return
         try:  # a string annotation: "Optional[amp.GradScaler]" with `from torch.cuda import amp`
@@ -216,7 +220,7 @@ class DeprecatedUses(ast.NodeVisitor):
         except (SyntaxError, ValueError):
             return
         chains = [n for n in ast.walk(expression) if isinstance(n, ast.Attribute)] if expression else []
-        if any(_is_deprecated(self._resolve(chain)[0]) for chain in chains):
+        if any(_is_deprecated(self._resolve(chain)[0], self.modules) for chain in chains):
             self.lines.add(node.lineno)
 
     def _resolve(self, node: ast.expr) -> tuple[str | None, list[int]]:
@@ -232,7 +236,7 @@ class DeprecatedUses(ast.NodeVisitor):
                 resolved = [(".".join([target, *reversed(parts)]), line)
                             for target, line in scope[node.id] if target is not None]
                 # Several bindings: deprecated if any is (the oracle errs towards finding more).
-                deprecated = [(q, line) for q, line in resolved if _is_deprecated(q)]
+                deprecated = [(q, line) for q, line in resolved if _is_deprecated(q, self.modules)]
                 if deprecated:
                     return deprecated[0][0], [line for _, line in deprecated]
                 return (resolved[0][0] if resolved else None), []
