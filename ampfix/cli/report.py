@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: 
     from ampfix.engine import Finding
     from ampfix.io.files import FileResult
     from ampfix.core.rules import Rule, Target
+    from ampfix.io.declared_torch import Target as TorchTarget
 
 
 # Errors (internal, syntax, read, write) carry no rewrite to suggest.
@@ -119,6 +120,9 @@ def findings_json(results: Iterable[FileResult]) -> str:
             "unsafe": f.unsafe,
             "fixed": f.fixed,
             "suggestion": f.suggestion,
+            # The target torch the file was worked at ("2.0"; null: the newest) and what set it: "--target-torch",
+            # "pyproject.toml [tool.ampfix]", the project metadata file; null: nothing (docs/rules.md).
+            **_target_fields(r.target),
         }
         for r in results
         for f in r.findings
@@ -126,6 +130,13 @@ def findings_json(results: Iterable[FileResult]) -> str:
     import json
 
     return json.dumps(rows, indent=2)
+
+
+def _target_fields(target: TorchTarget | None) -> dict[str, object]:
+    if target is None:  # the file never reached the engine (an error reading it)
+        return {"target_torch": None, "target_source": None}
+    return {"target_torch": None if target.version is None else _version(target.version),
+            "target_source": target.source}
 
 
 def _version(version: tuple[int, int] | None) -> str:
@@ -222,8 +233,9 @@ def github_annotations(results: Iterable[FileResult]) -> str:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def sarif(results: Iterable[FileResult]) -> str:
-    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding."""
+def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = ()) -> str:
+    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding; the
+    targets set for the run (`targets`, as the text summary names them) in the run's properties."""
     import json
 
     from ampfix import __version__
@@ -263,6 +275,9 @@ def sarif(results: Iterable[FileResult]) -> str:
             # Finding columns count characters (code points), not SARIF's default UTF-16 units.
             "columnKind": "unicodeCodePoints",
             "results": sarif_results,
+            "properties": {"targetTorch": [
+                {"version": None if t.version is None else _version(t.version), "source": t.source,
+                 "problem": t.problem, "text": t.describe()} for t in targets]},
         }],
     }
     return json.dumps(log, indent=2)
