@@ -62,6 +62,8 @@ def test_check_json_shape(tree: Path):
             "unsafe": False,
             "fixed": False,
             "suggestion": 'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+            "target_torch": None,  # no flag, no key, no project metadata: the newest
+            "target_source": None,
         }
     ]
 
