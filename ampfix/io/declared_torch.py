@@ -149,7 +149,9 @@ def _floor_of(lines: list[str], source: Path) -> DeclaredTorch:
         try:
             requirement = Requirement(line)
         except InvalidRequirement as error:
-            return DeclaredTorch(None, source, f"cannot parse the requirement {line.strip()!r} ({error})")
+            # packaging's message goes on with the line and a caret under the fault: one line is kept
+            why = str(error).splitlines()[0] if str(error) else type(error).__name__
+            return DeclaredTorch(None, source, f"cannot parse the requirement {line.strip()!r} ({why})")
         if requirement.name.lower() != "torch":
             continue
         floors.append(lowest_allowed(requirement.specifier))
