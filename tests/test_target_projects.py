@@ -189,3 +189,21 @@ def test_stdin_takes_the_target_of_the_stdin_filename(tmp_path: Path, monkeypatc
     monkeypatch.chdir(root)
     result = CliRunner().invoke(app, ["rewrite", "--stdin-filename", "lib/m.py", "-"], input=LIBRARY)
     assert result.stdout == UP_TO_2_3
+
+
+def test_rules_shows_what_is_held_back_at_the_folders_target(tmp_path: Path, monkeypatch):
+    root = project(tmp_path / "lib", {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.3"]\n'})
+    lines = run(root, monkeypatch, "rules").stdout.splitlines()
+    assert lines[:3] == [
+        "target torch 2.3, from pyproject.toml",
+        "held back at torch 2.3 (reported, not rewritten): AMP003, AMP004, AMP005",
+        "",
+    ]
+    assert lines[3].split() == ["code", "old", "new", "torch", "fix"]
+    flagged = run(root, monkeypatch, "rules", "--target-torch", "2.4").stdout.splitlines()
+    assert flagged[:2] == ["target torch 2.4, from --target-torch",
+                           "held back at torch 2.4 (reported, not rewritten): none"]
+    rows = json.loads(run(root, monkeypatch, "rules", "--output-format", "json").stdout)
+    assert {row["code"] for row in rows if row["held_back"]} == {"AMP003", "AMP004", "AMP005"}
+    bare = project(tmp_path / "bare", {})
+    assert run(bare, monkeypatch, "rules").stdout.startswith("code ")  # no metadata: the newest, unsaid

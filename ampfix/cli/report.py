@@ -165,8 +165,14 @@ RULES_LEGEND = (
 )
 
 
-def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, str]]:
-    rows = []
+def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
+    """Is the rule reported only at the target (its fix needs a newer torch)?"""
+    version = None if target is None else target.version
+    return version is not None and rule.min_torch is not None and rule.min_torch > version
+
+
+def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
+    rows: list[dict[str, str | bool]] = []
     for rule in rules:
         for old, target in rule.symbols.items():
             if target is None:
@@ -179,7 +185,8 @@ def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, str]]:
                 if rule.device_target_only:
                     new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
-                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target)})
+                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target),
+                         "held_back": _held_back(rule, run_target)})
     return rows
 
 
@@ -189,19 +196,31 @@ def _all_rules() -> Sequence[Rule]:
     return ALL_RULES
 
 
-def rules_text(rules: Sequence[Rule] | None = None) -> str:
-    rows = _rule_rows(_all_rules() if rules is None else rules)
+def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
+    """The table; with a target torch, a line naming it and the rules held back at it comes first."""
+    rows = _rule_rows(_all_rules() if rules is None else rules, target)
     headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
     lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
-    return "\n".join([*lines, "", RULES_LEGEND])
+    return "\n".join([*_target_lines(rows, target), *lines, "", RULES_LEGEND])
 
 
-def rules_json(rules: Sequence[Rule] | None = None) -> str:
+def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | None) -> list[str]:
+    if target is None or target.source is None:
+        return []
+    held = sorted({str(row["code"]) for row in rows if row["held_back"]})
+    if target.version is None:
+        return [target.describe(), ""]
+    said = ", ".join(held) if held else "none"
+    return [target.describe(), f"held back at torch {_version(target.version)} (reported, not rewritten): {said}", ""]
+
+
+def rules_json(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
+    """The rows; `held_back`: the rule's fix needs a newer torch than the target (false with no target)."""
     import json
 
-    return json.dumps(_rule_rows(_all_rules() if rules is None else rules), indent=2)
+    return json.dumps(_rule_rows(_all_rules() if rules is None else rules, target), indent=2)
 
 
 # GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
