@@ -199,7 +199,7 @@ def _all_rules() -> Sequence[Rule]:
 def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
     """The table; with a target torch, a line naming it and the rules held back at it comes first."""
     rows = _rule_rows(_all_rules() if rules is None else rules, target)
-    headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
     lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
@@ -309,7 +309,7 @@ def _sarif_rule(rule: Rule) -> dict[str, object]:
     return {
         "id": rule.code,
         "name": rule.title,
-        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({r["old"] for r in rows}))},
+        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({str(r["old"]) for r in rows}))},
         "fullDescription": {"text": f"{mappings} (needs torch >= {minimum})" if rule.min_torch else mappings},
         "defaultConfiguration": {"level": "error"},
         # What `rewrite` does, per old name (as `ampfix rules` says it).
