@@ -207,3 +207,70 @@ def test_rules_shows_what_is_held_back_at_the_folders_target(tmp_path: Path, mon
     assert {row["code"] for row in rows if row["held_back"]} == {"AMP003", "AMP004", "AMP005"}
     bare = project(tmp_path / "bare", {})
     assert run(bare, monkeypatch, "rules").stdout.startswith("code ")  # no metadata: the newest, unsaid
+
+
+# A library at torch>=2.0, rewritten with no flag: fixtures/projects/library_torch20 (its expected output beside
+# it). The same proof `--target-torch` has: the output runs under the torch oracle with the original's AMP objects,
+# and every torch.amp name it uses is one whose rule minimum is at or below the declared floor.
+LIBRARY_20 = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "library_torch20"
+RECORDER = Path(__file__).resolve().parent / "amp_recorder.py"
+
+
+def _new_api_names(source: str) -> set[str]:
+    """The dotted torch.amp names `source` uses: attribute chains (each prefix below torch.amp) and from-imports."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch.amp"):
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Attribute):
+            parts, current = [], node
+            while isinstance(current, ast.Attribute):
+                parts.append(current.attr)
+                current = current.value
+            if isinstance(current, ast.Name):
+                dotted = ".".join([current.id, *reversed(parts)])
+                if dotted.startswith("torch.amp."):
+                    names.add(dotted)
+    return names
+
+
+def _minimums() -> dict[str, tuple[int, int]]:
+    """Each torch.amp name the rules write, with the oldest torch it exists in (the rule's minimum)."""
+    from ampfix.families import ALL_RULES
+
+    return {target.new: rule.min_torch for rule in ALL_RULES if rule.min_torch is not None
+            for target in rule.symbols.values() if target is not None}
+
+
+def test_a_library_at_torch_2_0_rewritten_with_no_flag_runs_on_torch_2_0s_api(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "library_torch20"
+    shutil.copytree(LIBRARY_20, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-2:] == ["target torch 2.0, from pyproject.toml",
+                                               SUMMARY.format(files="1 file", fixes="3 fixes", left="5 findings")]
+    written = (root / "lib" / "amp_utils.py").read_text()
+    assert written == (LIBRARY_20.parent / "library_torch20_amp_utils.expected.py").read_text()
+
+    used = _new_api_names(written)
+    minimums = _minimums()
+    assert used == {"torch.amp.autocast"}  # the check below must have something to check
+    for name in used:  # a name no rule writes is a KeyError: unknown to the table, so unproven
+        assert minimums[name] <= (2, 0), f"{name} needs torch {minimums[name]}"
+
+    out_json = tmp_path / "records.json"
+    original = LIBRARY_20 / "lib" / "amp_utils.py"
+    for script in (original, root / "lib" / "amp_utils.py"):  # one process each: they must not see each other
+        subprocess.run([sys.executable, str(RECORDER), str(out_json.with_suffix(f".{script == original}.json")),
+                        str(script)], check=True, timeout=300, capture_output=True)
+    before = json.loads(out_json.with_suffix(".True.json").read_text())[str(original)]
+    after = json.loads(out_json.with_suffix(".False.json").read_text())[str(root / "lib" / "amp_utils.py")]
+    assert before["error"] is None and after["error"] is None, (before["error"], after["error"])
+    assert before["records"] and after["records"] == before["records"]
