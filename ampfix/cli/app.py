@@ -77,7 +77,8 @@ TargetOpt = Annotated[
     str | None,
     typer.Option("--target-torch", metavar="X.Y",
                  help="Oldest torch the code must run on: rules needing newer torch are only reported, and "
-                      "version tests are decided for it (default: the newest torch)."),
+                      "version tests are decided for it (default: `target-torch` in [tool.ampfix], else the torch "
+                      "requirement of each file's project, else the newest torch)."),
 ]
 SelectOpt = Annotated[str | None, typer.Option(
     "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
