@@ -128,10 +128,17 @@ def _project_requirement(folder: Path) -> DeclaredTorch | None:
             if _mentions_torch(path):
                 return DeclaredTorch(None, path, f"cannot be read ({type(error).__name__}: {error})")
             continue
-        torch_lines = [line for line in lines if _NAMES_TORCH.match(line)]
-        if torch_lines:
-            return _floor_of(torch_lines, path)
+        found = floor_of_requirements(lines, path)
+        if found is not NOTHING_DECLARED:
+            return found
     return NOTHING_DECLARED
+
+
+def floor_of_requirements(lines: list[str], source: Path) -> DeclaredTorch:
+    """The torch floor of requirement strings (PEP 508, as in `dependencies` or a wheel's
+    Requires-Dist), read from `source`; NOTHING_DECLARED when none names torch."""
+    torch_lines = [line for line in lines if _NAMES_TORCH.match(line)]
+    return _floor_of(torch_lines, source) if torch_lines else NOTHING_DECLARED
 
 
 def _mentions_torch(path: Path) -> bool:
