@@ -98,13 +98,14 @@ def forget() -> None:
 
 @cache
 def _for_folder(folder: Path) -> DeclaredTorch:
-    for candidate in (folder, *folder.parents):
-        found = _project_requirement(candidate)
-        if found is not None:
-            return found
-        if any((candidate / marker).exists() for marker in REPOSITORY_MARKERS):
-            break
-    return NOTHING_DECLARED
+    # Recursive, so that each folder is looked at once per run: the folders of a tree share their
+    # ancestors, and each look lists the folder (requirements*.txt) and may parse a pyproject.toml.
+    found = _project_requirement(folder)
+    if found is not None:
+        return found
+    if folder.parent == folder or any((folder / marker).exists() for marker in REPOSITORY_MARKERS):
+        return NOTHING_DECLARED
+    return _for_folder(folder.parent)
 
 
 def _project_requirement(folder: Path) -> DeclaredTorch | None:
