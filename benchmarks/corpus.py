@@ -437,7 +437,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         result.code_miss += 1
         detail("oracle missed (code matches the grep)", line)
 
-    newer_than_target = _newer_than(options.target_torch)
+    held_back = _held_back_at(options.target_torch)
     start = time.perf_counter()
     fixed = fix_source(source, options)
     checked = check_source(source, options)
@@ -494,7 +494,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
                    message=claimed[0].message)
         if open_findings.get(line) or at_import:
             finding = (open_findings.get(line) or at_import)[0]
-            if finding.code in newer_than_target:
+            if held_back(finding):
                 result.held += 1
                 detail("held back by the floor", line, message=finding.message)
                 continue
@@ -508,13 +508,11 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
                                                  for f in fixed.findings if f.line == line])
 
 
-def _newer_than(target: tuple[int, int] | None) -> frozenset[str]:
-    """The rule codes held back at `target` (their fix needs a newer torch); none at the newest."""
-    from ampfix.families import ALL_RULES
+def _held_back_at(target: tuple[int, int] | None):
+    """Whether a finding is left because a fix needs a newer torch than `target` (as `rewrite` says it)."""
+    from ampfix.io.files import held_back_at
 
-    if target is None:
-        return frozenset()
-    return frozenset(rule.code for rule in ALL_RULES if rule.min_torch is not None and rule.min_torch > target)
+    return (lambda finding: False) if target is None else held_back_at(target)
 
 
 def measure_package(name: str, tree: Path, options) -> PackageResult:

@@ -274,3 +274,18 @@ def test_a_library_at_torch_2_0_rewritten_with_no_flag_runs_on_torch_2_0s_api(tm
     after = json.loads(out_json.with_suffix(".False.json").read_text())[str(root / "lib" / "amp_utils.py")]
     assert before["error"] is None and after["error"] is None, (before["error"], after["error"])
     assert before["records"] and after["records"] == before["records"]
+
+
+def test_a_use_held_back_with_its_newer_import_says_how_to_raise_the_floor_too(tmp_path: Path, monkeypatch):
+    """allennlp's shape: `amp.autocast` is AMP001 (torch 1.10), but its module import is AMP010 (2.3)."""
+    root = project(tmp_path, {"requirements.txt": "torch>=1.10\n",
+                              "m.py": "from torch.cuda import amp\nwith amp.autocast():\n    pass\n"})
+    result = run(root, monkeypatch, "check", "m.py")
+    hint = "raise the torch requirement in requirements.txt or pass --target-torch"
+    assert result.stdout.splitlines() == [
+        f"m.py:1:24: AMP010 `torch.cuda.amp` import left: needs torch >= 2.3; the target is torch 1.10; {hint}",
+        f"m.py:2:6: AMP001 `torch.cuda.amp.autocast` left: needs torch >= 2.3; the target is torch 1.10; {hint}; "
+        'suggested: torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        "target torch 1.10, from requirements.txt",
+        "2 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
+    ]

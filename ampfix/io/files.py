@@ -217,13 +217,23 @@ def targeted(path: Path, options: Options) -> tuple[Options, Target]:
 
 def _with_raise_hint(findings: tuple[Finding, ...], target: Target) -> tuple[Finding, ...]:
     """A finding held back by a floor read from project metadata says how to raise it."""
+    assert target.version is not None
+    held = held_back_at(target.version)
+    hint = f"; raise the torch requirement in {target.source} or pass --target-torch"
+    return tuple(dataclasses.replace(f, message=f.message + hint) if held(f) else f for f in findings)
+
+
+def held_back_at(version: tuple[int, int]) -> Callable[[Finding], bool]:
+    """Whether a finding is left because a fix needs a newer torch than the target `version`: its rule's
+    minimum is newer, or the engine's reason for holding it back says so (a use left with its import, whose
+    rule is newer: `torch_amp.autocast()` after `import torch.cuda.amp as torch_amp`, AMP001, held by
+    AMP010). The Finding carries no field for it: the reason is the end of its message, as
+    `ampfix.engine.analysis` (hold_back) words it."""
     from ampfix.families import ALL_RULES
 
-    assert target.version is not None
-    newer = {rule.code for rule in ALL_RULES if rule.min_torch is not None and rule.min_torch > target.version}
-    hint = f"; raise the torch requirement in {target.source} or pass --target-torch"
-    return tuple(dataclasses.replace(f, message=f.message + hint) if f.code in newer and not f.fixed else f
-                 for f in findings)
+    newer = {rule.code for rule in ALL_RULES if rule.min_torch is not None and rule.min_torch > version}
+    reason_end = f"; the target is torch {version[0]}.{version[1]}"
+    return lambda f: not f.fixed and (f.code in newer or f.message.endswith(reason_end))
 
 
 def _not_written(path: Path, findings: tuple[Finding, ...], problem: str) -> FileResult:
