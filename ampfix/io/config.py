@@ -178,9 +178,10 @@ def load(paths: Sequence[Path], flags: Mapping[str, Any] = {}) -> Settings:
 def display_path(path: Path) -> str:
     """`path` relative to the current folder when it is below it, else as it is."""
     try:
-        return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+        relative = os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def enabled_rules(select: Sequence[str] | None, ignore: Sequence[str]) -> frozenset[str] | None:
