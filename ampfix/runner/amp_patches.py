@@ -17,6 +17,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +48,14 @@ class AmpPlan:
         self.cpu_default_for_defaulted = amp_dtype == "explicit"
         # Set when "cuda" regions run CUDA's op policy (--autocast-policy cuda); None: the CPU's.
         self.cuda_policy = cuda_policy
+        # True once float16 asked of "cuda" autocast has run as bfloat16 in this process: from then on
+        # a bfloat16 tensor is taken for the stand-in of a float16 one where it meets the outside
+        # world (see :mod:`boundaries`).
+        self.stand_in = False
+
+    def note_run(self, region: RegionKey) -> None:
+        if region.enabled_run and region.dtype_requested == "float16" and region.dtype_run == "bfloat16":
+            self.stand_in = True
 
     def runs_cuda_policy(self, region: RegionKey) -> bool:
         """A region the script asked for as "cpu" keeps the CPU's policy. An enabled region torch opens
@@ -84,7 +93,10 @@ class AmpPlan:
         that must run in full precision) and every other value stay as written."""
         if device_type != "cuda" or cast_inputs not in LOW_PRECISION_DTYPES:
             return cast_inputs
-        return self.forced_dtype or cast_inputs
+        run = self.forced_dtype or cast_inputs
+        if cast_inputs == torch.float16 and run == torch.bfloat16:
+            self.stand_in = True
+        return run
 
 
 class ActiveRegions:
@@ -105,6 +117,26 @@ class ActiveRegions:
         if not stack or not stack[-1].enabled_run:
             return None
         return stack[-1]
+
+
+def _enter_cuda_state(region: Any) -> Any:
+    """A "cuda" region runs as a CPU one, so torch never sets the CUDA autocast dtype that a nested
+    ``torch.amp.autocast("cuda")`` without a dtype inherits: set here as on a GPU (the requested,
+    effective dtype), restored on exit. Returns what to restore, or None."""
+    dtype = getattr(region, "_ampfix_cuda_dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        return None
+    previous = _original_get_autocast_dtype("cuda")
+    try:
+        torch.set_autocast_dtype("cuda", dtype)
+    except RuntimeError:  # a dtype CUDA autocast refuses: the region itself fails as on a GPU
+        return None
+    return previous
+
+
+def _restore_cuda_state(previous: Any) -> None:
+    if previous is not None:
+        torch.set_autocast_dtype("cuda", previous)
 
 
 @contextlib.contextmanager
@@ -157,6 +189,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         self, device_type, dtype = arguments["self"], arguments["device_type"], arguments["dtype"]
         dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
         request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
+        self._ampfix_cuda_dtype = plan.requested_dtype(device_type, dtype) if device_type == "cuda" else None
         arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
         unusual_dtype = device_type == "cuda" and arguments["dtype"] not in LOW_PRECISION_DTYPES
         try:
@@ -169,6 +202,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         self._ampfix_region = RegionKey(
             **request, device_run=self.device, dtype_run=dtype_name(self.fast_dtype), enabled_run=bool(self._enabled)
         )
+        plan.note_run(self._ampfix_region)
         recorder.region_created(self._ampfix_region)
 
     @functools.wraps(original_enter)
@@ -179,6 +213,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
                 at_step_boundary()
             recorder.region_entered(region, find_site())
         entered = original_enter(self)
+        self._ampfix_cuda_state_before = _enter_cuda_state(self)
         if plan.cuda_policy is not None and region is not None:
             self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
         if region is not None:
@@ -190,6 +225,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         try:
             return original_exit(self, *exc_info)
         finally:
+            _restore_cuda_state(getattr(self, "_ampfix_cuda_state_before", None))
             if plan.cuda_policy is not None:
                 plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
             region, stack = getattr(self, "_ampfix_region", None), active.stack()
@@ -388,3 +424,70 @@ def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
         return original_load(self, state_dict)
 
     scaler.state_dict, scaler.load_state_dict = state_dict, load_state_dict
+
+
+# -- deprecated APIs, recorded by the runner itself ---------------------------------------------
+
+# Where torch keeps the AMP spellings ampfix migrates; each deprecated one carries ``__deprecated__``.
+DEPRECATED_AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+def record_deprecated_calls(recorder: Recorder) -> None:
+    """Each call of a deprecated AMP class or function is counted at the script's file:line here, not
+    through the warnings machinery, which a script may silence (``warnings.filterwarnings("ignore")``).
+    What is deprecated is what the installed torch marks so (``__deprecated__``)."""
+    import importlib
+
+    for module_name in DEPRECATED_AMP_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        bound_in = [module, *(value for value in vars(module).values() if isinstance(value, types.ModuleType))]
+        for name, value in list(vars(module).items()):
+            message = getattr(value, "__deprecated__", None)
+            init_message = getattr(vars(value).get("__init__"), "__deprecated__", None) if isinstance(value, type) else None
+            if isinstance(init_message, str):  # the constructor is what is marked (GradScaler)
+                value.__init__ = _recorded_function(recorder, value.__init__, init_message)  # type: ignore[misc]  # replaced in place
+            elif not isinstance(message, str):
+                continue
+            elif isinstance(value, type):
+                _record_class(recorder, value, message)
+            else:
+                recorded = _recorded_function(recorder, value, message)
+                for holder in bound_in:
+                    if getattr(holder, name, None) is value:
+                        setattr(holder, name, recorded)
+
+
+def _category(function: Any) -> str:
+    """The warning class a ``@deprecated`` wrapper raises (kept in its closure)."""
+    for cell in getattr(function, "__closure__", None) or ():
+        content = cell.cell_contents
+        if isinstance(content, type) and issubclass(content, Warning):
+            return content.__name__
+    return DeprecationWarning.__name__
+
+
+def _record_class(recorder: Recorder, cls: type, message: str) -> None:
+    deprecated_new = cls.__new__
+    category = _category(deprecated_new)
+
+    def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:
+        if klass is not cls:  # a subclass the script wrote: torch does not warn either
+            return deprecated_new(klass, *args, **kwargs)
+        with recorder.deprecated_call(message, category, find_site()):
+            return deprecated_new(klass, *args, **kwargs)
+
+    cls.__new__ = staticmethod(__new__)  # type: ignore[assignment]  # a class's constructor, replaced in place
+
+
+def _recorded_function(recorder: Recorder, function: Any, message: str) -> Any:
+    category = _category(function)
+
+    @functools.wraps(function)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        with recorder.deprecated_call(message, category, find_site()):
+            return function(*args, **kwargs)
+
+    return recorded

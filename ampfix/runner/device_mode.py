@@ -94,10 +94,18 @@ class CudaOnCpuMode(TorchFunctionMode):
             _Tensor.is_cuda.__get__: self._is_cuda,
         }
 
+    def add_handlers(self, handlers: dict[Any, Callable[[tuple, dict], Any]]) -> None:
+        """More calls handled by their own code (see :mod:`boundaries`); the device handlers stay first."""
+        self._handlers = {**handlers, **self._handlers}
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         handler = self._handlers.get(func)
         if handler is not None:
             return handler(args, kwargs or {})
+        return self.call(func, args, kwargs)
+
+    def call(self, func: Any, args: tuple, kwargs: dict | None) -> Any:
+        """A torch call as the mode runs it: devices mapped, output dtypes counted inside autocast."""
         if kwargs:  # every torch call passes here: the common call without keywords does no more
             result = func(*args, **_map_keyword_devices(kwargs))
             if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)

@@ -38,7 +38,7 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
+    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
@@ -47,11 +47,13 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     scaling = training_hooks.GradientScaling()
     active = amp_patches.ActiveRegions()
     current = Installed(recorder, plan, scaling, active, limit)
+    stand_in = boundaries.StandIn(recorder, plan)
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
+        ("the record of deprecated AMP calls", lambda: amp_patches.record_deprecated_calls(recorder)),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary, active)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder, plan)),
@@ -70,11 +72,22 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
             else []
         ),
         *process_patches.installers(recorder),
+        ("torch.save of the bfloat16 stand-in", stand_in.install_save),
         # Last: the mode would otherwise watch the installation itself.
-        ("device mapping", lambda: device_mode.install(device_mode.CudaOnCpuMode(recorder))),
+        ("device mapping", lambda: device_mode.install(_device_mode(recorder, stand_in, boundaries.CpuGaps(recorder, plan)))),
     ]
     for name, install_step in steps:
         _install_step(torch, name, install_step)
+
+
+def _device_mode(recorder: Recorder, stand_in: Any, gaps: Any) -> Any:
+    """The device mode, with the boundary handlers of :mod:`boundaries` (the stand-in, the CPU's gaps)."""
+    from ampfix.runner import device_mode
+
+    mode = device_mode.CudaOnCpuMode(recorder)
+    mode.add_handlers(stand_in.handlers())
+    mode.add_handlers(gaps.handlers(mode.call))
+    return mode
 
 
 def _install_step(torch: ModuleType, name: str, install_step: Callable[[], None]) -> None:

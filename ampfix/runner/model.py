@@ -81,6 +81,11 @@ class RunReport:
         return _merge_counted(self.processes, "emulated", ("feature", "file", "line"))
 
     @property
+    def stand_in(self) -> list[dict[str, Any]]:
+        """Each place the bfloat16 stand-in was shown to the script as float16 (see runner.boundaries)."""
+        return _merge_counted(self.processes, "stand_in", ("what", "file", "line"))
+
+    @property
     def device_queries(self) -> list[dict[str, Any]]:
         return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
 
@@ -104,6 +109,7 @@ class RunReport:
             "deprecations": self.deprecations,
             "unemulated": self.unemulated,
             "emulated": self.emulated,
+            "stand_in": self.stand_in,
             "device_queries": self.device_queries,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,
@@ -144,7 +150,7 @@ def _without_trace(process: dict[str, Any]) -> dict[str, Any]:
 def _merge_counted(processes: list[dict[str, Any]], field_name: str, key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
     merged: dict[tuple, dict[str, Any]] = {}
     for process in processes:
-        for item in process[field_name]:
+        for item in process.get(field_name, ()):
             key = tuple(item[name] for name in key_fields)
             if key in merged:
                 merged[key]["count"] += item["count"]

@@ -35,6 +35,8 @@ def _regions_table(report: RunReport) -> Table:
         if multi_process:
             where = f"[{region['process']}] {where}"
         requested = _region_text(region["device_requested"], region["dtype_requested"], region["enabled_requested"])
+        if region.get("cache_enabled_requested", True) is not True:
+            requested += f" cache_enabled={region['cache_enabled_requested']}"
         ran = _region_text(region["device_run"], region["dtype"], region["enabled"])
         table.add_row(where, requested, ran, str(region["entered"]))
     return table
