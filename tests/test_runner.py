@@ -50,7 +50,7 @@ def test_cnn_runs_cuda_autocast_as_cpu_bfloat16(cnn_run: Job) -> None:
     assert report["exit_code"] == 0
     training = _region(report, 50)
     assert training == {
-        "device_requested": "cuda", "dtype_requested": "float16", "enabled_requested": True,
+        "device_requested": "cuda", "dtype_requested": "float16", "enabled_requested": True, "cache_enabled_requested": True,
         "device_run": "cpu", "dtype": "bfloat16", "enabled": True, "entered": 4, "origin": "script",
         "file": str(FIXTURES / "cnn_amp.py"), "line": 50, "process": "main",
     }  # fmt: skip

@@ -51,6 +51,8 @@ Call = Callable[[Any, tuple, dict], Any]
 class FailsOnTheGpuToo(RuntimeError):
     """Raised where the emulation reproduces a GPU's own refusal (not a limit of the CPU or the runner)."""
 
+    fails_on_the_gpu_too = True  # what child._failure looks for (it does not import torch to ask isinstance)
+
 
 class StandIn:
     """The handlers that make the bfloat16 stand-in read as float16 at the run's boundaries."""

@@ -81,6 +81,23 @@ class RunReport:
         return _merge_counted(self.processes, "emulated", ("feature", "file", "line"))
 
     @property
+    def deprecated_api_calls(self) -> list[dict[str, Any]]:
+        """Calls of a deprecated AMP API, as the runner counted them (a script cannot silence these)."""
+        return [item for item in self.deprecations if item.get("api")]
+
+    @property
+    def local_modules(self) -> list[str]:
+        """The script's own modules (not the standard library's, not site-packages') the main process loaded."""
+        main = self.main
+        return list(main.get("local_modules", ())) if main is not None else []
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """The exception the main process died of, where it passed (see child._record_failure)."""
+        main = self.main
+        return main.get("failure") if main is not None else None
+
+    @property
     def stand_in(self) -> list[dict[str, Any]]:
         """Each place the bfloat16 stand-in was shown to the script as float16 (see runner.boundaries)."""
         return _merge_counted(self.processes, "stand_in", ("what", "file", "line"))

@@ -110,6 +110,10 @@ class Recorder:
         self.optimizer_steps = 0
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
+        self.deprecated_apis: set[tuple[str, str, str, int]] = set()  # the deprecations the runner counted itself
+        # Set when the process ends: the script's own modules it loaded, and the exception it died of.
+        self.local_modules: list[str] = []
+        self.failure: dict[str, Any] | None = None
         self.unemulated: dict[tuple[str, str, int], int] = {}
         self.emulated: dict[tuple[str, str, int], int] = {}
         self.stand_in: dict[tuple[str, str, int], int] = {}
@@ -224,6 +228,7 @@ class Recorder:
         :meth:`deprecated_call_running` names it, so the warning it raises (if shown) is not counted twice.
         Yields how many times this one has been seen."""
         count = self.deprecation(message, category, site.file, site.line)
+        self.deprecated_apis.add((message, category, site.file, site.line))
         outer = getattr(self._calls, "running", None)
         self._calls.running = (message, category, site, count)
         try:
@@ -276,9 +281,14 @@ class Recorder:
             "optimizer_steps": self.optimizer_steps,
             "losses": self.losses,
             "deprecations": [
-                {"message": m, "category": c, "file": f, "line": n, "count": count}
+                {
+                    "message": m, "category": c, "file": f, "line": n, "count": count,
+                    "api": (m, c, f, n) in self.deprecated_apis,
+                }
                 for (m, c, f, n), count in self.deprecations.items()
             ],
+            "local_modules": self.local_modules,
+            "failure": self.failure,
             "unemulated": [
                 {"feature": feature, "file": f, "line": n, "count": count}
                 for (feature, f, n), count in self.unemulated.items()
