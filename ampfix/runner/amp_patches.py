@@ -26,7 +26,7 @@ import torch
 
 from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
-from ampfix.runner.patching import with_arguments_adjusted, with_call_bound
+from ampfix.runner.patching import replace, with_arguments_adjusted, with_call_bound
 from ampfix.runner.sites import find_site
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
@@ -232,9 +232,9 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
             if region is not None and stack and stack[-1] is region:
                 stack.pop()
 
-    autocast.__init__ = with_call_bound(original_init, as_requested_for_the_cpu, fill_defaults=True)
-    autocast.__enter__ = __enter__
-    autocast.__exit__ = __exit__
+    replace(autocast, "__init__", with_call_bound(original_init, as_requested_for_the_cpu, fill_defaults=True))
+    replace(autocast, "__enter__", __enter__)
+    replace(autocast, "__exit__", __exit__)
     for device in ("cuda", "cpu"):
         deprecated = getattr(getattr(getattr(torch, device, None), "amp", None), "autocast", None)
         if isinstance(deprecated, type):  # a torch that dropped the class has nothing to note
@@ -245,14 +245,14 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
 _DTYPE_GIVEN = "_ampfix_dtype_given"
 
 
-def _note_whether_dtype_given(deprecated: type) -> None:
+def _note_whether_dtype_given(deprecated: Any) -> None:
     """``torch.cuda.amp.autocast()`` hands its own default dtype (float16) on to ``torch.autocast`` as
     if the script had given it; whether it did is known only at the script's call."""
 
     def note(arguments: dict[str, Any]) -> None:
         setattr(arguments["self"], _DTYPE_GIVEN, arguments.get("dtype") is not None)
 
-    deprecated.__init__ = with_arguments_adjusted(deprecated.__init__, note)
+    replace(deprecated, "__init__", with_arguments_adjusted(deprecated.__init__, note))
 
 
 def install_autocast_state_queries() -> None:
@@ -293,8 +293,8 @@ def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:
     custom_fwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_fwd, fwd_for_the_cpu)
     custom_bwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_bwd, bwd_for_the_cpu)
     for module in (torch.amp, torch.amp.autocast_mode):
-        module.custom_fwd = custom_fwd
-        module.custom_bwd = custom_bwd
+        replace(module, "custom_fwd", custom_fwd)
+        replace(module, "custom_bwd", custom_bwd)
 
 
 def _decorator_for_the_cpu(original, for_the_cpu) -> Any:
@@ -341,14 +341,14 @@ def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss
     _patch_scaler_state(scaler, recorder)
 
 
-def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
+def _patch_scaler_init(scaler: Any, recorder: Recorder) -> None:
     def for_the_cpu(arguments: dict[str, Any]) -> None:
         settings = {name: value for name, value in arguments.items() if name != "self"}
         recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
         if arguments["device"] == "cuda":
             arguments["device"] = "cpu"
 
-    scaler.__init__ = with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True)
+    replace(scaler, "__init__", with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True))
 
 
 def _current_scale(scaler: Any) -> float | None:
@@ -358,7 +358,7 @@ def _current_scale(scaler: Any) -> float | None:
     return float(scaler._scale)
 
 
-def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
+def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
     original_scale, original_unscale = scaler.scale, scaler.unscale_
     original_step, original_update = scaler.step, scaler.update
 
@@ -401,10 +401,11 @@ def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, reco
         self._ampfix_stepped = False
         return original_update(self, new_scale)
 
-    scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update
+    for name, patched in (("scale", scale), ("unscale_", unscale_), ("step", step), ("update", update)):
+        replace(scaler, name, patched)
 
 
-def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
+def _patch_scaler_state(scaler: Any, recorder: Recorder) -> None:
     """A checkpoint's scaler state: saved, restored, and with which scale (verify compares it)."""
     original_state_dict, original_load = scaler.state_dict, scaler.load_state_dict
 
@@ -423,7 +424,8 @@ def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
             recorder.scaler_state("load_state_dict", state_dict.get("scale"), site)
         return original_load(self, state_dict)
 
-    scaler.state_dict, scaler.load_state_dict = state_dict, load_state_dict
+    replace(scaler, "state_dict", state_dict)
+    replace(scaler, "load_state_dict", load_state_dict)
 
 
 # -- deprecated APIs, recorded by the runner itself ---------------------------------------------
@@ -448,7 +450,7 @@ def record_deprecated_calls(recorder: Recorder) -> None:
             message = getattr(value, "__deprecated__", None)
             init_message = getattr(vars(value).get("__init__"), "__deprecated__", None) if isinstance(value, type) else None
             if isinstance(init_message, str):  # the constructor is what is marked (GradScaler)
-                value.__init__ = _recorded_function(recorder, value.__init__, init_message)  # type: ignore[misc]  # replaced in place
+                replace(value, "__init__", _recorded_function(recorder, value.__init__, init_message))
             elif not isinstance(message, str):
                 continue
             elif isinstance(value, type):
@@ -479,7 +481,7 @@ def _record_class(recorder: Recorder, cls: type, message: str) -> None:
         with recorder.deprecated_call(message, category, find_site()):
             return deprecated_new(klass, *args, **kwargs)
 
-    cls.__new__ = staticmethod(__new__)  # type: ignore[assignment]  # a class's constructor, replaced in place
+    replace(cls, "__new__", staticmethod(__new__))
 
 
 def _recorded_function(recorder: Recorder, function: Any, message: str) -> Any:

@@ -16,9 +16,10 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from types import ModuleType
+from types import FrameType, ModuleType
 
 from ampfix.runner.observe import Recorder, Site
+from ampfix.runner.patching import replace
 
 PACKAGE, AMP = "apex", "apex.amp"
 _RUNNER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -48,7 +49,7 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         if module.__name__ == PACKAGE:
             module.__doc__ = "Stand-in for NVIDIA apex (not installed): only apex.amp, emulated by ampfix run."
-            module.amp = importlib.import_module(AMP)
+            replace(module, "amp", importlib.import_module(AMP))
             return
         from ampfix.runner import apex_amp  # torch: only when the script asks for apex.amp
 
@@ -57,7 +58,7 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _importing_site() -> Site:
     """The import statement's line: the first frame outside the import machinery and the runner."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(("<frozen", _RUNNER_DIR)) and "importlib" not in filename.split(os.sep)[-2:-1]:

@@ -133,6 +133,7 @@ def verify_scripts(
             if rewrite.error is not None:
                 return VerifyReport(None, None, None, error=rewrite.error, notes=notes)
             rewritten = rewrite.script
+        assert rewritten is not None  # given, or written by rewrite_project (which else set its error)
         for script, cwd in ((original, original_cwd), (Path(rewritten), rewrite_cwd)):
             runs.append(
                 _launch(

@@ -26,6 +26,8 @@ the call fails as on a GPU (:class:`FailsOnTheGpuToo`). Each call is recorded as
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,11 +37,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampfix.runner.cuda_autocast import CPU_LACKS_LOW_PRECISION
 from ampfix.runner.observe import Recorder, Site, dtype_name
+from ampfix.runner.patching import replace
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to
-_DTYPE = _Tensor.dtype.__get__
+# The getter torch calls a torch function mode with when the script reads ``x.dtype``.
+_DTYPE: Any = inspect.getattr_static(_Tensor, "dtype").__get__
 STAND_IN, ASKED = torch.bfloat16, torch.float16
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 _FFT_KERNELS = ("_fft_r2c", "_fft_c2r", "_fft_c2c")
@@ -112,9 +116,9 @@ class StandIn:
                         tensor = tensor.detach().to(ASKED).requires_grad_(tensor.requires_grad)
             return original_reduce(tensor, protocol)
 
-        save.__wrapped__ = original_save  # type: ignore[attr-defined]  # functools.wraps would copy the signature's defaults too
-        torch.save = torch.serialization.save = save
-        _Tensor.__reduce_ex__ = __reduce_ex__  # type: ignore[method-assign]  # the one place pickling meets a tensor
+        for module in (torch, torch.serialization):
+            replace(module, "save", functools.wraps(original_save)(save))
+        replace(_Tensor, "__reduce_ex__", __reduce_ex__)  # the one place pickling meets a tensor
 
 
 class CpuGaps:
@@ -222,7 +226,7 @@ class _FftSignals(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sizes: list[int] = []
+        self.calls: list[list[int]] = []  # each FFT kernel's signal sizes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -232,14 +236,14 @@ class _FftSignals(TorchDispatchMode):
             sizes = [source.shape[dim] for dim in dims]
             if name == "_fft_c2r":  # the last dimension's signal is the real output's
                 sizes[-1] = args[3]
-            self.sizes.extend(sizes)
+            self.calls.append(sizes)
         return func(*args, **kwargs)
 
     def check_half_precision_sizes(self) -> None:
-        odd = [size for size in self.sizes if size & (size - 1)]
-        if odd:
-            raise FailsOnTheGpuToo(
-                "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision, "
-                f"but got a signal size of {odd} (ampfix run: the GPU refuses this call; run the FFT in float32, "
-                "for instance with x.float(), to migrate it)"
-            )
+        """cuFFT's own check (aten/src/ATen/native/cuda/CuFFTPlanCache.h), with its own message."""
+        for sizes in self.calls:
+            if any(size & (size - 1) for size in sizes):
+                raise FailsOnTheGpuToo(
+                    "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision, "
+                    f"but got a signal size of{sizes} (ampfix run: a GPU refuses this call too; in float32 it runs on both)"
+                )

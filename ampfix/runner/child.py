@@ -29,7 +29,7 @@ from typing import Any
 from ampfix.runner.apex_provider import ApexProvider
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import with_arguments_adjusted
+from ampfix.runner.patching import replace, with_arguments_adjusted
 
 _DEPRECATIONS = (DeprecationWarning, FutureWarning)
 
@@ -146,8 +146,8 @@ def _write_before_forked_exit(recorder: Recorder, config: RunnerConfig) -> None:
         _write_observation(recorder, config)
         exit_without_cleanup(status)
 
-    _exit._ampfix_original = exit_without_cleanup
-    os._exit = _exit
+    replace(_exit, "_ampfix_original", exit_without_cleanup)
+    replace(os, "_exit", _exit)
 
 
 def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:

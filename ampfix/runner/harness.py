@@ -35,7 +35,7 @@ current: Installed | None = None
 
 
 def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
-    sites.configure(os.path.dirname(torch.__file__))
+    sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
     from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks

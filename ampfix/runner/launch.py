@@ -169,6 +169,8 @@ class LaunchedRun:
 
     def _stop(self) -> None:
         """Ask the script to stop as Ctrl-C would, then kill it if it does not within the grace time."""
+        if self._process is None:
+            return
         self._signal_group(signal.SIGINT)
         try:
             self._process.wait(timeout=STOP_GRACE_S)
@@ -177,6 +179,8 @@ class LaunchedRun:
             self._process.wait()
 
     def _signal_group(self, signal_number: int) -> None:
+        if self._process is None:
+            return
         try:
             if OWN_PROCESS_GROUP:
                 os.killpg(self._process.pid, signal_number)  # its session leader: the group's id is its pid

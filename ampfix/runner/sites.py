@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import sys
+from types import FrameType
 
 from ampfix.runner.observe import Site
 
@@ -34,9 +35,9 @@ def configure(torch_dir: str) -> None:
         os.path.join(torch_dir, "nn", "modules", "module.py"),
     ]
     helpers = [os.path.dirname(__file__) + os.sep, contextlib.__file__, functools.__file__]
-    typing_extensions = sys.modules.get("typing_extensions")
-    if typing_extensions is not None and getattr(typing_extensions, "__file__", None):
-        helpers.append(typing_extensions.__file__)
+    typing_extensions_file = getattr(sys.modules.get("typing_extensions"), "__file__", None)
+    if typing_extensions_file:
+        helpers.append(typing_extensions_file)
     _plumbing_prefixes = tuple(amp_modules + helpers)
     _kind_by_file.clear()
 
@@ -56,7 +57,7 @@ def _kind(filename: str) -> int:
 
 def find_site() -> Site:
     """The first frame outside torch and the harness, and whether torch stood in between."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     origin = "script"
     while frame is not None:
         kind = _kind(frame.f_code.co_filename)
