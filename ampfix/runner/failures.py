@@ -37,7 +37,7 @@ def explain(failure: dict[str, Any] | None) -> str | None:
         return "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"
     module, function = failure.get("runner_module"), failure.get("runner_function")
     if module is not None and (module, function) not in PASS_THROUGH:
-        what, option = EMULATING_MODULES.get(module, (f"ampfix/runner/{module}.py", None))
+        what, option = EMULATING_MODULES.get(module, ("its own code", None))
         fix = f"; {option} changes that" if option else "; no option changes that: please report it"
         return f"the failure is inside the runner's emulation ({what}, raised in ampfix/runner/{module}.py){fix}"
     if failure.get("stand_in") and any(name in failure.get("message", "") for name in STAND_IN_NAMES):
