@@ -448,7 +448,8 @@ def record_deprecated_calls(recorder: Recorder) -> None:
         bound_in = [module, *(value for value in vars(module).values() if isinstance(value, types.ModuleType))]
         for name, value in list(vars(module).items()):
             message = getattr(value, "__deprecated__", None)
-            init_message = getattr(vars(value).get("__init__"), "__deprecated__", None) if isinstance(value, type) else None
+            constructor = vars(value).get("__init__") if isinstance(value, type) else None
+            init_message = getattr(constructor, "__deprecated__", None)
             if isinstance(init_message, str):  # the constructor is what is marked (GradScaler)
                 replace(value, "__init__", _recorded_function(recorder, value.__init__, init_message))
             elif not isinstance(message, str):

@@ -135,11 +135,10 @@ def verify_scripts(
             rewritten = rewrite.script
         assert rewritten is not None  # given, or written by rewrite_project (which else set its error)
         for script, cwd in ((original, original_cwd), (Path(rewritten), rewrite_cwd)):
-            runs.append(
-                _launch(
-                    script, script_args, options, capture_output=True, timeout=timeout, cwd=cwd, verify_observations=True
-                )
+            launched = _launch(
+                script, script_args, options, capture_output=True, timeout=timeout, cwd=cwd, verify_observations=True
             )
+            runs.append(launched)
         original_report, rewritten_report = (run.finish() for run in runs)
         leftovers = still_deprecated_modules(rewritten_report, device, keep_dtype)  # before its copy is removed
     finally:

@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ampfix.runner.cuda_autocast import CPU_LACKS_LOW_PRECISION
 from ampfix.runner.observe import Recorder, Site, dtype_name
 from ampfix.runner.patching import replace
-from ampfix.runner.sites import find_site
+from ampfix.runner.sites import find_site, read_by_script
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to
@@ -75,8 +75,8 @@ class StandIn:
     def _dtype(self, args: tuple, kwargs: dict) -> Any:
         dtype = _DTYPE(*args)
         if dtype is STAND_IN and self._plan.stand_in:
-            site = find_site()
-            if site.origin == "script":  # the code that reads it is the script's, not torch's
+            site = read_by_script()  # None: torch's own code reads it, and gets the real dtype
+            if site is not None:
                 self._acted("x.dtype read as float16", site)
                 return ASKED
         return dtype
@@ -245,5 +245,6 @@ class _FftSignals(TorchDispatchMode):
             if any(size & (size - 1) for size in sizes):
                 raise FailsOnTheGpuToo(
                     "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision, "
-                    f"but got a signal size of{sizes} (ampfix run: a GPU refuses this call too; in float32 it runs on both)"
+                    f"but got a signal size of{sizes} "
+                    "(ampfix run: a GPU refuses this call too; in float32 it runs on both)"
                 )

@@ -118,12 +118,13 @@ def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[s
     innermost = frames[-1] if frames else None
     runner_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
     raised_in_runner = innermost is not None and os.path.abspath(innermost.filename).startswith(runner_dir)
+    runner_frame = innermost if raised_in_runner else None
     return {
         "type": kind.__name__,
         "message": str(value),
-        # The runner module the exception was raised from (its innermost frame), else None.
-        "runner_module": os.path.basename(innermost.filename)[: -len(".py")] if raised_in_runner and innermost else None,
-        "runner_function": innermost.name if raised_in_runner and innermost else None,
+        # The runner module and function the exception was raised from (its innermost frame), else None.
+        "runner_module": os.path.splitext(os.path.basename(runner_frame.filename))[0] if runner_frame else None,
+        "runner_function": runner_frame.name if runner_frame else None,
         "gpu_too": bool(getattr(value, "fails_on_the_gpu_too", False)),
         "stand_in": bool(harness.current is not None and harness.current.plan.stand_in),
     }
@@ -278,7 +279,8 @@ def _local_modules() -> list[str]:
 
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else None
     roots = [os.path.join(os.getcwd(), "")] + ([os.path.join(os.path.dirname(script), "")] if script else [])
-    installed = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values(), *getattr(site, "getsitepackages", list)()}
+    site_packages: list[str] = getattr(site, "getsitepackages", list)()  # absent in some virtualenv versions
+    installed = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values(), *site_packages}
     ampfix_package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a checkout run in place
     excluded = tuple(os.path.join(os.path.abspath(path), "") for path in (*installed, ampfix_package) if path)
     files = set()

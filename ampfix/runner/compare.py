@@ -124,7 +124,8 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
         return ""
     return (
         f" (the region's effective {' and '.join(differing)} differ: an autocast that does not give them takes the "
-        "enclosing region's, where the deprecated torch.cuda.amp.autocast() and torch.cpu.amp.autocast() give their own defaults)"
+        "enclosing region's, where the deprecated torch.cuda.amp.autocast() and torch.cpu.amp.autocast() give their "
+        "own defaults)"
     )
 
 

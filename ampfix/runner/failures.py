@@ -45,4 +45,7 @@ def explain(failure: dict[str, Any] | None) -> str | None:
             "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked "
             "for) reached code that refuses it; --amp-dtype keep runs float16 as asked"
         )
-    return "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): the script's own"
+    return (
+        "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): "
+        "the script's own"
+    )

@@ -38,7 +38,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
+    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches
+    from ampfix.runner import training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
@@ -47,7 +48,17 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     scaling = training_hooks.GradientScaling()
     active = amp_patches.ActiveRegions()
     current = Installed(recorder, plan, scaling, active, limit)
-    stand_in = boundaries.StandIn(recorder, plan)
+    stand_in, gaps = boundaries.StandIn(recorder, plan), boundaries.CpuGaps(recorder, plan)
+    modes: list[Any] = []  # the device mode, once its step has made it (it reads private torch names)
+
+    def install_device_mode() -> None:
+        modes.append(device_mode.CudaOnCpuMode(recorder))
+        device_mode.install(modes[0])
+
+    def add_handlers(make: Callable[[Any], dict[Any, Any]]) -> None:
+        for mode in modes:  # none when the device mapping could not be installed
+            mode.add_handlers(make(mode))
+
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
@@ -74,20 +85,12 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         *process_patches.installers(recorder),
         ("torch.save of the bfloat16 stand-in", stand_in.install_save),
         # Last: the mode would otherwise watch the installation itself.
-        ("device mapping", lambda: device_mode.install(_device_mode(recorder, stand_in, boundaries.CpuGaps(recorder, plan)))),
+        ("device mapping", install_device_mode),
+        ("the bfloat16 stand-in at numpy and dtype reads", lambda: add_handlers(lambda mode: stand_in.handlers())),
+        ("ops the CPU lacks in low precision", lambda: add_handlers(lambda mode: gaps.handlers(mode.call))),
     ]
     for name, install_step in steps:
         _install_step(torch, name, install_step)
-
-
-def _device_mode(recorder: Recorder, stand_in: Any, gaps: Any) -> Any:
-    """The device mode, with the boundary handlers of :mod:`boundaries` (the stand-in, the CPU's gaps)."""
-    from ampfix.runner import device_mode
-
-    mode = device_mode.CudaOnCpuMode(recorder)
-    mode.add_handlers(stand_in.handlers())
-    mode.add_handlers(gaps.handlers(mode.call))
-    return mode
 
 
 def _install_step(torch: ModuleType, name: str, install_step: Callable[[], None]) -> None:

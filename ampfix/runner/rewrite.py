@@ -60,7 +60,9 @@ def rewrite_project(original: Path, copy_root: Path, device: str, keep_dtype: bo
     if changed:
         notes.append(f"files rewritten: {', '.join(changed)}")
     else:
-        notes.append("ampfix's rewrite left the script and its local modules unchanged: both runs are of the same source")
+        notes.append(
+            "ampfix's rewrite left the script and its local modules unchanged: both runs are of the same source"
+        )
     if failed:
         notes.append(f"left as they are (could not be rewritten): {'; '.join(failed)}")
     return ProjectRewrite(copy_root / script.name, notes)

@@ -19,10 +19,12 @@ _PLUMBING, _TORCH, _SCRIPT = 0, 1, 2
 _kind_by_file: dict[str, int] = {}
 _torch_dir: str | None = None
 _plumbing_prefixes: tuple[str, ...] = ()
+# The runner's own files and the decorator helpers: frames no code of torch's or the script's is in.
+_helper_prefixes: tuple[str, ...] = ()
 
 
 def configure(torch_dir: str) -> None:
-    global _torch_dir, _plumbing_prefixes
+    global _torch_dir, _plumbing_prefixes, _helper_prefixes
     _torch_dir = os.path.join(torch_dir, "")
     amp_modules = [
         os.path.join(torch_dir, "amp", ""),
@@ -39,6 +41,7 @@ def configure(torch_dir: str) -> None:
     if typing_extensions_file:
         helpers.append(typing_extensions_file)
     _plumbing_prefixes = tuple(amp_modules + helpers)
+    _helper_prefixes = tuple(helpers)
     _kind_by_file.clear()
 
 
@@ -67,3 +70,17 @@ def find_site() -> Site:
             origin = "torch"
         frame = frame.f_back
     return Site("<unknown>", 0, origin)
+
+
+def read_by_script() -> Site | None:
+    """The code that made the current call (the first frame outside the runner and its helpers), when it
+    is not torch's own: the place where the script, one of its modules or a library reads a value."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_helper_prefixes):
+            if _torch_dir is not None and filename.startswith(_torch_dir):
+                return None
+            return Site(filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
