@@ -361,12 +361,12 @@ class PackageResult:
 
 def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
     from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
-    from ampfix.io.files import _encoding  # the CLI's decoding: BOM, coding cookie
+    from ampfix.syntax.encoding import DECODE_ERRORS, decode_source  # the CLI's decoding: BOM, coding cookie
 
     data = path.read_bytes()
     try:
-        source = data.decode(_encoding(data))
-    except (SyntaxError, UnicodeDecodeError, LookupError):
+        source, _ = decode_source(data)
+    except DECODE_ERRORS:
         result.unparsable += 1
         return
     result.files += 1

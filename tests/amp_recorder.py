@@ -29,8 +29,9 @@ What is recorded is the *bound arguments* of the new-API entry points, which the
   autocast is really on: they are not recorded (``_INTERNAL``).
 
 Probes, kept apart from the records (they describe what the objects do, which the device decides):
-on entering an autocast, the dtype a linear layer returns inside it; after a GradScaler is built, its
-``is_enabled()``. They show that an AMP path moved to the CPU really runs in lower precision.
+on entering an autocast, the dtype a linear layer returns inside it and the autocast dtype and cache setting
+in force inside the region (``torch.get_autocast_dtype(device)``, ``torch.is_autocast_cache_enabled()``);
+after a GradScaler is built, its ``is_enabled()``. They show that an AMP path moved to the CPU really runs in lower precision.
 
 Normalisation: ``dtype=None`` for autocast means ``torch.get_autocast_dtype(device_type)`` (float16 for
 cuda, bfloat16 for cpu unless the program changed it) and ``cache_enabled=None`` means
@@ -119,7 +120,10 @@ def _patch_autocast() -> None:
             return result
         output = torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2))
         PROBES.append({"api": "autocast", "device_type": self.device, "enabled": self._enabled,
-                       "dtype": str(self.fast_dtype), "linear_dtype": str(output.dtype)})
+                       "dtype": str(self.fast_dtype), "linear_dtype": str(output.dtype),
+                       # what is in force inside the region: a nested torch.amp.autocast(device) would take these
+                       "region_dtype": str(torch.get_autocast_dtype(self.device)),
+                       "region_cache_enabled": torch.is_autocast_cache_enabled()})
         return result
 
     cls.__enter__ = __enter__

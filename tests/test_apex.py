@@ -364,3 +364,32 @@ def test_the_rules_table_gives_the_torch_the_apex_rewrite_needs():
     assert {(row["code"], row["min_torch"]) for row in rows if row["code"].startswith("AMP10")} == {
         ("AMP100", "2.3"), ("AMP101", "2.3"), ("AMP102", "2.3"), ("AMP103", "2.3"), ("AMP104", "2.3"),
         ("AMP105", "-"), ("AMP106", "-"), ("AMP107", "-"), ("AMP108", "-"), ("AMP109", "-")}
+
+
+def test_a_file_importing_torch_under_another_name_gets_its_own_import_torch():
+    """The rewrite spells torch's names through `torch` (`_Shape.torch_name`): bound to torch alone, or imported
+    where the file has no such name, here beside `th` (both are torch; the file runs either way)."""
+    from ampfix.engine import fix_source
+
+    source = ("import torch as th\nfrom apex import amp\n\n\n"
+              "def train(model, optimizer, x):\n"
+              "    model, optimizer = amp.initialize(model, optimizer)\n"
+              "    loss = th.nn.functional.relu(model(x)).sum()\n"
+              "    with amp.scale_loss(loss, optimizer) as scaled:\n        scaled.backward()\n"
+              "    optimizer.step()\n")
+    assert fix_source(source).new_source == (
+        "import torch as th\nimport torch\n\n\n"
+        "def train(model, optimizer, x):\n"
+        '    scaler = torch.amp.GradScaler("cuda")\n'
+        '    with torch.autocast("cuda", dtype=torch.float16):\n'
+        "        loss = th.nn.functional.relu(model(x)).sum()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(optimizer)\n    scaler.update()\n")
+
+
+def test_the_apex_modules_import_by_their_dotted_names():
+    """`ampfix.families.apex` is the package (a name in `ampfix.families` once shadowed it with the rules module)."""
+    import ampfix.families.apex.detect as detect
+    import ampfix.families.apex.rules as apex_rules
+
+    assert apex_rules.APEX_RULES and detect.plan_apex

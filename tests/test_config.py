@@ -245,3 +245,23 @@ def test_stdin_through_the_console_script(project: Path):
     done = subprocess.run([sys.executable, "-m", "ampfix", "rewrite", "-"], input=DEPRECATED.encode(),
                           capture_output=True, check=False)
     assert (done.returncode, done.stdout) == (1, MIGRATED.encode())
+
+
+def test_every_option_is_a_key_and_a_flag_of_check_and_rewrite():
+    """An option is declared once, as a field of Options with its parser: [tool.ampfix] has its key
+    and both commands its flag, each named after the field."""
+    import dataclasses
+
+    import typer
+
+    from ampfix.core.options import Options
+    from ampfix.io.config import KEYS
+
+    declared = [option.name for option in dataclasses.fields(Options) if "parse" in option.metadata]
+    assert {"target_torch", "unsafe_fixes", "device", "device_expr", "keep_dtype"} <= set(declared)
+    assert all(KEYS[name.replace("_", "-")] == (name, Options.__dataclass_fields__[name].metadata["parse"])
+               for name in declared)
+    group = typer.main.get_command(app)
+    for command in ("check", "rewrite"):
+        flags = {flag for param in group.commands[command].params for flag in param.opts}
+        assert {f"--{name.replace('_', '-')}" for name in declared} <= flags, command

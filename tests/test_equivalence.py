@@ -31,10 +31,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from unittest import mock
+
 import pytest
 
-from fixture_cases import CASE_IDS, CASES, CPU_TARGET_AREAS, ROOT, Case
+from fixture_cases import CASE_IDS, CASES, CPU_TARGET_AREAS, ROOT, Case, read_source
 
+from ampfix.core.options import Options
+from ampfix.engine import fix_source
+from ampfix.engine.nesting import Nesting
 from ampfix.families import ALL_RULES
 
 import torch  # noqa: F401,E402 - a test dependency: its absence must fail the run, not skip it
@@ -169,6 +174,7 @@ def test_in_and_out_behave_the_same(case: Case, oracle: dict[str, dict]) -> None
             f"{case.id}: the AMP objects differ\n"
             f"in:  {json.dumps(before['records'], indent=1)}\nout: {json.dumps(after['records'], indent=1)}"
         )
+        assert _regions(before) == _regions(after), f"{case.id}: a region runs under other autocast settings"
     assert before["records"], f"{case.id}: the fixture creates no AMP object, so the oracle checks nothing"
 
     findings = case.expected_findings() or []
@@ -182,3 +188,55 @@ def test_in_and_out_behave_the_same(case: Case, oracle: dict[str, dict]) -> None
         # (unsafe_fixes rewrite strings such as mock.patch targets, which need not run deprecated code;
         # a device target also moves code already on torch.amp, which is not deprecated)
         assert before["deprecation_warnings"], f"{case.id}: .in.py ran no deprecated API"
+
+
+def _regions(run: dict) -> list[tuple[str, str, bool]]:
+    """Each autocast region entered: its device, and the dtype and cache setting in force inside it."""
+    return [(p["device_type"], p["region_dtype"], p["region_cache_enabled"]) for p in run["probes"]
+            if p["api"] == "autocast"]
+
+
+# The cases whose rewrite writes the old autocast defaults because the code shows nesting: without them (the
+# idiomatic `torch.amp.autocast(device)`) a region would run under other settings, so the comparison above
+# can fail on them.
+NESTED_CASES = {"autocast/nested_same_function", "autocast/nested_across_call",
+                "autocast/nested_after_set_autocast_dtype", "autocast/nested_multiline", "device_cpu/nested_autocast"}
+
+
+@pytest.fixture(scope="session")
+def idiomatic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """{case id: recorder result} of each nested case rewritten as if no nesting were seen."""
+    folder = tmp_path_factory.mktemp("idiomatic")
+    scripts = {}
+    with mock.patch.object(Nesting, "reason", return_value=None):
+        for case in (c for c in CASES if c.id in NESTED_CASES):
+            text, _ = read_source(case.in_path)
+            result = fix_source(text, Options(**case.options))  # type: ignore[arg-type]
+            assert result.error is None and result.new_source != read_source(case.out_path)[0], case.id
+            path = folder / (case.id.replace("/", "__") + ".py")
+            path.write_text(result.new_source, encoding="utf-8")
+            scripts[case.id] = path
+    out_json = folder / "records.json"
+    env = dict(os.environ, PYTHONHASHSEED="0", CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, str(RECORDER), str(out_json), *map(str, scripts.values())], cwd=ROOT, env=env,
+                   check=True, timeout=TIMEOUT_S, capture_output=True)
+    recorded = json.loads(out_json.read_text(encoding="utf-8"))
+    return {case_id: recorded[str(path)] for case_id, path in scripts.items()}
+
+
+def test_the_nested_cases_are_known() -> None:
+    assert NESTED_CASES <= {c.id for c in RUNNABLE}
+
+
+@pytest.mark.parametrize("case_id", sorted(NESTED_CASES))
+def test_the_idiomatic_rewrite_of_a_nested_case_would_differ(case_id: str, oracle: dict[str, dict],
+                                                             idiomatic: dict[str, dict]) -> None:
+    case = next(c for c in CASES if c.id == case_id)
+    before, plain = oracle[str(case.in_path)], idiomatic[case_id]
+    assert plain["error"] is None, plain["error"]
+    if case.area in CPU_TARGET_AREAS:
+        expected = [_on_the_cpu(record, CPU_TARGET_AREAS[case.area]) for record in before["records"]]
+        assert plain["records"] != expected
+    else:
+        assert plain["records"] != before["records"]
+        assert _regions(plain) != _regions(before)

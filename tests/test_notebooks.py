@@ -14,13 +14,20 @@ import pytest
 from typer.testing import CliRunner
 
 from ampfix.cli.app import app
-from ampfix.io.notebooks import masked_cell, process_notebook
+from ampfix.io.files import FileResult, process_data
+from ampfix.io.ipython_syntax import masked_cell
 from ampfix.core.options import Options
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
 CASES = sorted(NOTEBOOKS.glob("*.in.ipynb"))
 IDS = [path.name[: -len(".in.ipynb")] for path in CASES]
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+
+
+def process_notebook(text: str, options: Options) -> tuple[str, FileResult]:
+    """A notebook's text through the files' processing path, written nowhere: its new text, and the result."""
+    result, new_data = process_data(Path("notebook.ipynb"), text.encode("utf-8"), options, "diff")
+    return new_data.decode("utf-8"), result
 
 
 def _expected(case: Path) -> Path:
@@ -42,11 +49,11 @@ def _expected_findings(case: Path) -> list[tuple[int, int, str, bool]]:
 def test_notebook_fixture(case: Path):
     text = case.read_bytes().decode("utf-8")
     expected = _expected(case).read_bytes().decode("utf-8")
-    result = process_notebook(text, Options(), rewrite=True)
-    assert result.new_text == expected
+    new_text, result = process_notebook(text, Options())
+    assert new_text == expected
     assert _findings(result) == _expected_findings(case)
-    again = process_notebook(expected, Options(), rewrite=True)
-    assert again.new_text == expected  # a second run changes nothing
+    again, _ = process_notebook(expected, Options())
+    assert again == expected  # a second run changes nothing
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -75,7 +82,8 @@ def test_ipython_lines_are_masked_to_the_same_length_and_indentation(line: str):
 
 def test_a_cell_that_parses_is_not_masked_and_a_cell_magic_masks_every_line():
     assert masked_cell("x = a % b\n") == ("x = a % b\n", [])
-    assert masked_cell("%%bash\n  echo hi\n") == ("______\n_________\n", [0, 1])
+    # A cell magic that is not Python: every line, its indentation too (no mask may start a block).
+    assert masked_cell("%%bash\n  echo hi\n") == ("______\n_______\n", [0, 1])
 
 
 def test_a_cell_that_does_not_parse_even_masked_is_reported():
@@ -93,18 +101,18 @@ def _notebook(*sources: str, language: str = "python") -> str:
 
 def test_a_notebook_in_another_language_is_not_read_as_python():
     text = _notebook("library(torch.cuda.amp)")
-    assert process_notebook(text, Options(), rewrite=True).findings == ()
+    assert process_notebook(text, Options())[1].findings == ()
 
 
 def test_a_file_that_is_no_notebook_is_reported_and_left():
-    result = process_notebook('{"cells": [1, ', Options(), rewrite=True)
-    assert result.new_text == '{"cells": [1, ' and result.error and result.error.startswith("not a readable notebook")
+    new_text, result = process_notebook('{"cells": [1, ', Options())
+    assert new_text == '{"cells": [1, ' and result.error and result.error.startswith("not a readable notebook")
 
 
 def test_skip_file_in_any_cell_skips_the_notebook():
     text = _notebook("import torch\n", "# ampfix: skip-file\nx = torch.cuda.amp.GradScaler()")
-    result = process_notebook(text, Options(), rewrite=True)
-    assert (result.new_text, result.findings) == (text, ())
+    new_text, result = process_notebook(text, Options())
+    assert (new_text, result.findings) == (text, ())
 
 
 def invoke(*args: str):
@@ -160,14 +168,33 @@ def test_rewrite_writes_only_the_notebook_that_changes(tmp_path: Path):
     assert invoke("rewrite", str(tmp_path)).exit_code == 0
 
 
-def test_a_bad_cell_is_reported_and_the_other_cells_are_rewritten(tmp_path: Path):
+def test_a_bad_cell_that_cannot_hold_a_use_is_passed_over(tmp_path: Path):
     path = tmp_path / "nb.ipynb"
     path.write_text(_notebook("def f(:\n    pass", *OLD_CELLS), encoding="utf-8")
     result = invoke("rewrite", str(path))
-    assert result.exit_code == 2
-    assert f"{path}:cell 1:1:7: AMP901 left: cannot parse: invalid syntax; the cell is left as it is" in result.stdout
+    assert result.exit_code == 1  # rewritten, nothing left, no error
+    assert "AMP901" not in result.stdout
     assert path.read_text() == _notebook("def f(:\n    pass", "import torch\nfrom torch.amp import GradScaler",
                                          '# scale\nscaler = GradScaler("cuda", enabled=False)')
+    assert invoke("check", str(path)).exit_code == 0
+
+
+def test_a_bad_cell_that_may_hold_a_use_is_a_finding_and_the_other_cells_are_rewritten(tmp_path: Path):
+    path = tmp_path / "nb.ipynb"
+    pseudo = "for batch in loader:\n    with torch.cuda.amp.autocast(): forward pass here"
+    path.write_text(_notebook(pseudo, *OLD_CELLS), encoding="utf-8")
+    result = invoke("rewrite", str(path))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == (
+        f"{path}:cell 1:2:45: AMP901 left: cannot parse the cell: invalid syntax; its deprecated uses are left "
+        "as they are")
+    assert "could not be processed" not in result.stdout
+    assert path.read_text() == _notebook(pseudo, "import torch\nfrom torch.amp import GradScaler",
+                                         '# scale\nscaler = GradScaler("cuda", enabled=False)')
+    assert invoke("check", str(path)).exit_code == 1  # the finding stays: it is not an error (2)
+    accepted = pseudo.replace("here", "here  # noqa: AMP901")
+    path.write_text(_notebook(accepted, "import torch"), encoding="utf-8")
+    assert invoke("check", str(path)).exit_code == 0
 
 
 def test_stdin_named_as_a_notebook(tmp_path: Path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -91,6 +91,10 @@ DeviceExprOpt = Annotated[str | None, typer.Option(
 KeepDtypeOpt = Annotated[bool | None, typer.Option(
     "--keep-dtype/--no-keep-dtype", show_default=False,
     help="With --device cpu, keep an explicit float16 (default: it becomes bfloat16).")]
+ExplicitDefaultsOpt = Annotated[bool | None, typer.Option(
+    "--explicit-autocast-defaults/--no-explicit-autocast-defaults", show_default=False,
+    help="Write the old autocast's dtype/cache_enabled defaults in every rewrite (default: only where an "
+         "enclosing autocast or a changed default shows; docs/autocast-defaults.md).")]
 FormatOpt = Annotated[OutputFormat, typer.Option(
     "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
 ExitZeroOpt = Annotated[bool, typer.Option(
@@ -104,40 +108,19 @@ StdinNameOpt = Annotated[str | None, typer.Option(
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
 
 
-def _setting(key: str, value: object) -> object:
-    """A flag's value, parsed and checked as the [tool.ampfix] key of the same name is."""
-    from ampfix.io.config import KEYS
+def _flags(**given: object) -> dict[str, Any]:
+    """The settings given as flags (by option name; None: not given), parsed and checked as the
+    [tool.ampfix] keys of the same names: they win over [tool.ampfix]."""
+    from ampfix.io.config import FlagError, parse_flags
 
     try:
-        return KEYS[key][1](value)
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint=f"--{key}") from error
+        return parse_flags({name.replace("_", "-"): value for name, value in given.items()})
+    except FlagError as error:
+        raise typer.BadParameter(str(error), param_hint=f"--{error.key}") from error
 
 
-def _codes(value: str) -> list[str]:
-    return [code.strip() for code in value.split(",") if code.strip()]
-
-
-def _overrides(unsafe_fixes: bool | None, target_torch: str | None, select: str | None,
-               ignore: str | None, device: str | None = None, device_expr: str | None = None,
-               keep_dtype: bool | None = None) -> dict[str, object]:
-    """The settings given as flags: they win over [tool.ampfix]."""
-    given: dict[str, object] = {}
-    if device is not None:
-        given["device"] = _setting("device", device)
-    if device_expr is not None:
-        given["device_expr"] = _setting("device-expr", device_expr)
-    if keep_dtype is not None:
-        given["keep_dtype"] = keep_dtype
-    if unsafe_fixes is not None:
-        given["unsafe_fixes"] = unsafe_fixes
-    if target_torch is not None:
-        given["target_torch"] = _setting("target-torch", target_torch)
-    if select is not None:
-        given["select"] = _setting("select", _codes(select))
-    if ignore is not None:
-        given["ignore"] = _setting("ignore", _codes(ignore))
-    return given
+def _codes(value: str | None) -> list[str] | None:
+    return None if value is None else [code.strip() for code in value.split(",") if code.strip()]
 
 
 @app.command()
@@ -145,10 +128,13 @@ def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_
           target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
           stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
-          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+          device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
-    raise typer.Exit(run_files(paths, "check", overrides, output_format.value, force_exclude=force_exclude,
+    flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
+                   target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
+                   explicit_autocast_defaults=explicit_autocast_defaults)
+    raise typer.Exit(run_files(paths, "check", flags, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
 
@@ -158,11 +144,14 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
             stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
-            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None) -> None:
+            device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
-    overrides = _overrides(unsafe_fixes, target_torch, select, ignore, device, device_expr, keep_dtype)
-    raise typer.Exit(run_files(paths, mode, overrides, output_format.value, force_exclude=force_exclude,
+    flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
+                   target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
+                   explicit_autocast_defaults=explicit_autocast_defaults)
+    raise typer.Exit(run_files(paths, mode, flags, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
 
 
@@ -188,7 +177,8 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False) -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                                help="Show the version and exit.")] = False) -> None:
     pass
 
 

@@ -10,10 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from ampfix.io.config import ConfigError, Settings, enabled_rules, load
 from ampfix.core.options import Options
+from ampfix.io.config import ConfigError, Settings, load
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from ampfix.io.files import FileResult
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 STDIN = Path("-")
@@ -22,34 +28,32 @@ STDIN = Path("-")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells and click report it
 
 
-def run_files(paths: Sequence[Path], mode: str, overrides: Mapping[str, object] = {},
+def run_files(paths: Sequence[Path], mode: str, flags: Mapping[str, Any] = {},
               output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
               stdin_filename: str | None = None, quiet: bool = False) -> int:
     """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
-    `overrides`: the settings given as flags, which win over `[tool.ampfix]`. Ctrl-C stops the run
+    `flags`: the settings given as flags (`config.parse_flags`), which win over `[tool.ampfix]`. Ctrl-C stops the run
     after the files in progress (a second one stops it at once); what was done until then is
     reported all the same, then the exit code is 130. Output never fails on the stream's
     encoding: what it cannot take is written backslash-escaped.
     """
     with _EscapedOutput():
-        return _run(paths, mode, overrides, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
+        return _run(paths, mode, flags, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
                     stdin_filename=stdin_filename, quiet=quiet)
 
 
-def _run(paths: Sequence[Path], mode: str, overrides: Mapping[str, object], output_format: str, *,
+def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_format: str, *,
          force_exclude: bool, exit_zero: bool, stdin_filename: str | None, quiet: bool) -> int:
     reading_stdin = STDIN in paths
     if reading_stdin and len(paths) > 1:
         return _usage_error("`-` (stdin) cannot be mixed with other paths")
     named = [Path(stdin_filename)] if reading_stdin and stdin_filename else [] if reading_stdin else paths
     try:
-        settings = load(named, overrides)
+        settings = load(named, flags)
     except ConfigError as error:  # nothing has been read or written yet
         return _usage_error(str(error))
-    options = Options(unsafe_fixes=settings.unsafe_fixes, target_torch=settings.target_torch,
-                      device=settings.device, device_expr=settings.device_expr, keep_dtype=settings.keep_dtype,
-                      rules=enabled_rules(settings.select, settings.ignore))
+    options = settings.options
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()
     if reading_stdin:
@@ -143,7 +147,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.count = 0
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def seen(self) -> bool:
         return self.count > 0
@@ -258,7 +262,7 @@ class _Terminal:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def discovered(self, path: Path) -> None:
+    def discovered(self, path: Path | FileResult) -> None:
         self.scanned += 1
         if self.shows_progress:
             self._draw()
@@ -299,19 +303,19 @@ _SPINNER = "|/-\\"
 # path) goes to typer, which parses everything; so do Windows (click expands wildcards there) and
 # shell completion.
 FAST_COMMANDS = {"check": "check", "rewrite": "rewrite"}  # command -> mode
-FAST_FLAGS = {"--force-exclude": "force_exclude"}  # flag -> keyword of run_files (all True when given)
+FAST_FLAGS = frozenset({"--force-exclude"})
 
 
 def fast_path(args: Sequence[str]) -> int | None:
     """The exit code of `args` run without typer, or None when typer must parse them."""
     if len(args) < 2 or args[0] not in FAST_COMMANDS or os.name == "nt":
         return None
-    flags = {FAST_FLAGS.get(arg) for arg in args[1:] if arg.startswith("-")}
+    flags = {arg for arg in args[1:] if arg.startswith("-")}
     paths = [Path(arg) for arg in args[1:] if not arg.startswith("-")]
-    if None in flags or not paths or any(k.endswith("_COMPLETE") for k in os.environ):
+    if not flags <= FAST_FLAGS or not paths or any(k.endswith("_COMPLETE") for k in os.environ):
         return None
     try:
-        return run_files(paths, FAST_COMMANDS[args[0]], **dict.fromkeys(flags, True))
+        return run_files(paths, FAST_COMMANDS[args[0]], force_exclude="--force-exclude" in flags)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # as click does: exit 1, quietly (the reader went away)

@@ -154,7 +154,7 @@ RULES_LEGEND = (
 )
 
 
-def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, object]]:
+def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, str]]:
     rows = []
     for rule in rules:
         for old, target in rule.symbols.items():

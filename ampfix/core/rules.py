@@ -37,6 +37,9 @@ class Target:
     module: bool = False
     # The old name is gone from torch since this version (code using it runs only on older torch).
     old_removed_in: TorchVersion | None = None
+    # The old callable's own defaults that the new one takes from the state in force instead (autocast's
+    # dtype and cache_enabled): (parameter, qualified name or literal), written where that state may differ.
+    old_defaults: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ampfix.syntax.guards import GuardJudge
 from ampfix.core.locations import SourceIndex, source_lines, statement_groups
 from ampfix.core.options import Options
 from ampfix.core.rules import Family, Rule, Target
+from ampfix.engine.nesting import Nesting, written_defaults
 from ampfix.families import TORCH_AMP
 from ampfix.families.torch_amp import module_paths, no_twin
 from ampfix.syntax.suppressions import NONE, Suppressions
@@ -42,6 +43,7 @@ class CallEdit:
     device_position: int | None  # insert as a positional argument at this index...
     device_keyword: str | None  # ...or as this keyword after the last positional
     keywords_for_positionals: tuple[str, ...] = ()  # name the i-th positional argument
+    added_keywords: tuple[tuple[str, str], ...] = ()  # (keyword, source text) appended after the arguments
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,10 @@ class Analysis:
         if decorator:
             how += "; a decorator runs where it is defined, so a module-level name"
         return device, f" ({how})", True
+
+    @functools.cached_property
+    def nesting(self) -> Nesting:
+        return Nesting(self.tree, self.walker)
 
     @functools.cached_property
     def decorator_calls(self) -> frozenset[int]:
@@ -607,7 +613,11 @@ class Analysis:
             what += ", positional arguments named " + ", ".join(names)
         dtype_edits, said = self.cpu_dtypes(use, rule, target)
         what += "".join(f"; {text}" for text in said)
-        return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}",
+        defaults = written_defaults(self, use, target, call)
+        if isinstance(defaults, str):
+            return leave(defaults)
+        edit = replace(edit, added_keywords=defaults[0])
+        return Decision(rule.code, f"`{full}(...)` -> `{new_name}(...)` with {what}{defaults[1]}",
                         ChainEdit(new_dotted=new_dotted, call=edit), fixable=True, suggestion=suggestion,
                         dtype_edits=dtype_edits)
 

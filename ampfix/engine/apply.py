@@ -536,7 +536,15 @@ def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpres
     else:
         device_arg = cst.Arg(value=device_value)
         position = edit.device_position or 0
-    return _insert_argument(args, position, device_arg)
+    args = _insert_argument(args, position, device_arg)
+    for keyword, text in edit.added_keywords:
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        added = cst.Arg(value=_parsed_expression(text), keyword=cst.Name(keyword), equal=tight)
+        if args and isinstance(args[-1].comma, MaybeSentinel):  # the space before `)` stays before it
+            added = added.with_changes(whitespace_after_arg=args[-1].whitespace_after_arg)
+            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        args = _insert_argument(args, len(args), added)
+    return args
 
 
 def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:

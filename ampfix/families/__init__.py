@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ampfix.core.rules import CallShape, Example, Family, Rule, Target
-from ampfix.families.apex import rules as apex
+from ampfix.families.apex.rules import APEX_RULES
 from ampfix.families.torch_amp import (autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler,
                                       module_paths, no_twin)
 
@@ -21,7 +21,7 @@ TORCH_RULES: tuple[Rule, ...] = (
 
 # Every code `ampfix rules` lists and --select/--ignore accept: torch's, then NVIDIA apex's (reported
 # by `ampfix.families.apex.detect`).
-ALL_RULES: tuple[Rule, ...] = (*TORCH_RULES, *apex.APEX_RULES)
+ALL_RULES: tuple[Rule, ...] = (*TORCH_RULES, *APEX_RULES)
 
 TORCH_AMP = Family(
     package="torch",

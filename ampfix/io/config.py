@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
+
+from ampfix.core.options import Options
 
 PYPROJECT = "pyproject.toml"
 
@@ -21,36 +23,29 @@ class ConfigError(Exception):
     """A configuration that cannot be used: the message names the file and the key."""
 
 
+class FlagError(ValueError):
+    """A flag's value that cannot be used; `key` names the flag (`--{key}`)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass(frozen=True)
 class Settings:
+    """What a run uses: the engine's options, and which files it looks at."""
+
+    options: Options = Options()
     # gitignore-style patterns, relative to the folder of the pyproject.toml. `exclude` replaces
     # the built-in list of skipped folders (None keeps it); `extend-exclude` adds to either.
     exclude: tuple[str, ...] | None = None
     extend_exclude: tuple[str, ...] = ()
-    # Rule codes or prefixes (`AMP0`); None selects every rule.
-    select: tuple[str, ...] | None = None
-    ignore: tuple[str, ...] = ()
-    target_torch: tuple[int, int] | None = None
-    unsafe_fixes: bool = False
-    device: str = "cuda"  # where CUDA code is moved to: cuda, cpu or auto
-    device_expr: str | None = None  # the user's own device expression, put at every CUDA site
-    keep_dtype: bool = False
     source: Path | None = None  # the pyproject.toml read; None when there is none
 
     @property
     def root(self) -> Path | None:
         """The folder the exclude patterns are relative to."""
         return None if self.source is None else self.source.parent
-
-
-def parse_version(value: object) -> tuple[int, int]:
-    """"2.3" -> (2, 3). Shared by `target-torch` and `--target-torch`."""
-    if not isinstance(value, str):
-        raise ValueError(f"expected a version as a string \"X.Y\", got {value!r}")
-    parts = value.split(".")
-    if len(parts) in (2, 3) and all(part.isdigit() for part in parts):
-        return int(parts[0]), int(parts[1])
-    raise ValueError(f"expected a version X.Y, got {value!r}")
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -70,50 +65,19 @@ def _codes(value: object) -> tuple[str, ...]:
     return codes
 
 
-def parse_device(value: object) -> str:
-    from ampfix.core.options import DEVICE_MODES
-
-    if isinstance(value, str) and value in DEVICE_MODES:
-        return value
-    raise ValueError(f"expected one of {', '.join(DEVICE_MODES)}, got {value!r}")
-
-
-def parse_device_expr(value: object) -> str:
-    """A device expression as it will be inserted: one Python expression on one line."""
-    import ast
-
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a Python expression, got {value!r}")
-    text = value.strip()
-    if "\n" in text or "\r" in text:
-        raise ValueError(f"expected an expression on one line, got {value!r}")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as error:
-        raise ValueError(f"{value!r} is not a Python expression: {error.msg}") from None
-    if isinstance(tree.body, (ast.Tuple, ast.NamedExpr, ast.Lambda, ast.Yield, ast.Await)) and not text.startswith("("):
-        raise ValueError(f"{value!r} is not one argument: parenthesize it")
-    return text
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-# key in [tool.ampfix] -> (Settings field, parser). A new key is one line here and a field above.
-KEYS: dict[str, tuple[str, Callable[[object], Any]]] = {
+Parser = Callable[[object], Any]
+# key in [tool.ampfix] (and flag) -> (name, parser). The run's own keys; then every option of
+# `Options`, each under its field's name with dashes (declared there, with its parser).
+# `select` and `ignore` become `Options.rules`.
+KEYS: dict[str, tuple[str, Parser]] = {
     "exclude": ("exclude", _strings),
     "extend-exclude": ("extend_exclude", _strings),
     "select": ("select", _codes),
     "ignore": ("ignore", _codes),
-    "target-torch": ("target_torch", parse_version),
-    "unsafe-fixes": ("unsafe_fixes", _bool),
-    "device": ("device", parse_device),
-    "device-expr": ("device_expr", parse_device_expr),
-    "keep-dtype": ("keep_dtype", _bool),
+    **{option.name.replace("_", "-"): (option.name, option.metadata["parse"])
+       for option in fields(Options) if "parse" in option.metadata},
 }
+_OPTION_NAMES = frozenset(name for name, _ in KEYS.values()) & {option.name for option in fields(Options)}
 
 
 def find_pyproject(start: Path) -> tuple[Path, dict[str, object]] | None:
@@ -137,7 +101,7 @@ def _tool_table(path: Path) -> dict[str, object] | None:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]  # Python 3.10 only: not installed where mypy runs on 3.11+
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
@@ -152,9 +116,9 @@ def _tool_table(path: Path) -> dict[str, object] | None:
     return table
 
 
-def settings_from_table(table: Mapping[str, object], source: Path | None) -> Settings:
-    values: dict[str, object] = {}
-    where = f"{source}: " if source is not None else ""
+def _parsed(table: Mapping[str, object], where: str) -> dict[str, Any]:
+    """The keys of a [tool.ampfix] table, parsed: name -> value."""
+    values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in KEYS:
             raise ConfigError(f"{where}[tool.ampfix]: unknown key {key!r} (known: {', '.join(KEYS)})")
@@ -163,7 +127,29 @@ def settings_from_table(table: Mapping[str, object], source: Path | None) -> Set
             values[name] = parse(value)
         except ValueError as error:
             raise ConfigError(f"{where}[tool.ampfix] {key}: {error}") from None
-    return Settings(**values, source=source)
+    return values
+
+
+def parse_flags(given: Mapping[str, object]) -> dict[str, Any]:
+    """The flags given on the command line, by key (`device-expr`; a value of None: not given),
+    parsed and checked as the [tool.ampfix] keys of the same names; raises FlagError."""
+    values: dict[str, Any] = {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        name, parse = KEYS[key]
+        try:
+            values[name] = parse(value)
+        except ValueError as error:
+            raise FlagError(key, str(error)) from error
+    return values
+
+
+def _settings(values: Mapping[str, Any], source: Path | None) -> Settings:
+    """The values of keys and flags, parsed, as Settings: mapped to the one options type here."""
+    options = Options(**{name: value for name, value in values.items() if name in _OPTION_NAMES},
+                      rules=enabled_rules(values.get("select"), values.get("ignore", ())))
+    return Settings(options, values.get("exclude"), values.get("extend_exclude", ()), source)
 
 
 def common_path(paths: Sequence[Path]) -> Path:
@@ -171,18 +157,15 @@ def common_path(paths: Sequence[Path]) -> Path:
     return Path(os.path.commonpath([os.path.abspath(path) for path in paths] or [os.getcwd()]))
 
 
-def load(paths: Sequence[Path], overrides: Mapping[str, object] = {}) -> Settings:
+def load(paths: Sequence[Path], flags: Mapping[str, Any] = {}) -> Settings:
     """The settings for a run over `paths`: the nearest [tool.ampfix], then the flags given.
 
-    `overrides` maps Settings fields to the values of the flags that were given on the command
-    line; a flag always wins over the file.
+    `flags`: the values of the flags given on the command line, as `parse_flags` returns them; a
+    flag always wins over the file.
     """
     found = find_pyproject(common_path(paths))
-    settings = Settings() if found is None else settings_from_table(found[1], found[0])
-    unknown = set(overrides) - {f.name for f in fields(Settings)}
-    if unknown:
-        raise ValueError(f"not settings: {sorted(unknown)}")
-    return replace(settings, **overrides) if overrides else settings
+    values = {} if found is None else _parsed(found[1], f"{found[0]}: ")
+    return _settings({**values, **flags}, None if found is None else found[0])
 
 
 def enabled_rules(select: Sequence[str] | None, ignore: Sequence[str]) -> frozenset[str] | None:

@@ -10,7 +10,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # Folders never descended into unless `exclude` replaces this list: tool caches, installed
 # packages, build output. Version-control data is skipped whatever the configuration.
@@ -144,7 +144,7 @@ class FolderFilter:
     """Decides, entry by entry, what a folder walk skips; grows as the walk descends. Entries are
     named by their path below the walk's start, with "/" ("pkg/sub/a.py")."""
 
-    excluded_name: object  # Callable[[str], bool]: the built-in folder names
+    excluded_name: Callable[[str], bool]  # the built-in folder names
     patterns: tuple[_Layer, ...]  # the configured excludes (one layer, or none)
     ignored: tuple[_Layer, ...] | None  # .gitignore files, outermost first; None outside a repository
 

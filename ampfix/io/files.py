@@ -1,28 +1,29 @@
-"""Files: discovery, decoding, the engine per file, and careful writing. Never prints."""
+"""Files: discovery, reading, one processing path (a codec per file kind, the engine, careful writing). Never prints."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import io
 import itertools
 import os
 import signal
 import stat
 import sys
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
-from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
 from ampfix.core.options import Options
-from ampfix.syntax.prefilter import could_hold_use
+from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
+from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
+from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
 
-READ_ERROR_CODE = "AMP902"  # a file or folder that cannot be read (or is not a regular file)
-WRITE_ERROR_CODE = "AMP903"  # a rewrite that could not be written: the file is left as it was
-NOTEBOOK_SUFFIX = ".ipynb"
+if TYPE_CHECKING:
+    from ampfix.io.codec import Codec
+
+__all__ = ["MODES", "READ_ERROR_CODE", "WRITE_ERROR_CODE", "FileResult", "codec_for", "default_jobs", "discover",
+           "process_data", "process_file", "process_paths", "process_stdin", "read_candidate"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
         if entry.is_dir(follow_symlinks=False):
             if not skipped.skips(walked + entry.name, entry.name, True):
                 subdirs.append((Path(entry.path), f"{walked}{entry.name}/"))
-        elif (entry.name.endswith((".py", NOTEBOOK_SUFFIX)) and not entry.is_symlink()
+        elif (entry.name.endswith(SUFFIXES) and not entry.is_symlink()
               and not skipped.skips(walked + entry.name, entry.name, False)):
             yield Path(entry.path)  # reading it reports one that is not a regular file
     for subdir, below in subdirs:
@@ -99,11 +100,18 @@ def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileRe
         return _error(path, f"not a regular file ({kind}): skipped")
     except OSError as error:
         return _error(path, f"cannot read: {error.strerror or error}")
-    # The engine's test, on the bytes: a file that cannot hold a use is never decoded. In a
-    # notebook's JSON a line break before `amp` is spelled `\n`, which the test reads as a letter.
+    # The engine's test, on the bytes: a file that cannot hold a use is never decoded.
+    return data if codec_for(path).could_hold(data, retargets) else None
+
+
+def codec_for(path: Path) -> Codec:
+    """How a file's bytes become the engine's source, by its name: a notebook, else Python (a file
+    named explicitly is read as Python whatever its name)."""
     if path.name.endswith(NOTEBOOK_SUFFIX):
-        return data if b"amp" in data or (retargets and b"autocast" in data) else None
-    return data if could_hold_use(data, retargets) else None
+        from ampfix.io.notebooks import NOTEBOOK  # json and the cell reader: only where there are notebooks
+
+        return NOTEBOOK
+    return PYTHON
 
 
 class _NotRegular(Exception):
@@ -149,60 +157,36 @@ def process_file(path: Path, options: Options, mode: str = "check", data: bytes 
         if isinstance(read, FileResult):
             return read
         data = read
-    if path.name.endswith(NOTEBOOK_SUFFIX):
-        from ampfix.io.notebooks import process_notebook_file
-
-        return process_notebook_file(path, data, options, mode)
-    decoded = _decode(path, data)
-    if isinstance(decoded, FileResult):
-        return decoded
-    source, encoding = decoded
-    if mode == "check":
-        result = check_source(source, options)
-        return FileResult(str(path), result.findings, error=result.error)
-    return _finish(path, data, encoding, fix_source(source, options), write=mode == "rewrite")
+    return process_data(path, data, options, mode)[0]
 
 
 def process_stdin(name: str, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
     """`ampfix check -` / `ampfix rewrite -`: the bytes read from stdin, named `name` in messages,
     through the engine; the result and the bytes to print (the input when nothing changed).
     Nothing is written."""
-    path = Path(name)
-    if path.name.endswith(NOTEBOOK_SUFFIX):
-        from ampfix.io.notebooks import notebook_file
-
-        return notebook_file(path, data, options, "check" if mode == "check" else "diff")
-    if mode == "check":
-        return process_file(path, options, "check", data), data
-    decoded = _decode(path, data)
-    if isinstance(decoded, FileResult):
-        return decoded, data
-    source, encoding = decoded
-    result = fix_source(source, options)
-    file_result = _finish(path, data, encoding, result, write=False)
-    return file_result, result.new_source.encode(encoding) if file_result.changed else data
+    return process_data(Path(name), data, options, "check" if mode == "check" else "diff")
 
 
-def _decode(path: Path, data: bytes) -> tuple[str, str] | FileResult:
-    """(text, encoding), or the error of a file not valid in its declared encoding."""
+def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
+    """The one processing path: `data`, the bytes of `path`, through its codec and the engine;
+    written back in "rewrite" mode. The result, and the file's new bytes (`data` when nothing
+    changed or nothing was written)."""
     try:
-        encoding = _encoding(data)
-        return data.decode(encoding), encoding
-    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
-        return _error(path, f"not valid in its declared encoding: {error}")
-
-
-def _finish(path: Path, data: bytes, encoding: str, result: SourceResult, write: bool) -> FileResult:
-    if result.error is not None or not result.changed:
-        return FileResult(str(path), result.findings, error=result.error)
-    new_data = result.new_source.encode(encoding)
+        decoded = codec_for(path).decode(data, options.retargets)
+    except DecodeError as error:
+        return _error(path, error.message, error.code), data
+    engine = check_source if mode == "check" else fix_source
+    converted = decoded.converted(engine(decoded.source, options))
+    if converted.new_text is None or converted.new_text == decoded.text:
+        return FileResult(str(path), converted.findings, error=converted.error), data
+    new_data = converted.new_text.encode(decoded.encoding)
     # Only --diff shows it; difflib costs more than the whole rewrite on a densely changed file.
-    diff = "" if write else result.diff(str(path))
-    if write:
+    diff = "" if mode == "rewrite" else SourceResult(decoded.text, converted.new_text).diff(str(path))
+    if mode == "rewrite":
         problem = _write_in_place(path, new_data)
         if problem is not None:
-            return _not_written(path, result.findings, problem)
-    return FileResult(str(path), result.findings, diff, changed=True)
+            return _not_written(path, converted.findings, problem), data
+    return FileResult(str(path), converted.findings, diff, changed=True, error=converted.error), new_data
 
 
 def _not_written(path: Path, findings: tuple[Finding, ...], problem: str) -> FileResult:
@@ -210,11 +194,6 @@ def _not_written(path: Path, findings: tuple[Finding, ...], problem: str) -> Fil
     message = f"cannot write: {problem}; the file is unchanged"
     unfixed = tuple(dataclasses.replace(f, fixed=False) for f in findings)
     return FileResult(str(path), (*unfixed, Finding(1, 1, WRITE_ERROR_CODE, message, False)), error=message)
-
-
-def _encoding(data: bytes) -> str:
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return encoding  # "utf-8-sig" when there is a BOM: decoding drops it, encoding restores it
 
 
 def _write_in_place(path: Path, data: bytes) -> str | None:
@@ -228,13 +207,13 @@ def _write_in_place(path: Path, data: bytes) -> str | None:
     """
     # SIGTERM (the pool ending its workers, a worker's parent dying, `kill`) waits until the
     # temporary file is gone or has become the file: it must not be left in the user's folder.
-    holds = hasattr(signal, "pthread_sigmask")
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if holds else None
+    if not hasattr(signal, "pthread_sigmask"):
+        return _replace(path, data)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         return _replace(path, data)
     finally:
-        if holds:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _replace(path: Path, data: bytes) -> str | None:
@@ -267,8 +246,8 @@ def _replace(path: Path, data: bytes) -> str | None:
     return None
 
 
-def _error(path: Path, message: str) -> FileResult:
-    return FileResult(str(path), (Finding(1, 1, READ_ERROR_CODE, message, False),), error=message)
+def _error(path: Path, message: str, code: str = READ_ERROR_CODE) -> FileResult:
+    return FileResult(str(path), (Finding(1, 1, code, message, False),), error=message)
 
 
 # Below this many candidate files a process pool costs more than it saves (measured: see
@@ -289,7 +268,7 @@ def default_jobs() -> int:
 
 def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mode: str = "check",
                   jobs: int | None = None, exclusions: Exclusions | None = None,
-                  force_exclude: bool = False, on_discovered: Callable[[Path], None] | None = None,
+                  force_exclude: bool = False, on_discovered: Callable[[Path | FileResult], None] | None = None,
                   stop: Callable[[], bool] = lambda: False) -> Iterator[FileResult]:
     """Results for every candidate file under `paths` (and every unreadable one), in discovery order.
 
@@ -453,7 +432,8 @@ def _process_chunk(chunk: list[Path | FileResult], settings: tuple[Options, str]
     return [_process_item(item, settings) for item in chunk]
 
 
-def _observed(paths: Iterable[Path | FileResult], observer: Callable[[Path], None]) -> Iterator[Path | FileResult]:
+def _observed(paths: Iterable[Path | FileResult],
+              observer: Callable[[Path | FileResult], None]) -> Iterator[Path | FileResult]:
     for path in paths:
         observer(path)
         yield path

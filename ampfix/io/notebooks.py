@@ -1,12 +1,14 @@
-"""Jupyter notebooks: the code cells checked and rewritten as one module. Never prints.
+"""Jupyter notebooks: the codec that hands the code cells to the engine as one module, and back.
+Pure: no file is read or written here (ampfix.io.files does), nothing printed.
 
 - The cells are analysed together, in order, as one module would be (a name imported in one cell
   and used in a later one resolves), with a comment line between cells that marks the boundary;
   findings are mapped back to (cell, line, column).
-- IPython syntax (`%time x`, `!pip ...`, `x = !ls`, `obj?`, a `%%bash` cell) is masked, only in a
-  cell that does not parse as it stands, by a name of the same length (`_______`) that keeps the
-  line's indentation; the masked lines come back as they were. A cell that still does not parse
-  is reported and left out; the others are handled.
+- IPython syntax is read as IPython reads it (`ampfix.io.ipython_syntax`): in a cell that does not
+  parse as it stands, the lines IPython turns into calls are masked, and come back as they were. A
+  cell that still does not parse is left out: silently when it cannot hold a use (it could not
+  run either), as a finding on its line when it may (AMP901; not an error of the notebook, whose
+  other cells are handled).
 - The notebook's text is never re-serialised: each changed cell's "source" value is spliced into
   the original text, so indentation, key order, outputs, metadata and the final newline stay
   byte for byte. A line kept from the original keeps its JSON spelling.
@@ -14,19 +16,20 @@
 
 from __future__ import annotations
 
-import ast
 import bisect
 import json
 import re
 from dataclasses import dataclass, replace
 from typing import TypeVar
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.core.locations import source_lines
-from ampfix.core.options import Options
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult
+from ampfix.io.codec import Converted, DecodeError
+from ampfix.io.ipython_syntax import masked_cell
+from ampfix.syntax.prefilter import could_hold_use
+from ampfix.syntax.suppressions import line_suppresses
 
-SUFFIX = ".ipynb"
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
 BOUNDARY = "#-ampfix-cell-boundary-7c1f-"
 
@@ -46,60 +49,81 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class NotebookResult:
+class NotebookText:
+    """A notebook decoded: its code cells as one module for the engine, and the map back."""
+
     text: str
-    new_text: str
-    findings: tuple[Finding, ...]
-    error: str | None = None
+    source: str  # the module of the cells that parse
+    parsed: tuple[tuple[Cell, str, list[int]], ...]  # (cell, its masked source, the masked lines)
+    starts: tuple[int, ...]  # the module line each parsed cell starts on
+    lines: _LineIndex
+    findings: tuple[Finding, ...] = ()  # the cells that may hold a use but do not parse, left out
+    encoding: str = "utf-8"
 
-    @property
-    def changed(self) -> bool:
-        return self.new_text != self.text
+    def converted(self, result: SourceResult) -> Converted:
+        """The engine's findings located in the cells, and its new module spliced into the notebook."""
+        findings = [*self.findings, *(self._located(finding) for finding in result.findings)]
+        findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
+        error = result.error
+        if not result.changed:
+            return Converted(tuple(findings), None, error)
+        new_sources = _split_module(result.new_source, self.parsed)
+        if new_sources is None:
+            message = "internal error, notebook left unchanged: the cells could not be told apart after the rewrite"
+            unfixed = tuple(replace(f, fixed=False) for f in findings)
+            return Converted((*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), None, message)
+        splices = [(cell, new) for (cell, _, _), new in zip(self.parsed, new_sources) if new != cell.source]
+        return Converted(tuple(findings), _spliced(self.text, splices), error)
 
-    def diff(self, path: str) -> str:
-        return SourceResult(self.text, self.new_text).diff(path)
+    def _located(self, finding: Finding) -> Finding:
+        index = max(bisect.bisect_right(self.starts, finding.line) - 1, 0)
+        line = max(1, finding.line - self.starts[index] + 1)
+        return _located(replace(finding, line=line), self.parsed[index][0], self.lines)
 
 
-def process_notebook(text: str, options: Options, rewrite: bool) -> NotebookResult:
-    """Check (or rewrite) a notebook's text. Never raises for a bad notebook."""
-    try:
-        cells = read_cells(text)
-    except NotebookError as error:
-        message = f"not a readable notebook: {error}"
-        return NotebookResult(text, text, (Finding(1, 1, SYNTAX_ERROR_CODE, message, False),), message)
-    lines = _LineIndex(text)
-    findings: list[Finding] = []
-    errors: list[str] = []
-    parsed: list[tuple[Cell, str, list[int]]] = []
-    for cell in cells:
-        masked = masked_cell(cell.source)
-        if isinstance(masked, SyntaxError):
-            line, col = masked.lineno or 1, masked.offset or 1
-            message = f"cannot parse: {masked.msg}; the cell is left as it is"
-            findings.append(_located(Finding(line, col, SYNTAX_ERROR_CODE, message, False), cell, lines))
-            errors.append(message)
-        else:
-            parsed.append((cell, *masked))
-    module, starts = _module(parsed)
-    result = (fix_source if rewrite else check_source)(module, options)
-    for finding in result.findings:
-        index = bisect.bisect_right(starts, finding.line) - 1
-        cell = parsed[max(index, 0)][0]
-        line = max(1, finding.line - starts[max(index, 0)] + 1)
-        findings.append(_located(replace(finding, line=line), cell, lines))
-    if result.error is not None:
-        errors.append(result.error)
-    findings.sort(key=lambda f: (f.cell or 0, f.line, f.col, f.code))
-    error = "; ".join(errors) or None
-    if not result.changed:
-        return NotebookResult(text, text, tuple(findings), error)
-    new_sources = _split_module(result.new_source, parsed)
-    if new_sources is None:
-        message = "internal error, notebook left unchanged: the cells could not be told apart after the rewrite"
-        unfixed = tuple(replace(f, fixed=False) for f in findings)
-        return NotebookResult(text, text, (*unfixed, Finding(1, 1, INTERNAL_ERROR_CODE, message, False)), message)
-    splices = [(cell, new) for (cell, _, _), new in zip(parsed, new_sources) if new != cell.source]
-    return NotebookResult(text, _spliced(text, splices), tuple(findings), error)
+class NotebookCodec:
+    def could_hold(self, data: bytes, retargets: bool) -> bool:
+        # In a notebook's JSON a line break before `amp` is spelled `\n`, which the Python test
+        # reads as a letter: the bytes are searched plainly.
+        return b"amp" in data or (retargets and b"autocast" in data)
+
+    def decode(self, data: bytes, retargets: bool = False) -> NotebookText:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DecodeError(f"a notebook is UTF-8 JSON: {error}") from None
+        try:
+            cells = read_cells(text)
+        except NotebookError as error:
+            raise DecodeError(f"not a readable notebook: {error}", SYNTAX_ERROR_CODE) from None
+        lines = _LineIndex(text)
+        findings: list[Finding] = []
+        parsed: list[tuple[Cell, str, list[int]]] = []
+        for cell in cells:
+            masked = masked_cell(cell.source)
+            if not isinstance(masked, SyntaxError):
+                parsed.append((cell, *masked))
+            elif could_hold_use(cell.source, retargets):
+                finding = _unparsable(cell, masked)
+                if finding is not None:
+                    findings.append(_located(finding, cell, lines))
+        module, starts = _module(parsed)
+        return NotebookText(text, module, tuple(parsed), tuple(starts), lines, tuple(findings))
+
+
+def _unparsable(cell: Cell, error: SyntaxError) -> Finding | None:
+    """A cell that may hold a use but does not parse, even read as IPython reads it: a finding on its
+    line, not an error of the file (the other cells are handled; pseudo-code in a tutorial is no
+    broken file). `# noqa: AMP901` on that line accepts it."""
+    line, col = error.lineno or 1, error.offset or 1
+    cell_lines = source_lines(cell.source)
+    if 0 < line <= len(cell_lines) and line_suppresses(cell_lines[line - 1], SYNTAX_ERROR_CODE):
+        return None
+    message = f"cannot parse the cell: {error.msg}; its deprecated uses are left as they are"
+    return Finding(line, col, SYNTAX_ERROR_CODE, message, False)
+
+
+NOTEBOOK = NotebookCodec()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +177,8 @@ def _python_kernel(text: str, metadata: tuple[int, int] | None) -> bool:
 
 
 def _skip(text: str, i: int) -> int:
-    return _SPACE.match(text, i).end()  # type: ignore[union-attr]
+    match = _SPACE.match(text, i)  # never None: the pattern matches the empty string
+    return i if match is None else match.end()
 
 
 def _members(text: str, i: int) -> tuple[list[tuple[str, int, int]], int]:
@@ -185,7 +210,7 @@ def _items(text: str, i: int, brackets: str, what: str,
            read_item: Callable[[int], tuple[_Item, int]]) -> tuple[list[_Item], int]:
     """The items of the object or array at `i` (each read by `read_item` from its start, which gives
     the item and its end), and the container's end."""
-    opening, closing = brackets
+    opening, closing = brackets[0], brackets[1]
     if text[i] != opening:
         raise NotebookError(f"expected {what} at offset {i}")
     i = _skip(text, i + 1)
@@ -222,45 +247,6 @@ def _located(finding: Finding, cell: Cell, lines: _LineIndex) -> Finding:
 
 
 # ---------------------------------------------------------------------------------------------
-# IPython syntax
-
-_HELP = re.compile(r"\s*(?:[?].*|[\w.]+\?{1,2}\s*)")  # `?obj`, `obj?`, `obj??`
-_MAGIC = re.compile(r"\s*[%!].*")  # `%time x`, `%%timeit`, `!pip install x`
-# Cell magics whose body is Python run in the kernel: only their first line is masked.
-PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
-_ASSIGNED_MAGIC = re.compile(r"\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*[%!].*")  # `x = !ls`, `a, b = %sx ls`
-
-
-def masked_cell(source: str) -> tuple[str, list[int]] | SyntaxError:
-    """(the cell as valid Python, the indices of its masked lines), or the cell's syntax error.
-    A cell that parses as it stands is not masked (IPython's syntax never is valid Python)."""
-    try:
-        ast.parse(source)
-        return source, []
-    except (SyntaxError, ValueError) as error:
-        first_error = error if isinstance(error, SyntaxError) else SyntaxError(str(error))
-    lines = source_lines(source)
-    masked_lines: list[int] = []
-    name = lines[0][2:].split(maxsplit=1)[0] if lines and lines[0][2:].strip() and lines[0].startswith("%%") else None
-    cell_magic = name is not None and name not in PYTHON_CELL_MAGICS  # `%%bash`: no line of it is Python
-    for i, line in enumerate(lines):
-        body = line.rstrip("\r\n")
-        if cell_magic or _HELP.fullmatch(body) or _MAGIC.fullmatch(body) or _ASSIGNED_MAGIC.fullmatch(body):
-            code = body.lstrip() if not cell_magic else body
-            indent = body[: len(body) - len(code)]
-            lines[i] = indent + "_" * len(code) + line[len(body):]
-            masked_lines.append(i)
-    masked = "".join(lines)
-    if not masked_lines:
-        return first_error
-    try:
-        ast.parse(masked)
-    except (SyntaxError, ValueError) as error:  # the error left once IPython's lines are masked
-        return error if isinstance(error, SyntaxError) else SyntaxError(str(error))
-    return masked, masked_lines
-
-
-# ---------------------------------------------------------------------------------------------
 # The module of all cells, and back
 
 
@@ -280,7 +266,7 @@ def _module(parsed: list[tuple[Cell, str, list[int]]]) -> tuple[str, list[int]]:
     return "".join(parts), starts
 
 
-def _split_module(new_module: str, parsed: list[tuple[Cell, str, list[int]]]) -> list[str] | None:
+def _split_module(new_module: str, parsed: Sequence[tuple[Cell, str, list[int]]]) -> list[str] | None:
     """Each cell's new source (masked lines restored), or None when the boundaries did not survive."""
     import difflib
 
@@ -333,7 +319,7 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     if cell.elements is None:
         return json.dumps(new_source, ensure_ascii=ascii_only)
     start, end = cell.span
-    spelled = {}  # a line that is already there keeps its spelling
+    spelled: dict[str, str] = {}  # a line that is already there keeps its spelling
     for a, b in cell.elements:
         spelled.setdefault(json.loads(text[a:b]), text[a:b])
     new_lines = source_lines(new_source)
@@ -348,32 +334,3 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     else:
         separator = "," + head if "\n" in head else ", "
     return "[" + head + separator.join(raws) + tail + "]"
-
-
-# ---------------------------------------------------------------------------------------------
-# Files
-
-
-def process_notebook_file(path, data: bytes, options: Options, mode: str):
-    """`ampfix.files.process_file` for a notebook: check, diff (a dry run) or rewrite it."""
-    return notebook_file(path, data, options, mode)[0]
-
-
-def notebook_file(path, data: bytes, options: Options, mode: str):
-    """(the FileResult, the notebook's new bytes: `data` when nothing changed). Writes in "rewrite" mode."""
-    from ampfix.io.files import FileResult, _error, _not_written, _write_in_place
-
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return _error(path, f"a notebook is UTF-8 JSON: {error}"), data
-    result = process_notebook(text, options, rewrite=mode != "check")
-    if not result.changed:
-        return FileResult(str(path), result.findings, error=result.error), data
-    new_data = result.new_text.encode("utf-8")
-    diff = result.diff(str(path)) if mode == "diff" else ""
-    if mode == "rewrite":
-        problem = _write_in_place(path, new_data)
-        if problem is not None:
-            return _not_written(path, result.findings, problem), data
-    return FileResult(str(path), result.findings, diff, changed=True, error=result.error), new_data

@@ -84,13 +84,11 @@ def _bytes_could_hold(data: bytes) -> bool:
     ascii_only = data.isascii()
     if ascii_only and not _COOKIE.search(data, 0, _end_of_second_line(data)):
         return False  # plain ASCII read as UTF-8: the bytes are the text
-    try:
-        import io
-        import tokenize
+    from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
 
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError):
+    try:
+        text, _ = decode_source(data)
+    except DECODE_ERRORS:
         return False  # not Python source; never parsed
     return could_hold_deprecated_use(text)
 
@@ -129,12 +127,10 @@ def could_hold_use(source: str | bytes, retargets: bool) -> bool:
             return True
         if source.isascii() and not _COOKIE.search(source, 0, _end_of_second_line(source)):
             return False
-        try:
-            import io
-            import tokenize
+        from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
 
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-            source = source.decode(encoding)
-        except (SyntaxError, UnicodeDecodeError, LookupError):
+        try:
+            source, _ = decode_source(source)
+        except DECODE_ERRORS:
             return False
     return "autocast" in source or (not source.isascii() and "autocast" in unicodedata.normalize("NFKC", source))

@@ -100,3 +100,14 @@ def _merge(lines: dict[int, tuple[str, ...]], first: int, last: int, codes: tupl
             lines[line] = known + codes
         else:
             lines[line] = ()
+
+
+def line_suppresses(line: str, code: str) -> bool:
+    """Does a directive in this line's comment cover `code`? For a line of text that does not
+    tokenize (a notebook cell that is not Python), where `scan` finds nothing: every `#` starts a
+    candidate comment."""
+    for start in [i for i, char in enumerate(line) if char == "#"]:
+        codes = _directive(line[start:])
+        if codes is not None:
+            return not codes or any(code.startswith(prefix) for prefix in codes)
+    return False

@@ -1,5 +1,6 @@
 """Find every use of NVIDIA apex's removed mixed precision (`apex.amp`, `apex.fp16_utils`, `apex.parallel`) and
-the framework settings that select it; report each with its reason and the native pattern (`ampfix.families.apex.rules`).
+the framework settings that select it; report each with its reason and the native pattern
+(`ampfix.families.apex.rules`).
 
 Names are resolved through the file's own imports, scope by scope, on the walk `ampfix.engine.analysis` already made:
 `import apex; apex.amp.initialize(...)`, `from apex import amp as a; a.scale_loss(...)` and
@@ -12,7 +13,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from ampfix.families.apex.optional import optional_import
+from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
+from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
@@ -21,30 +23,44 @@ from ampfix.core.rules import Rule
 if TYPE_CHECKING:
     from ampfix.engine.analysis import Analysis
 
-_CODES: dict[str, Rule] = {name: rule for rule in rules.APEX_RULES for name in rule.symbols}
+
+# The engine, as apex's detection reaches it: the calls on the analysis that are not reads of its walk, and the
+# one binding lookup of its own (the engine's redesign changes how: this section and `plan_rewrite`'s `_Engine`).
+def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
+    message = advice.reason + (f"; {detail}" if detail else "")
+    analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
 
 
+def _report_fixed(analysis: Analysis, node: ast.AST, rule: Rule, message: str) -> None:
+    analysis.add_finding(node, rule.code, message, fixable=True, will_fix=True)
+
+
+def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
+    """Why the rewrite, one decision for all of these (line, rule, branches around it), must not happen, or None: a
+    suppression comment on one of them; else what `Analysis.hold_back` says of each (the rule selection, the rule's
+    minimum torch against --target-torch, version guards), each reason once, in the order of the lines."""
+    suppressed = sorted({line for line, rule, _ in reported if analysis.suppressions.covers(line, rule.code)})
+    if suppressed:
+        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
+    reasons = [analysis.hold_back(rule, guards) for _, rule, guards in sorted(reported, key=lambda r: r[0])]
+    return "; ".join(dict.fromkeys(r for r in reasons if r is not None)) or None
+
+
+def _apex_binding(ref: ChainRef) -> Binding | None:
+    """The apex import the head of `ref` is bound by in its scope, or None."""
+    if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
+        return None  # a binding, not a use
+    _, bindings = ref.scope.lookup(ref.parts[0])
+    return next((b for b in bindings if b.kind == "import" and _owned(b.qname)), None)
+
+
+# The uses --------------------------------------------------------------------------------------------------
 def _owned(qname: str | None) -> bool:
     return qname is not None and any(qname == p or qname.startswith(p + ".") for p in rules.PACKAGES)
 
 
-def _longest(table: dict, qname: str) -> str | None:
-    """The longest dotted prefix of `qname` that `table` holds."""
-    parts = qname.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        if name in table:
-            return name
-    return None
-
-
-def rule_of(qname: str) -> Rule | None:
-    name = _longest(_CODES, qname)
-    return None if name is None else _CODES[name]
-
-
 def _advice(qname: str) -> rules.Advice:
-    name = _longest(rules.ADVICE, qname)
+    name = rules.longest_listed(rules.ADVICE, qname)
     assert name is not None, qname  # every rule's symbol lies below an advised name
     return rules.ADVICE[name]
 
@@ -62,7 +78,7 @@ def plan_apex(analysis: Analysis) -> None:
             binding = _apex_binding(ref)
             if binding is not None:
                 full = ".".join((binding.qname or "", *ref.parts[1:]))
-                rule = rule_of(full)
+                rule = rules.rule_of(full)
                 if rule is not None:
                     used.add(id(binding))
                     uses.append((ref, binding, full, rule))
@@ -73,7 +89,7 @@ def plan_apex(analysis: Analysis) -> None:
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         for ref, _, full, rule in uses:
             if isinstance(rewritten, dict):
-                analysis.add_finding(ref.node, rule.code, rewritten[id(ref)], fixable=True, will_fix=True)
+                _report_fixed(analysis, ref.node, rule, rewritten[id(ref)])
             else:
                 not_rewritten = rewritten if rule is says_why else ""
                 _report_use(analysis, ref, rule, full, not_rewritten)
@@ -86,46 +102,38 @@ def _plan_rewrite(analysis: Analysis, uses: list[tuple[ChainRef, Binding, str, R
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
-                if full == "apex.amp" or full.startswith("apex.amp.")]
-    bindings = {id(binding): binding for _, binding, _ in amp_uses}
-    binding = next(iter(bindings.values()), None)
-    statement = optional = None
-    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
-                 "or a name also bound otherwise)")
-    module_bindings = analysis.walker.module_scope.bindings.get(binding.name if binding else "", [])
-    if len(bindings) == 1 and binding.qname == "apex.amp" and module_bindings == [binding]:
-        node = binding.imported_by.node if binding.imported_by is not None else None
-        if isinstance(node, ast.ImportFrom) and node in analysis.tree.body and node.module == "apex" \
-                and not node.level and [a.name for a in node.names] == ["amp"]:
-            statement = node
+                if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+    found = _amp_import(analysis, [binding for _, binding, _ in amp_uses])
     # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
     reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
-    if statement is None and len(bindings) == 1 and binding.qname == "apex.amp" and binding in module_bindings:
-        found = optional_import(analysis.tree, binding, analysis.walker.module_scope)
-        if isinstance(found, str):
-            not_plain = found
-        else:
-            optional, statement = found, found.import_node
-            reported.append((found.import_node.lineno, rules.OPTIONAL_IMPORT, binding.guards))
+    if isinstance(found, OptionalImport):
+        reported.append((found.import_node.lineno, rules.OPTIONAL_IMPORT, amp_uses[0][1].guards))
     held = _held_back(analysis, reported)
     if held is not None:
         return held
-    if statement is None:
-        return not_plain
-    from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
-
+    if isinstance(found, str):
+        return found
+    statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
-def _held_back(analysis: Analysis, reported: list[tuple[int, Rule, Guards]]) -> str | None:
-    """Why the rewrite, one decision for all of these (line, rule, branches around it), must not happen, or None: a
-    suppression comment on one of them; else what `Analysis.hold_back` says of each (the rule selection, the rule's
-    minimum torch against --target-torch, version guards), each reason once, in the order of the lines."""
-    suppressed = sorted({line for line, rule, _ in reported if analysis.suppressions.covers(line, rule.code)})
-    if suppressed:
-        return f"a suppression comment holds the use on line {', '.join(map(str, suppressed))}"
-    reasons = [analysis.hold_back(rule, guards) for _, rule, guards in sorted(reported, key=lambda r: r[0])]
-    return "; ".join(dict.fromkeys(r for r in reasons if r is not None)) or None
+def _amp_import(analysis: Analysis, bindings_used: list[Binding]) -> ast.ImportFrom | OptionalImport | str:
+    """The one module-level `from apex import amp` the uses go through (plain, or the optional import), or why
+    there is none."""
+    bindings = {id(binding): binding for binding in bindings_used}
+    binding = next(iter(bindings.values()), None)
+    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
+                 "or a name also bound otherwise)")
+    if binding is None or len(bindings) != 1 or binding.qname != rules.AMP_MODULE:
+        return not_plain
+    module_bindings = analysis.walker.module_scope.bindings.get(binding.name, [])
+    if module_bindings == [binding]:
+        node = binding.imported_by.node if binding.imported_by is not None else None
+        if isinstance(node, ast.ImportFrom) and node in analysis.tree.body and imports_amp_alone(node):
+            return node
+    if binding not in module_bindings:
+        return not_plain
+    return optional_import(analysis.tree, binding, analysis.walker.module_scope)
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
@@ -134,19 +142,6 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
     if node.level or node.module is None:
         return []
     return [f"{node.module}.{alias.name}" for alias in node.names]
-
-
-def _apex_binding(ref: ChainRef) -> Binding | None:
-    """The apex import the head of `ref` is bound by in its scope, or None."""
-    if isinstance(ref.node, ast.Name) and not isinstance(ref.node.ctx, ast.Load):
-        return None  # a binding, not a use
-    _, bindings = ref.scope.lookup(ref.parts[0])
-    return next((b for b in bindings if b.kind == "import" and _owned(b.qname)), None)
-
-
-def _report(analysis: Analysis, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
-    message = advice.reason + (f"; {detail}" if detail else "")
-    analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
 
 
 def _report_use(analysis: Analysis, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
@@ -194,7 +189,8 @@ def _initialize_detail(call: ast.Call) -> str:
         if keyword.arg in rules.INITIALIZE_KEYWORDS:
             notes.append(rules.INITIALIZE_KEYWORDS[keyword.arg])
     loss_scale = _argument(call, "loss_scale", rules.INITIALIZE_PARAMS)
-    if loss_scale is not None and not (isinstance(loss_scale, ast.Constant) and loss_scale.value == "dynamic"):
+    if loss_scale is not None and not (isinstance(loss_scale, ast.Constant)
+                                       and loss_scale.value == rules.DYNAMIC_LOSS_SCALE):
         notes.append("a static loss_scale never changes and skips no step: GradScaler(init_scale=...) still "
                      "halves its scale and skips the step on overflow")
     return "; ".join(notes)
@@ -217,12 +213,12 @@ def _report_imports(analysis: Analysis, used: set[int], rewritten: dict[int, str
     removes it: `rewritten` holds its message by id() of the import)."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
-            rule = rule_of(qname) if _owned(qname) else None
+            rule = rules.rule_of(qname) if _owned(qname) else None
             if rule is None:
                 continue
             advice = _advice(qname)
             if id(imp.node) in rewritten:
-                analysis.add_finding(imp.node, rule.code, rewritten[id(imp.node)], fixable=True, will_fix=True)
+                _report_fixed(analysis, imp.node, rule, rewritten[id(imp.node)])
             elif imp.optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "

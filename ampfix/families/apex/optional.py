@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ampfix.families.apex import rules
 from ampfix.syntax.bindings import Binding, Scope, catches_missing_names
 
 
@@ -38,13 +39,14 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     this shape is the strict case of that record."""
     imported = binding.imported_by
     statement = imported.tried if imported is not None else None
-    if not (isinstance(statement, ast.Try) and statement in tree.body and statement.body[0] is imported.node
-            and isinstance(imported.node, ast.ImportFrom)):
+    import_node = imported.node if imported is not None else None
+    if not (isinstance(statement, ast.Try) and statement in tree.body and statement.body[0] is import_node
+            and isinstance(import_node, ast.ImportFrom)):
         return ("`from apex import amp` is neither a plain statement at module level nor first in a module-level "
                 "`try` (a conditional import)")
-    import_node, rest = imported.node, statement.body[1:]
+    rest = statement.body[1:]
     handler = statement.handlers[0] if len(statement.handlers) == 1 else None
-    if not (import_node.module == "apex" and not import_node.level and [a.name for a in import_node.names] == ["amp"]):
+    if not imports_amp_alone(import_node):
         return "the optional import is not a plain `from apex import amp`"
     if statement.orelse or statement.finalbody or handler is None or handler.name is not None \
             or not catches_missing_names(handler):
@@ -57,7 +59,13 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
     if not all(b.kind == "none" and _made_in(handler, b) for b in others):
         return f"`{binding.name}` is also bound to something else"
-    return OptionalImport(statement, import_node, binding.name, tuple(rest))  # type: ignore[arg-type]
+    return OptionalImport(statement, import_node, binding.name, tuple(s for s in rest if isinstance(s, ast.Assign)))
+
+
+def imports_amp_alone(node: ast.ImportFrom) -> bool:
+    """`from apex import amp`, absolute, importing nothing else."""
+    package, _, name = rules.AMP_MODULE.rpartition(".")
+    return node.module == package and not node.level and [a.name for a in node.names] == [name]
 
 
 def _sets(statement: ast.stmt, value: bool) -> bool:

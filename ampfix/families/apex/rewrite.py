@@ -19,35 +19,75 @@ differs), the statements before each scale_loss in its block under `torch.autoca
 `scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping over the optimizer's param_groups,
 `scaler.step(optimizer)` and `scaler.update()` for every step, the scaler's state_dict for apex's.
 
-Every condition is checked on the code; when one fails, nothing is rewritten and `ampfix.families.apex.detect` reports
-each use. Statements are rebuilt as text (`ampfix.analysis.Splice`): no comment may sit on a line that is
-rebuilt, and no string may span the lines that are re-indented.
+Two stages: `_shape` checks the conditions that hold for the module as a whole and returns the shape found; the
+sub-rewrites (`_SUB_REWRITES`, in order) each rewrite one part of it and check what only that part shows. When a
+condition fails (`NotMechanical`), nothing is rewritten and `ampfix.families.apex.detect` reports each use with the
+reason. Statements are rebuilt as text (`ampfix.engine.analysis.Splice`): no comment may sit on a line that is
+rebuilt, and no string may span the lines that are re-indented. torch's names come from `rules.NATIVE`.
 """
 
 from __future__ import annotations
 
 import ast
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ampfix.engine.analysis import Splice, free_name
-from ampfix.families.apex.detect import rule_of
-from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
-from ampfix.syntax.bindings import ChainRef
-from ampfix.core.locations import first_line, tokens
+from ampfix.core.locations import SourceIndex, first_line, tokens
 from ampfix.core.rules import Target
 from ampfix.families.apex import rules
+from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
+from ampfix.syntax.bindings import ChainRef, Scope
+
+# The engine, as this rewrite reaches it: these imports and `_Engine` are the only places that touch it.
+from ampfix.engine.analysis import Edit, Splice, free_name
 
 if TYPE_CHECKING:
+    from ampfix.core.options import Options
     from ampfix.engine.analysis import Analysis
 
-SCALER = "scaler"
-# initialize keywords the rewrite keeps the meaning of: `enabled` is kept, the others are O1's defaults or logging.
-_INITIALIZE_KEYWORDS = frozenset({"opt_level", "enabled", "verbosity", "loss_scale"})
+
+class _Engine:
+    """What the rewrite reads from the engine's analysis of the module, and where it hands over its splices."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        self._analysis = analysis
+        self.tree: ast.Module = analysis.tree
+        self.index: SourceIndex = analysis.index
+        self.options: Options = analysis.options
+        self.module_scope: Scope = analysis.walker.module_scope
+
+    def device(self) -> str:
+        """The device the scaler and autocast get: `--device`, `--device-expr`, as for torch's own CUDA names."""
+        return self._analysis.device_text(Target(rules.NATIVE.grad_scaler, "cuda"))
+
+    def cpu_dtype(self, dtype: str) -> str | None:
+        """What `dtype` chosen for CUDA becomes on the CPU (as AMP002's rewrites do), or None."""
+        return self._analysis.family.cpu_dtypes.get(dtype)
+
+    def resolve(self, node: ast.expr, scope: Scope) -> str | None:
+        return self._analysis.resolve_value(node, scope)
+
+    def free_name(self, base: str) -> str:
+        return free_name(self.tree, base)
+
+    def edit_spans(self) -> list[tuple[int, int]]:
+        """The spans the other planners edit (they run before this one)."""
+        return [(edit.start, edit.end) for edit in self._analysis.edits]
+
+    def add_splices(self, splices: list[tuple[int, int, str]]) -> None:
+        for start, end, text in splices:
+            line = self.index.text.count("\n", 0, start) + 1
+            self._analysis.edits.append(Edit(start, end, line, "Splice", "", Splice(text)))
+
+
+_NATIVE = rules.NATIVE
+SCALER = _NATIVE.scaler
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
            ast.DictComp, ast.GeneratorExp)
+Splices = list[tuple[int, int, str]]
 
 
 @dataclass(frozen=True)
@@ -60,47 +100,150 @@ class NotMechanical(Exception):
     """A condition of the rewrite fails: every use is reported instead."""
 
 
-@dataclass
-class _Rewrite:
-    analysis: Analysis
-    parents: dict[int, ast.AST] = field(default_factory=dict)
-    splices: list[tuple[int, int, str]] = field(default_factory=list)
-    region_splices: list[tuple[int, int, str]] = field(default_factory=list)  # the forward passes re-indented
-    messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
-
-
 def plan_rewrite(analysis: Analysis, uses: list[AmpUse], import_node: ast.ImportFrom,
                  optional: OptionalImport | None = None) -> dict[int, str] | str:
     """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
     by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
     mechanical shape."""
-    rewrite = _Rewrite(analysis)
+    engine = _Engine(analysis)
+    tree = _Tree(engine)
     try:
-        _plan(rewrite, uses, import_node, optional)
+        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional))
+        for sub_rewrite in _SUB_REWRITES:
+            sub_rewrite(rewrite)
+        _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)
-    for start, end, text in rewrite.splices:
-        line = analysis.index.text.count("\n", 0, start) + 1
-        analysis.edits.append(_edit(start, end, line, text))
+    _initialize_message(rewrite)
+    engine.add_splices(rewrite.splices)
     return rewrite.messages
 
 
-def _edit(start: int, end: int, line: int, text: str):
-    from ampfix.engine.analysis import Edit
+# The module's tree, with what the stages ask of it ------------------------------------------------------------
+class _Tree:
+    """The module's statements as the rewrite walks them: each node's parent, blocks, text and indentation."""
 
-    return Edit(start, end, line, "Splice", "", Splice(text))
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.index = engine.index
+        self.lines = engine.index.lines
+        self.parents: dict[int, ast.AST] = {}
+        for node in ast.walk(engine.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[id(child)] = node
+
+    def parent(self, node: ast.AST | None) -> ast.AST | None:
+        return self.parents.get(id(node))
+
+    def function_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function (or other scope) holding `node`, or the module."""
+        parent = self.parent(node)
+        while parent is not None and not isinstance(parent, _SCOPES):
+            parent = self.parent(parent)
+        return self.engine.tree if parent is None else parent
+
+    def block_of(self, statement: ast.stmt) -> tuple[list[ast.stmt], int]:
+        parent = self.parent(statement)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list) and statement in block:
+                return block, block.index(statement)
+        raise NotMechanical("a statement is not in a plain block")
+
+    def text(self, node: ast.AST) -> str:
+        start, end = self.index.span(node)
+        return self.index.text[start:end]
+
+    def indent(self, line: int) -> str:
+        text = self.lines[line - 1]
+        return text[: len(text) - len(text.lstrip(" \t"))]
 
 
-def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> None:
-    analysis = rw.analysis
-    index, lines = analysis.index, analysis.index.lines
-    tree = analysis.tree
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            rw.parents[id(child)] = node
+def _last_line(node: ast.stmt | ast.expr) -> int:
+    return node.end_lineno if node.end_lineno is not None else node.lineno
+
+
+# The precondition stage ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Shape:
+    """The O1 pattern as found in the module, its module-wide conditions checked."""
+
+    amp: str  # how the file spells apex.amp, for messages
+    init_use: AmpUse
+    init: ast.Assign  # `model, optimizer = amp.initialize(model, optimizer, ...)`
+    init_statement: ast.stmt  # `init`, or the `if flag:` around it
+    function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module  # a function, or the module of a script
+    model: str  # the model and optimizer initialize is given
+    optimizer: str
+    model_name: str  # the names it binds
+    opt_name: str
+    enabled: ast.expr | None  # initialize's `enabled=`, or the flag guarding it
+    flags: tuple[str, ...]  # the flags that guard initialize
+    scale_losses: list[AmpUse]
+    clips: list[AmpUse]
+    states: list[AmpUse]
+    availability: list[tuple[AmpUse, ast.Compare]]  # `amp is not None`: the use, and the test
+    torch_bound: bool  # the package's name is bound to it in initialize's scope (else an import is added)
+    # The name torch's names are spelled through: the package's own, bound to it alone or imported (as the engine
+    # spells a new name, where no binding of the old one leads to it; not a file's `import torch as th`).
+    torch_name: str
+    comments: dict[int, str]
+    device: str
+    dtype: str  # autocast's, qualified
+    newline: str
+    import_node: ast.ImportFrom
+    optional: OptionalImport | None
+
+    @property
+    def scope(self) -> Scope:
+        return self.init_use.ref.scope
+
+    @property
+    def where(self) -> str:
+        return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
+
+    def spell(self, qname: str) -> str:
+        """A qualified torch name as the rewrite writes it."""
+        return self.torch_name + qname[len(_NATIVE.package):]
+
+
+def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> _Shape:
+    """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
+    inits, scale_losses, clips, states, availability = _uses_by_rule(uses, optional)
+    init_use = inits[0]
+    amp = init_use.ref.parts[0]
+    init_call = _call_of(init_use)
+    init = tree.parent(init_call)
+    if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
+        raise NotMechanical("the initialize call is not a plain assignment")
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+    function = tree.parent(init_statement)  # a function, or the module of a script
+    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
+        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
+                            "undefined elsewhere)")
+    model_name, opt_name = _bound_names(init.targets[0])
+    tests = _availability_tests(availability, amp, optional)
+    for use in [u for u in uses if not any(u is a for a in availability)]:
+        if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
+            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
+    torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
+    comments = _comment_lines(tree.index.text)
+    device, dtype = _device_and_dtype(tree.engine)
+    ending = tree.lines[init.lineno - 1]
+    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
+    return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
+                  enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
+                  device, dtype, newline, import_node, optional)
+
+
+def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
+    """The uses of initialize, scale_loss, master_params, the state and (with the optional import) of apex.amp
+    itself; one initialize, at least one scale_loss, nothing else."""
     by_rule: dict[str, list[AmpUse]] = {}
     for use in uses:
-        by_rule.setdefault(_rule_code(use.full), []).append(use)
+        rule = rules.rule_of(use.full)
+        by_rule.setdefault(rule.code if rule is not None else "", []).append(use)
     inits = by_rule.pop(rules.INITIALIZE.code, [])
     scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
     clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
@@ -116,317 +259,302 @@ def _plan(rw: _Rewrite, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if by_rule:
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
-    init_use = inits[0]
-    amp = init_use.ref.parts[0]  # how the file spells apex.amp, for messages
-    init_call = _call_of(init_use)
-    init = rw.parents.get(id(init_call))
-    if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
-        raise NotMechanical("the initialize call is not a plain assignment")
-    model, optimizer, enabled = _initialize_arguments(init_call)
-    # `if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
-    # `enabled=` of the scaler and of autocast (True once the optional import is gone)
-    guard = rw.parents.get(id(init))
-    flags: list[str] = []  # the names of the flags that guard apex's calls
-    if optional is not None and isinstance(guard, ast.If):
-        if guard.body != [init] or guard.orelse:
-            raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
-        _availability_guard(guard, optional, init_use.ref.scope, "initialize")
-        if enabled is not None:
-            raise NotMechanical("initialize under a flag has an `enabled=` of its own")
-        enabled, init_statement = guard.test, guard
-        flags.append(guard.test.id)  # type: ignore[attr-defined]
-    else:
-        init_statement = init
-    function = rw.parents.get(id(init_statement))  # a function, or the module of a script
-    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
-        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
-                            "undefined elsewhere)")
-    where = f"`{function.name}`" if isinstance(function, _FUNCTIONS) else "the script's top level"
-    target = init.targets[0]
-    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
-            and all(isinstance(e, ast.Name) for e in target.elts)):
-        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
-    model_name, opt_name = (e.id for e in target.elts)  # type: ignore[attr-defined]
-    for use in availability:  # `amp is not None` -> True: torch.amp, which replaces apex.amp, is always there
-        if not (use.ref.role == "none_test" and use.ref.parent is not None and use.ref.node is use.ref.parent.left
-                and is_availability_test(use.ref.parent, optional, use.ref.scope)):
+    return inits, scale_losses, clips, states, availability
+
+
+def _availability_tests(availability: list[AmpUse], amp: str,
+                        optional: OptionalImport | None) -> list[tuple[AmpUse, ast.Compare]]:
+    """Each use of apex.amp itself with its `amp is not None` (that becomes True: torch.amp, which replaces
+    apex.amp, is always there); there is no other use of it."""
+    tests = []
+    for use in availability:
+        test = use.ref.parent
+        if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
+                and optional is not None and is_availability_test(test, optional, use.ref.scope)):
             raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
-        start, end = index.span(use.ref.parent)
-        rw.splices.append((start, end, "True"))
-        rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
-                                    "which takes apex.amp's place, is always there")
-    for use in [u for u in uses if not any(u is a for a in availability)]:
-        if _function_of(rw, use.ref.node, tree) is not function or use.ref.node.lineno < init.lineno:
-            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
-    scope = init_use.ref.scope
+        tests.append((use, test))
+    return tests
+
+
+def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
+                      optional: OptionalImport | None) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...]]:
+    """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
+    `enabled=` of the scaler and of autocast (True once the optional import is gone). The statement that
+    initialize becomes the scaler of, the `enabled` expression, the flag."""
+    guard = tree.parent(init)
+    if optional is None or not isinstance(guard, ast.If):
+        return init, enabled, ()
+    if guard.body != [init] or guard.orelse:
+        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
+    if enabled is not None:
+        raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+    assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
+    return guard, guard.test, (guard.test.id,)
+
+
+def _bound_names(target: ast.expr) -> tuple[str, str]:
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
+            and isinstance(target.elts[0], ast.Name) and isinstance(target.elts[1], ast.Name)):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    return target.elts[0].id, target.elts[1].id
+
+
+def _names_usable(scope: Scope, init: ast.Assign, opt_name: str) -> bool:
+    """The names the rewrite writes mean what it means where initialize is: the scaler's is free, the package's
+    is torch's (or unbound: then it is imported), the optimizer is not rebound. Whether torch's is bound."""
     if scope.lookup(SCALER)[1]:
-        raise NotMechanical("the name `scaler` is already bound")
-    torch_bindings = scope.lookup("torch")[1]
-    if not all(b.kind == "import" and b.qname == "torch" for b in torch_bindings):
-        raise NotMechanical("`torch` is bound to something else")
-    if torch_bindings and scope.lookup("torch")[0] is scope and scope.kind != "module" \
-            and not all(b.line < init.lineno for b in torch_bindings):
-        raise NotMechanical("the function imports torch after initialize")
+        raise NotMechanical(f"the name `{SCALER}` is already bound")
+    found, torch_bindings = scope.lookup(_NATIVE.package)
+    if not all(b.kind == "import" and b.qname == _NATIVE.package for b in torch_bindings):
+        raise NotMechanical(f"`{_NATIVE.package}` is bound to something else")
+    # torch imported where initialize runs (its function, or a script's top level) must come before it: the scaler
+    # that replaces initialize is created there
+    if torch_bindings and found is scope and not all(b.line < init.lineno for b in torch_bindings):
+        raise NotMechanical(f"the {'script' if scope.kind == 'module' else 'function'} imports torch after initialize")
     for binding in scope.bindings.get(opt_name, []):
         if binding.line > init.lineno:
             raise NotMechanical("the optimizer is rebound after initialize")
-    comments = _comment_lines(index.text)
-    device, dtype = _device_and_dtype(analysis)
-    ending = lines[init.lineno - 1]
-    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
-
-    # initialize -> the scaler (and the names rebound when the left side differs)
-    _whole_lines_only(rw, init_statement, comments)
-    indent = _indent(lines, init_statement.lineno)
-    scaler_args = device + (f", enabled={_text(rw, enabled)}" if enabled is not None else "")
-    created = f"{indent}{SCALER} = torch.amp.GradScaler({scaler_args}){newline}"
-    if (model_name, opt_name) != (model.id, optimizer.id):
-        created = f"{indent}{_text(rw, target)} = {model.id}, {optimizer.id}{newline}" + created
-    rw.splices.append((index.line_start(init_statement.lineno), index.line_end(init_statement.end_lineno), created))
-
-    # every optimizer.step() -> scaler.step(optimizer); scaler.update()
-    steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
-    if not steps or any(s.lineno < init.lineno or _function_of(rw, s, tree) is not function for s in steps) \
-            or _other_steps(function, opt_name, steps):
-        raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
-    for step in steps:
-        start, end = index.span(step.value)
-        rw.splices.append((start, end, f"{SCALER}.step({opt_name})"))
-        _ends_its_line(rw, step)
-        at = index.line_end(step.end_lineno)
-        rw.splices.append((at, at, f"{_indent(lines, step.lineno)}{SCALER}.update(){newline}"))
-
-    # scale_loss -> scaler.scale(loss).backward(...), the statements before it under autocast
-    regions: list[tuple[int, int]] = []
-    blocks: set[int] = set()
-    backward_statements: list[ast.stmt] = []
-    autocast = f"torch.autocast({device}, dtype={dtype}" + (
-        f", enabled={_text(rw, enabled)})" if enabled is not None else ")")
-    for use in scale_losses:
-        call = _call_of(use)
-        with_node = rw.parents.get(id(rw.parents.get(id(call))))  # the call's withitem's With
-        loss = _scale_loss_arguments(call, with_node, opt_name)
-        backward = with_node.body[0].value  # type: ignore[union-attr]
-        # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
-        # disabled scaler's scale() returns the loss as it is)
-        guard = rw.parents.get(id(with_node))
-        guarded = optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name) \
-            and guard.body == [with_node]  # else an `if` of its own (`if i % k == 0:`), a block like any other
-        if guarded:
-            _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
-            _plain_backward_else(guard, with_node, loss, backward)
-            flags.append(guard.test.id)
-        statement = guard if guarded else with_node
-        backward_statements.append(statement)
-        block, position = _block_of(rw, statement)
-        # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-        begin = block.index(init_statement) + 1 if init_statement in block else 0
-        if id(block) in blocks or position <= begin:
-            raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
-        blocks.add(id(block))
-        _whole_lines_only(rw, statement, comments)
-        # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
-        # loss and the arguments stay where they are (another rule may edit inside them)
-        loss_start, loss_end = index.span(loss)
-        rw.splices.append((index.line_start(statement.lineno), loss_start,
-                           f"{_indent(lines, statement.lineno)}{SCALER}.scale("))
-        rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
-        if guarded:  # the `else:` and its `loss.backward()` go
-            rw.splices.append((index.span(with_node)[1], index.line_end(statement.end_lineno), newline))
-        first, last = first_line(block[begin]), block[position - 1].end_lineno
-        _reindentable(rw, block[begin:position], first, last)
-        # the forward pass under autocast: a header line, and four spaces at the start of each line
-        at = index.line_start(first)
-        rw.region_splices.append((at, at, f"{_indent(lines, first)}with {autocast}:{newline}"))
-        for number in range(first, last + 1):
-            if lines[number - 1].strip():
-                at = index.line_start(number)
-                rw.region_splices.append((at, at, "    "))
-        regions.append((first, last))
-        where_ = f"line {first}" if first == last else f"lines {first}-{last}"
-        before = (f"`if {_text(rw, guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
-                  f"`{SCALER}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
-                  "is)" if guarded else f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`")
-        rw.messages[id(use.ref)] = f"{before}; {where_} before it run under `{autocast}`"
-
-    # clipping over master_params directly before a step -> unscale_, then clipping over param_groups
-    step_lines = {s.lineno for s in steps}
-    unscaled_steps: set[int] = set()
-    for use in clips:
-        call = _call_of(use)
-        if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Name)
-                and call.args[0].id == opt_name):
-            raise NotMechanical("master_params is not given the optimizer alone")
-        clip = rw.parents.get(id(call))
-        statement = rw.parents.get(id(clip))
-        if not (isinstance(clip, ast.Call) and clip.args and clip.args[0] is call
-                and isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is clip):
-            raise NotMechanical("master_params is not the first argument of a clipping statement")
-        block, position = _block_of(rw, statement)
-        following = block[position + 1] if position + 1 < len(block) else None
-        if following is None or following.lineno not in step_lines:
-            raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
-                                "partial, scaled gradients)")
-        _starts_its_line(rw, statement)
-        start, end = index.span(call)
-        params = f'(p for group in {opt_name}.param_groups for p in group["params"])'
-        rw.splices.append((start, end, params))
-        at = index.line_start(statement.lineno)
-        rw.splices.append((at, at, f"{_indent(lines, statement.lineno)}{SCALER}.unscale_({opt_name}){newline}"))
-        rw.messages[id(use.ref)] = (f"`{amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, then "
-                                    "clipping over the optimizer's param_groups (what master_params iterated)")
-        unscaled_steps.add(following.lineno)
-
-    # Gradients read between a backward and its step (clipping over any parameters, a `.grad`): apex had
-    # unscaled them when scale_loss exited, the scaler keeps them scaled until its step. In the step's own
-    # block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
-    # allows); read in the micro-steps of an accumulation, they cannot be unscaled yet.
-    unscaled_at: list[int] = []
-    for step in steps:
-        if step.lineno in unscaled_steps:
-            continue
-        block, position = _block_of(rw, step)
-        begin = next((block.index(s) + 1 for s in backward_statements if s in block), 0)
-        readers = [s for s in block[begin:position] if _reads_gradients(rw, s, scope)]
-        if readers:
-            first = readers[0]
-            _starts_its_line(rw, first)
-            at = index.line_start(first_line(first))
-            rw.splices.append((at, at, f"{_indent(lines, first.lineno)}{SCALER}.unscale_({opt_name}){newline}"))
-            unscaled_at.append(first.lineno)
-    for statement in backward_statements:
-        block, position = _block_of(rw, statement)
-        if any(step in block for step in steps):
-            continue  # the step's own block: above
-        for later in block[position + 1:]:
-            if not any(isinstance(node, ast.Expr) and node in steps for node in ast.walk(later)) \
-                    and _reads_gradients(rw, later, scope):
-                raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
-                                    "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
-
-    # amp.state_dict() / amp.load_state_dict(...) -> the scaler's; what is loaded goes through a helper that
-    # also reads apex's format
-    helper = None
-    for use in states:
-        if use.ref.role != "call" or len(use.ref.parts) != 2:
-            raise NotMechanical("state_dict/load_state_dict is not called directly")
-        start, end = index.span(use.ref.node)
-        method = use.ref.parts[1]
-        if method == "state_dict":
-            rw.splices.append((start, end, f"{SCALER}.{method}"))
-            rw.messages[id(use.ref)] = (
-                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
-                "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}, not apex's "
-                "{'loss_scaler0': {'loss_scale', 'unskipped'}}")
-            continue
-        helper = helper or _scaler_state_helper(rw, function, init_statement, use.ref.scope, newline)
-        call = _call_of(use)
-        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
-            raise NotMechanical("load_state_dict is not given one state")
-        state_start, state_end = index.span(call.args[0])
-        around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
-        if "#" in around:
-            raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
-        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
-        rw.splices.append((state_end, index.span(call)[1], "))"))
-        rw.messages[id(use.ref)] = (
-            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
-            f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
-            "apex.amp.state_dict() wrote ({'loss_scaler0': {'loss_scale', 'unskipped'}}) into GradScaler's, with "
-            "apex's dynamic scaling: old apex checkpoints load")
-
-    # evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too
-    evaluation = _evaluation_blocks(rw, function, init_statement, regions, init_use.ref.scope)
-    for block_node in evaluation:
-        at = index.span(block_node.items[-1].optional_vars or block_node.items[-1].context_expr)[1]
-        rw.splices.append((at, at, f", {autocast}"))
-
-    # the import: gone, or `import torch` where the file has none
-    replacement = "" if torch_bindings else f"import torch{newline}"
-    if optional is None:
-        _whole_lines_only(rw, import_node, comments)
-        removed: ast.stmt = import_node
-    else:  # the whole `try`; the flags it sets True stay, and its comments as lines of their own
-        removed = optional.statement
-        _ends_its_line(rw, removed)
-        indent = _indent(lines, removed.lineno)
-        kept_lines = {flag.lineno for flag in optional.flags_set}  # one line each, with its comment
-        kept = [f"{indent}{lines[flag.lineno - 1][index.col(flag.lineno, flag.col_offset):].rstrip()}{newline}"
-                for flag in optional.flags_set]
-        kept_comments = [f"{indent}{comments[n]}{newline}" for n in range(removed.lineno, removed.end_lineno + 1)
-                         if n in comments and n not in kept_lines]
-        replacement += "".join(kept + kept_comments)
-        rw.messages[id(import_node)] = _optional_import_message(amp, sorted(set(flags)), bool(kept_comments))
-    rw.splices.append((index.line_start(removed.lineno), index.line_end(removed.end_lineno), replacement))
-
-    _no_overlap(rw, regions)
-    _no_other_edit_inside(rw)
-    covered = regions + [(b.lineno, b.end_lineno) for b in evaluation]
-    outside = sorted({node.lineno for node in ast.walk(function)
-                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == model_name
-                      and node.lineno > init.end_lineno and not any(a <= node.lineno <= b for a, b in covered)
-                      and _function_of(rw, node, tree) is function})
-    passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
-                                     f"{_lines([b.lineno for b in evaluation])}"
-                                     if evaluation else "")
-    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
-            f"the calls of `{model_name}` on {_lines(outside)}, and any call outside {where}, are outside it "
-            "(float32 unless under an autocast of their own)" if outside else
-            f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
-            f"calls outside {where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
-            "of their own)")
-    rw.messages[id(init_use.ref)] = (
-        f"`{amp}.initialize` (O1) -> `{SCALER} = torch.amp.GradScaler({scaler_args})`; `{opt_name}.step()` on "
-        f"{_lines([s.lineno for s in steps])} -> `{SCALER}.step({opt_name})` and `{SCALER}.update()`"
-        + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(unscaled_at)} (apex had "
-           "unscaled them when scale_loss exited)" if unscaled_at else "") + note)
+    return bool(torch_bindings)
 
 
-def _device_and_dtype(analysis: Analysis) -> tuple[str, str]:
+def _device_and_dtype(engine: _Engine) -> tuple[str, str]:
     """The device the scaler and autocast get (`--device`, `--device-expr`, as for torch's own names) and
     autocast's dtype: float16 as O1's, bfloat16 on the CPU unless --keep-dtype (as AMP002's rewrites do)."""
-    options = analysis.options
+    options = engine.options
     if options.device == "auto" and options.device_expr is None:
         raise NotMechanical("--device auto needs a module-level device name, which this rewrite does not add")
-    device = analysis.device_text(Target("torch.amp.GradScaler", "cuda"))
-    cpu_dtype = analysis.family.cpu_dtypes.get("torch.float16")
+    device = engine.device()
+    cpu_dtype = engine.cpu_dtype(_NATIVE.dtype)
     if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
         return device, cpu_dtype
-    return device, "torch.float16"
+    return device, _NATIVE.dtype
 
 
-def _scaler_state_helper(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt, scope,
-                         newline: str) -> tuple[str, bool]:
-    """The name of the module-level helper that turns an apex checkpoint's state into GradScaler's, and whether
-    it is added: one already in the module (same code, any name, bound once and seen from `scope`) is reused;
-    else it goes before the top-level statement that holds the function, or before initialize's in a script."""
-    tree = rw.analysis.tree
-    for statement in tree.body:
-        if isinstance(statement, ast.FunctionDef) and len(scope.lookup(statement.name)[1]) == 1 \
-                and scope.lookup(statement.name)[0] is rw.analysis.walker.module_scope:
-            same = rules.SCALER_STATE_HELPER.format(name=statement.name, nl="\n")
-            if ast.dump(statement) == ast.dump(ast.parse(same).body[0]):
-                return statement.name, False
-    name = free_name(tree, rules.SCALER_STATE_HELPER_NAME)
-    text = rules.SCALER_STATE_HELPER.format(name=name, nl=newline) + newline * 2
-    index = rw.analysis.index
-    if isinstance(function, ast.Module):  # a script: with the scaler that replaces initialize (one splice there)
-        start, end, created = next(s for s in rw.splices if s[0] == index.line_start(init_statement.lineno))
-        rw.splices.remove((start, end, created))
-        rw.splices.append((start, end, newline * 2 + text + created))
-    else:
-        top = function
-        while rw.parents.get(id(top)) is not tree:
-            top = rw.parents[id(top)]
-        at = index.line_start(first_line(top))  # type: ignore[arg-type]
-        rw.splices.append((at, at, text))
-    return name, True
+def _call_of(use: AmpUse) -> ast.Call:
+    call = use.ref.parent
+    if use.ref.role != "call" or not isinstance(call, ast.Call) or call.func is not use.ref.node:
+        raise NotMechanical("an apex.amp name is not called directly")
+    return call
 
 
-def _availability_guard(guard: ast.If, optional: OptionalImport, scope, what: str) -> None:
+def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr | None]:
+    model, optimizer = call.args if len(call.args) == 2 else (None, None)
+    if not (isinstance(model, ast.Name) and isinstance(optimizer, ast.Name)):
+        raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
+                            "hand)")
+    enabled = None
+    for keyword in call.keywords:
+        if keyword.arg not in rules.PATTERN_KEYWORDS:
+            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity and loss_scale")
+        value = keyword.value
+        if keyword.arg == "opt_level" and not (isinstance(value, ast.Constant)
+                                               and value.value == rules.NATIVE_OPT_LEVEL):
+            raise NotMechanical(f'opt_level is not the literal "{rules.NATIVE_OPT_LEVEL}"')
+        if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
+                                                and value.value == rules.DYNAMIC_LOSS_SCALE):
+            raise NotMechanical(f'loss_scale is not "{rules.DYNAMIC_LOSS_SCALE}"')
+        if keyword.arg == "enabled":
+            # evaluated once by initialize, then by the scaler and by each autocast: no side effects
+            if not isinstance(value, (ast.Name, ast.Attribute, ast.Constant)):
+                raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
+            enabled = value
+    return model, optimizer, enabled
+
+
+def _availability_guard(guard: ast.If, optional: OptionalImport, scope: Scope, what: str) -> None:
     reason = flag_reason(guard.test, optional, scope)
     if reason is not None:
         raise NotMechanical(f"{what} is under an `if` whose test is not whether apex imported: {reason}")
+
+
+def _comment_lines(source: str) -> dict[int, str]:
+    """Each line with a comment, and the comment, on the lines `ast` numbers (`locations.tokens`, which
+    `suppressions.scan` reads too). Not scan's run reused: scan tokenizes only text that names a directive, and
+    a shared run would be a second path for what this planner reaches in every other file."""
+    found = {}
+    try:
+        for token in tokens(source):
+            if token.type == tokenize.COMMENT:
+                found[token.start[0]] = token.string
+    except (tokenize.TokenError, SyntaxError):
+        raise NotMechanical("the file does not tokenize") from None
+    return found
+
+
+# The sub-rewrites ----------------------------------------------------------------------------------------------
+@dataclass
+class _Rewrite:
+    """The shape, and what the sub-rewrites have planned so far."""
+
+    tree: _Tree
+    shape: _Shape
+    splices: Splices = field(default_factory=list)
+    region_splices: Splices = field(default_factory=list)  # the forward passes re-indented
+    messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
+    flags: list[str] = field(default_factory=list)  # the flags that guard apex's calls
+    steps: list[ast.Expr] = field(default_factory=list)  # the `optimizer.step()` statements
+    regions: list[tuple[int, int]] = field(default_factory=list)  # the forward passes' lines, put under autocast
+    forward_blocks: set[int] = field(default_factory=set)  # id() of the blocks holding a scale_loss
+    backward_statements: list[ast.stmt] = field(default_factory=list)  # what each scale_loss became
+    unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
+    unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
+    evaluation: list[ast.With] = field(default_factory=list)  # the `no_grad` blocks given the autocast
+
+    def __post_init__(self) -> None:
+        self.flags.extend(self.shape.flags)
+
+    @property
+    def scaler_args(self) -> str:
+        enabled = self.shape.enabled
+        return self.shape.device + (f", enabled={self.tree.text(enabled)}" if enabled is not None else "")
+
+    @property
+    def autocast(self) -> str:
+        shape = self.shape
+        enabled = f", enabled={self.tree.text(shape.enabled)})" if shape.enabled is not None else ")"
+        return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
+
+    def line_splice(self, before: ast.stmt | int, text: str) -> None:
+        """`text`, indented as `before` (a statement, or a line number), inserted as a line before it."""
+        line = before if isinstance(before, int) else before.lineno
+        at = self.tree.index.line_start(line if isinstance(before, int) else first_line(before))
+        self.splices.append((at, at, f"{self.tree.indent(line)}{text}{self.shape.newline}"))
+
+
+def _rewrite_availability_tests(rw: _Rewrite) -> None:
+    """`amp is not None` -> `True`."""
+    amp = rw.shape.amp
+    for use, test in rw.shape.availability:
+        start, end = rw.tree.index.span(test)
+        rw.splices.append((start, end, "True"))
+        rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
+                                    "which takes apex.amp's place, is always there")
+
+
+def _rewrite_initialize(rw: _Rewrite) -> None:
+    """initialize -> the scaler (and the names rebound when the left side differs)."""
+    shape, index = rw.shape, rw.tree.index
+    statement = shape.init_statement
+    _whole_lines_only(rw, statement)
+    indent = rw.tree.indent(statement.lineno)
+    created = f"{indent}{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
+    if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
+        created = (f"{indent}{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
+                   + created)
+    rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
+
+
+def _rewrite_steps(rw: _Rewrite) -> None:
+    """Every `optimizer.step()` -> `scaler.step(optimizer)`; `scaler.update()`."""
+    shape, tree = rw.shape, rw.tree
+    opt_name = shape.opt_name
+    steps = [node for node in ast.walk(shape.function)
+             if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
+    if not steps or any(s.lineno < shape.init.lineno or tree.function_of(s) is not shape.function for s in steps) \
+            or _other_steps(shape.function, opt_name, steps):
+        raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
+    for step in steps:
+        start, end = tree.index.span(step.value)
+        rw.splices.append((start, end, f"{SCALER}.step({opt_name})"))
+        _ends_its_line(rw, step)
+        at = tree.index.line_end(_last_line(step))
+        rw.splices.append((at, at, f"{tree.indent(step.lineno)}{SCALER}.update(){shape.newline}"))
+    rw.steps = steps
+
+
+def _rewrite_scale_losses(rw: _Rewrite) -> None:
+    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast."""
+    for use in rw.shape.scale_losses:
+        _rewrite_scale_loss(rw, use)
+
+
+def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
+    shape, tree, index = rw.shape, rw.tree, rw.tree.index
+    call = _call_of(use)
+    with_node = tree.parent(tree.parent(call))  # the call's withitem's With
+    loss, backward = _scale_loss_arguments(call, with_node, shape.opt_name)
+    assert isinstance(with_node, ast.With)  # _scale_loss_arguments: the single item of a `with`
+    # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
+    # disabled scaler's scale() returns the loss as it is)
+    guard = _flag_guard(rw, use, with_node, loss, backward)
+    statement = guard if guard is not None else with_node
+    rw.backward_statements.append(statement)
+    block, position = tree.block_of(statement)
+    # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
+    begin = block.index(shape.init_statement) + 1 if shape.init_statement in block else 0
+    if id(block) in rw.forward_blocks or position <= begin:
+        raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
+    rw.forward_blocks.add(id(block))
+    _whole_lines_only(rw, statement)
+    # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
+    # loss and the arguments stay where they are (another rule may edit inside them)
+    loss_start, loss_end = index.span(loss)
+    rw.splices.append((index.line_start(statement.lineno), loss_start,
+                       f"{tree.indent(statement.lineno)}{SCALER}.scale("))
+    rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
+    if guard is not None:  # the `else:` and its `loss.backward()` go
+        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline))
+    first, last = _put_under_autocast(rw, block[begin:position])
+    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    amp = shape.amp
+    before = (f"`if {tree.text(guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
+              f"`{SCALER}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
+              "is)" if guard is not None else f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`")
+    rw.messages[id(use.ref)] = f"{before}; {where} before it run under `{rw.autocast}`"
+
+
+def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
+    """The `if flag:` around a scale_loss, its `else` the plain backward; None where the `if` is one of its own
+    (`if i % k == 0:`), a block like any other."""
+    guard = rw.tree.parent(with_node)
+    optional = rw.shape.optional
+    if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
+            and guard.body == [with_node]):
+        return None
+    _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
+    _plain_backward_else(guard, with_node, loss, backward)
+    rw.flags.append(guard.test.id)
+    return guard
+
+
+def _put_under_autocast(rw: _Rewrite, forward: list[ast.stmt]) -> tuple[int, int]:
+    """The forward pass under autocast: a header line, and four spaces at the start of each line; its lines."""
+    index, lines = rw.tree.index, rw.tree.lines
+    first, last = first_line(forward[0]), _last_line(forward[-1])
+    _reindentable(rw, forward, first, last)
+    at = index.line_start(first)
+    rw.region_splices.append((at, at, f"{rw.tree.indent(first)}with {rw.autocast}:{rw.shape.newline}"))
+    for number in range(first, last + 1):
+        if lines[number - 1].strip():
+            at = index.line_start(number)
+            rw.region_splices.append((at, at, "    "))
+    rw.regions.append((first, last))
+    return first, last
+
+
+def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str) -> tuple[ast.expr, ast.Call]:
+    """The loss, and the backward call of the body."""
+    item = with_node.items[0] if isinstance(with_node, ast.With) and len(with_node.items) == 1 else None
+    if not (item is not None and item.context_expr is call and isinstance(item.optional_vars, ast.Name)):
+        raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
+    assert isinstance(with_node, ast.With)
+    scaled = item.optional_vars.id
+    optimizer = call.args[1] if len(call.args) == 2 else None
+    if not (isinstance(optimizer, ast.Name) and optimizer.id == opt_name
+            and all(k.arg == "delay_unscale" for k in call.keywords)):
+        raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
+                            "delay_unscale")
+    body = with_node.body
+    backward = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
+    if not (isinstance(backward, ast.Call) and isinstance(backward.func, ast.Attribute)
+            and backward.func.attr == "backward"
+            and isinstance(backward.func.value, ast.Name) and backward.func.value.id == scaled):
+        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
+    if any(isinstance(n, ast.Name) and n.id == scaled for a in (*backward.args, *backward.keywords)
+           for n in ast.walk(a)):
+        raise NotMechanical("the scaled loss is used again in the backward call")
+    return call.args[0], backward
 
 
 def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> None:
@@ -442,28 +570,231 @@ def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, bac
                             "loss's `.backward(...)` with the same arguments")
 
 
-def _evaluation_blocks(rw: _Rewrite, function: ast.AST, init_statement: ast.stmt, regions: list[tuple[int, int]],
-                       scope) -> list[ast.With]:
+def _rewrite_clipping(rw: _Rewrite) -> None:
+    """Clipping over master_params directly before a step -> unscale_, then clipping over param_groups."""
+    shape, tree = rw.shape, rw.tree
+    opt_name = shape.opt_name
+    step_lines = {s.lineno for s in rw.steps}
+    for use in shape.clips:
+        call = _call_of(use)
+        if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Name)
+                and call.args[0].id == opt_name):
+            raise NotMechanical("master_params is not given the optimizer alone")
+        clip = tree.parent(call)
+        statement = tree.parent(clip)
+        if not (isinstance(clip, ast.Call) and clip.args and clip.args[0] is call
+                and isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is clip):
+            raise NotMechanical("master_params is not the first argument of a clipping statement")
+        block, position = tree.block_of(statement)
+        following = block[position + 1] if position + 1 < len(block) else None
+        if following is None or following.lineno not in step_lines:
+            raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
+                                "partial, scaled gradients)")
+        _starts_its_line(rw, statement)
+        start, end = tree.index.span(call)
+        rw.splices.append((start, end, rules.OPTIMIZER_PARAMS_OF.format(optimizer=opt_name)))
+        rw.line_splice(statement.lineno, f"{SCALER}.unscale_({opt_name})")
+        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, "
+                                    "then clipping over the optimizer's param_groups (what master_params iterated)")
+        rw.unscaled_steps.add(following.lineno)
+
+
+def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
+    """Gradients read between a backward and its step (clipping over any parameters, a `.grad`): apex had
+    unscaled them when scale_loss exited, the scaler keeps them scaled until its step. In the step's own
+    block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
+    allows); read in the micro-steps of an accumulation, they cannot be unscaled yet."""
+    tree, steps = rw.tree, rw.steps
+    for step in steps:
+        if step.lineno in rw.unscaled_steps:
+            continue
+        block, position = tree.block_of(step)
+        begin = next((block.index(s) + 1 for s in rw.backward_statements if s in block), 0)
+        readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
+        if readers:
+            first = readers[0]
+            _starts_its_line(rw, first)
+            rw.line_splice(first, f"{SCALER}.unscale_({rw.shape.opt_name})")
+            rw.unscaled_at.append(first.lineno)
+    for statement in rw.backward_statements:
+        block, position = tree.block_of(statement)
+        if any(step in block for step in steps):
+            continue  # the step's own block: above
+        for later in block[position + 1:]:
+            if not any(isinstance(node, ast.Expr) and node in steps for node in ast.walk(later)) \
+                    and _reads_gradients(rw, later):
+                raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
+                                    "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
+
+
+def _rewrite_state(rw: _Rewrite) -> None:
+    """`amp.state_dict()` / `amp.load_state_dict(...)` -> the scaler's; what is loaded goes through a helper that
+    also reads apex's format."""
+    amp, index = rw.shape.amp, rw.tree.index
+    helper = None
+    for use in rw.shape.states:
+        if use.ref.role != "call" or len(use.ref.parts) != 2:
+            raise NotMechanical("state_dict/load_state_dict is not called directly")
+        start, end = index.span(use.ref.node)
+        method = use.ref.parts[1]
+        if method == "state_dict":
+            rw.splices.append((start, end, f"{SCALER}.{method}"))
+            rw.messages[id(use.ref)] = (
+                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
+                f"{rules.SCALER_STATE_KEYS}, not apex's {rules.APEX_STATE_KEYS}")
+            continue
+        helper = helper or _scaler_state_helper(rw, use.ref.scope)
+        call = _call_of(use)
+        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            raise NotMechanical("load_state_dict is not given one state")
+        state_start, state_end = index.span(call.args[0])
+        around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
+        if "#" in around:
+            raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
+        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
+        rw.splices.append((state_end, index.span(call)[1], "))"))
+        rw.messages[id(use.ref)] = (
+            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
+            f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
+            f"apex.amp.state_dict() wrote ({rules.APEX_STATE_KEYS}) into GradScaler's, with "
+            "apex's dynamic scaling: old apex checkpoints load")
+
+
+def _scaler_state_helper(rw: _Rewrite, scope: Scope) -> tuple[str, bool]:
+    """The name of the module-level helper that turns an apex checkpoint's state into GradScaler's, and whether
+    it is added: one already in the module (same code, any name, bound once and seen from `scope`) is reused;
+    else it goes before the top-level statement that holds the function, or before initialize's in a script."""
+    engine, shape = rw.tree.engine, rw.shape
+    for statement in engine.tree.body:
+        if isinstance(statement, ast.FunctionDef) and len(scope.lookup(statement.name)[1]) == 1 \
+                and scope.lookup(statement.name)[0] is engine.module_scope:
+            same = rules.SCALER_STATE_HELPER.format(name=statement.name, nl="\n")
+            if ast.dump(statement) == ast.dump(ast.parse(same).body[0]):
+                return statement.name, False
+    name = engine.free_name(rules.SCALER_STATE_HELPER_NAME)
+    text = rules.SCALER_STATE_HELPER.format(name=name, nl=shape.newline) + shape.newline * 2
+    index = rw.tree.index
+    if isinstance(shape.function, ast.Module):  # a script: with the scaler that replaces initialize (one splice there)
+        start, end, created = next(s for s in rw.splices if s[0] == index.line_start(shape.init_statement.lineno))
+        rw.splices.remove((start, end, created))
+        rw.splices.append((start, end, shape.newline * 2 + text + created))
+    else:
+        top: ast.AST = shape.function
+        while rw.tree.parent(top) is not engine.tree:
+            top = rw.tree.parents[id(top)]
+        assert isinstance(top, ast.stmt)
+        at = index.line_start(first_line(top))
+        rw.splices.append((at, at, text))
+    return name, True
+
+
+def _rewrite_evaluation(rw: _Rewrite) -> None:
+    """Evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too."""
+    rw.evaluation = _evaluation_blocks(rw)
+    for block_node in rw.evaluation:
+        at = rw.tree.index.span(block_node.items[-1].optional_vars or block_node.items[-1].context_expr)[1]
+        rw.splices.append((at, at, f", {rw.autocast}"))
+
+
+def _evaluation_blocks(rw: _Rewrite) -> list[ast.With]:
     """The outermost `with torch.no_grad():` (or inference_mode) blocks of the function after initialize and
     outside the forward passes, not already under an autocast of their own: O1 ran them in mixed precision."""
+    shape, tree = rw.shape, rw.tree
+
     def resolved(item: ast.withitem) -> str | None:
         call = item.context_expr
-        return rw.analysis.resolve_value(call.func, scope) if isinstance(call, ast.Call) else None
+        return tree.engine.resolve(call.func, shape.scope) if isinstance(call, ast.Call) else None
 
     found: list[ast.With] = []
-    for node in ast.walk(function):  # breadth first: an outer block comes before the blocks inside it
-        if not (isinstance(node, ast.With) and node.lineno > init_statement.end_lineno
-                and _function_of(rw, node, rw.analysis.tree) is function):
+    for node in ast.walk(shape.function):  # breadth first: an outer block comes before the blocks inside it
+        if not (isinstance(node, ast.With) and node.lineno > _last_line(shape.init_statement)
+                and tree.function_of(node) is shape.function):
             continue
         names = [resolved(item) for item in node.items]
         if any(name in rules.EVALUATION_CONTEXTS for name in names) \
                 and not any(name in rules.AUTOCAST_CONTEXTS for name in names) \
-                and not any(a <= node.lineno <= b for a, b in regions) \
-                and not any(b.lineno <= node.lineno <= b.end_lineno for b in found):
+                and not any(a <= node.lineno <= b for a, b in rw.regions) \
+                and not any(b.lineno <= node.lineno <= _last_line(b) for b in found):
             found.append(node)
     return sorted(found, key=lambda b: b.lineno)
 
 
+def _rewrite_import(rw: _Rewrite) -> None:
+    """The import: gone, or `import torch` where the file has none; the optional import's whole `try`, the
+    flags it sets True kept, and its comments as lines of their own."""
+    shape, index, lines = rw.shape, rw.tree.index, rw.tree.lines
+    newline, optional = shape.newline, shape.optional
+    replacement = "" if shape.torch_bound else f"import {_NATIVE.package}{newline}"
+    if optional is None:
+        _whole_lines_only(rw, shape.import_node)
+        removed: ast.stmt = shape.import_node
+    else:
+        removed = optional.statement
+        _ends_its_line(rw, removed)
+        indent = rw.tree.indent(removed.lineno)
+        kept_lines = {flag.lineno for flag in optional.flags_set}  # one line each, with its comment
+        kept = [f"{indent}{lines[flag.lineno - 1][index.col(flag.lineno, flag.col_offset):].rstrip()}{newline}"
+                for flag in optional.flags_set]
+        kept_comments = [f"{indent}{shape.comments[n]}{newline}" for n in range(removed.lineno, _last_line(removed) + 1)
+                         if n in shape.comments and n not in kept_lines]
+        replacement += "".join(kept + kept_comments)
+        rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
+                                                                      bool(kept_comments))
+    rw.splices.append((index.line_start(removed.lineno), index.line_end(_last_line(removed)), replacement))
+
+
+def _check_splices(rw: _Rewrite) -> None:
+    """The splices do not overlap, none falls in a forward pass (then those are re-indented), and no other
+    rule's edit crosses one: `ampfix.engine.apply` merges the edits between the splices, not across one."""
+    index = rw.tree.index
+    spans = sorted((s, e) for s, e, _ in rw.splices)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:
+            raise NotMechanical("edits overlap")
+    for first, last in rw.regions:
+        lo, hi = index.line_start(first), index.line_end(last)
+        if any(lo <= s < hi for s, _, _ in rw.splices):
+            raise NotMechanical("a step, a clip or the state is used inside the forward pass")
+    rw.splices += rw.region_splices
+    for edit_start, edit_end in rw.tree.engine.edit_spans():
+        if any(s < edit_end and edit_start < e for s, e, _ in rw.splices if s < e):
+            raise NotMechanical("another rule edits a statement this rewrite rebuilds")
+
+
+def _initialize_message(rw: _Rewrite) -> None:
+    """What became of initialize, with what the autocast covers and what it does not."""
+    shape, tree = rw.shape, rw.tree
+    covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
+    outside = sorted({node.lineno for node in ast.walk(shape.function)
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                      and node.func.id == shape.model_name and node.lineno > _last_line(shape.init)
+                      and not any(a <= node.lineno <= b for a, b in covered)
+                      and tree.function_of(node) is shape.function})
+    passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
+                                     f"{_lines([b.lineno for b in rw.evaluation])}"
+                                     if rw.evaluation else "")
+    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"the calls of `{shape.model_name}` on {_lines(outside)}, and any call outside {shape.where}, are outside "
+            "it (float32 unless under an autocast of their own)" if outside else
+            f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"calls outside {shape.where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
+            "of their own)")
+    opt_name = shape.opt_name
+    rw.messages[id(shape.init_use.ref)] = (
+        f"`{shape.amp}.initialize` (O1) -> `{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
+        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{SCALER}.step({opt_name})` and "
+        f"`{SCALER}.update()`"
+        + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
+           "unscaled them when scale_loss exited)" if rw.unscaled_at else "") + note)
+
+
+# In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
+_SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
+    _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses, _rewrite_clipping,
+    _unscale_before_gradient_reads, _rewrite_state, _rewrite_evaluation, _rewrite_import)
+
+
+# What the stages ask of statements ------------------------------------------------------------------------
 def _optional_import_message(amp: str, flags: list[str], comments_kept: bool) -> str:
     said = (f"; {_names(flags)}, True exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now "
             "always True: mixed precision stays on where the author meant it, not silently off" if flags else "")
@@ -480,67 +811,12 @@ def _lines(numbers: list[int]) -> str:
     return ("line " if len(numbers) == 1 else "lines ") + ", ".join(map(str, numbers))
 
 
-def _rule_code(full: str) -> str:
-    rule = rule_of(full)
-    return rule.code if rule is not None else ""
-
-
-def _call_of(use: AmpUse) -> ast.Call:
-    call = use.ref.parent
-    if use.ref.role != "call" or not isinstance(call, ast.Call) or call.func is not use.ref.node:
-        raise NotMechanical("an apex.amp name is not called directly")
-    return call
-
-
-def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr | None]:
-    if len(call.args) != 2 or not all(isinstance(a, ast.Name) for a in call.args):
-        raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
-                            "hand)")
-    enabled = None
-    for keyword in call.keywords:
-        if keyword.arg not in _INITIALIZE_KEYWORDS:
-            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity and loss_scale")
-        value = keyword.value
-        if keyword.arg == "opt_level" and not (isinstance(value, ast.Constant) and value.value == "O1"):
-            raise NotMechanical('opt_level is not the literal "O1"')
-        if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant) and value.value == "dynamic"):
-            raise NotMechanical('loss_scale is not "dynamic"')
-        if keyword.arg == "enabled":
-            # evaluated once by initialize, then by the scaler and by each autocast: no side effects
-            if not isinstance(value, (ast.Name, ast.Attribute, ast.Constant)):
-                raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
-            enabled = value
-    return call.args[0], call.args[1], enabled  # type: ignore[return-value]
-
-
-def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str) -> ast.expr:
-    if not (isinstance(with_node, ast.With) and len(with_node.items) == 1
-            and with_node.items[0].context_expr is call and isinstance(with_node.items[0].optional_vars, ast.Name)):
-        raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
-    scaled = with_node.items[0].optional_vars.id
-    if not (len(call.args) == 2 and isinstance(call.args[1], ast.Name) and call.args[1].id == opt_name
-            and all(k.arg == "delay_unscale" for k in call.keywords)):
-        raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
-                            "delay_unscale")
-    body = with_node.body
-    if not (len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Call)):
-        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
-    backward = body[0].value
-    if not (isinstance(backward.func, ast.Attribute) and backward.func.attr == "backward"
-            and isinstance(backward.func.value, ast.Name) and backward.func.value.id == scaled):
-        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
-    if any(isinstance(n, ast.Name) and n.id == scaled for a in (*backward.args, *backward.keywords)
-           for n in ast.walk(a)):
-        raise NotMechanical("the scaled loss is used again in the backward call")
-    return call.args[0]
-
-
-def _reads_gradients(rw: _Rewrite, statement: ast.stmt, scope) -> bool:
+def _reads_gradients(rw: _Rewrite, statement: ast.stmt) -> bool:
     """Does `statement` read gradients: a `.grad`, or a call of torch's gradient clipping?"""
     for node in ast.walk(statement):
         if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
             return True
-        if isinstance(node, ast.Call) and rw.analysis.resolve_value(node.func, scope) in rules.GRADIENT_CLIPPING:
+        if isinstance(node, ast.Call) and rw.tree.engine.resolve(node.func, rw.shape.scope) in rules.GRADIENT_CLIPPING:
             return True
     return False
 
@@ -563,72 +839,32 @@ def _other_steps(function: ast.AST, opt_name: str, steps: list[ast.Expr]) -> boo
     return False
 
 
-def _function_of(rw: _Rewrite, node: ast.AST, module: ast.Module) -> ast.AST:
-    """The innermost function (or other scope) holding `node`, or the module."""
-    parent = rw.parents.get(id(node))
-    while parent is not None and not isinstance(parent, _SCOPES):
-        parent = rw.parents.get(id(parent))
-    return module if parent is None else parent
-
-
-def _block_of(rw: _Rewrite, statement: ast.AST | None) -> tuple[list[ast.stmt], int]:
-    parent = rw.parents.get(id(statement))
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(parent, name, None)
-        if isinstance(block, list) and statement in block:
-            return block, block.index(statement)  # type: ignore[arg-type]
-    raise NotMechanical("a statement is not in a plain block")
-
-
-def _indent(lines: list[str], line: int) -> str:
-    text = lines[line - 1]
-    return text[: len(text) - len(text.lstrip(" \t"))]
-
-
-def _text(rw: _Rewrite, node: ast.AST) -> str:
-    start, end = rw.analysis.index.span(node)
-    return rw.analysis.index.text[start:end]
-
-
-def _comment_lines(source: str) -> dict[int, str]:
-    """Each line with a comment, and the comment, on the lines `ast` numbers (`locations.tokens`, which
-    `suppressions.scan` reads too). Not scan's run reused: scan tokenizes only text that names a directive, and
-    a shared run would be a second path for what this planner reaches in every other file."""
-    found = {}
-    try:
-        for token in tokens(source):
-            if token.type == tokenize.COMMENT:
-                found[token.start[0]] = token.string
-    except (tokenize.TokenError, SyntaxError):
-        raise NotMechanical("the file does not tokenize") from None
-    return found
-
-
 def _starts_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
-    line = rw.analysis.index.lines[first_line(statement) - 1]
-    if line[: rw.analysis.index.col(statement.lineno, statement.col_offset)].strip():
+    index = rw.tree.index
+    line = index.lines[first_line(statement) - 1]
+    if line[: index.col(statement.lineno, statement.col_offset)].strip():
         raise NotMechanical("a statement that would be rebuilt shares its line")
 
 
 def _ends_its_line(rw: _Rewrite, statement: ast.stmt) -> None:
     _starts_its_line(rw, statement)
-    index = rw.analysis.index
-    rest = index.text[index.span(statement)[1]:index.line_end(statement.end_lineno)]
+    index = rw.tree.index
+    rest = index.text[index.span(statement)[1]:index.line_end(_last_line(statement))]
     if rest.strip() and not rest.strip().startswith("#"):
         raise NotMechanical("a statement that would be rebuilt shares its line")
 
 
-def _whole_lines_only(rw: _Rewrite, statement: ast.stmt, comments: dict[int, str]) -> None:
+def _whole_lines_only(rw: _Rewrite, statement: ast.stmt) -> None:
     """The statement's lines are rebuilt: nothing else may be on them (no comment would survive)."""
     _ends_its_line(rw, statement)
-    if any(line in comments for line in range(first_line(statement), statement.end_lineno + 1)):
+    if any(line in rw.shape.comments for line in range(first_line(statement), _last_line(statement) + 1)):
         raise NotMechanical("a comment sits on a line that would be rebuilt")
 
 
 def _reindentable(rw: _Rewrite, statements: list[ast.stmt], first: int, last: int) -> None:
     """The lines can take four more spaces: they start with spaces only, and no string spans lines."""
     _starts_its_line(rw, statements[0])
-    for line in rw.analysis.index.lines[first - 1:last]:
+    for line in rw.tree.lines[first - 1:last]:
         if line.strip() and "\t" in line[: len(line) - len(line.lstrip(" \t"))]:
             raise NotMechanical("tabs indent the forward pass that would be re-indented")
     for statement in statements:
@@ -636,23 +872,3 @@ def _reindentable(rw: _Rewrite, statements: list[ast.stmt], first: int, last: in
             if isinstance(node, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(node, "value", ""), (str, list)) \
                     and node.end_lineno != node.lineno:
                 raise NotMechanical("a string spans lines in the forward pass that would be re-indented")
-
-
-def _no_overlap(rw: _Rewrite, regions: list[tuple[int, int]]) -> None:
-    index = rw.analysis.index
-    spans = sorted((s, e) for s, e, _ in rw.splices)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
-        if start < end:
-            raise NotMechanical("edits overlap")
-    for first, last in regions:
-        lo, hi = index.line_start(first), index.line_end(last)
-        if any(lo <= s < hi for s, _, _ in rw.splices):
-            raise NotMechanical("a step, a clip or the state is used inside the forward pass")
-    rw.splices += rw.region_splices
-
-
-def _no_other_edit_inside(rw: _Rewrite) -> None:
-    """Another rule's edits may sit between the splices (`ampfix.engine.apply` merges them), not across one."""
-    for edit in rw.analysis.edits:
-        if any(s < edit.end and edit.start < e for s, e, _ in rw.splices if s < e):
-            raise NotMechanical("another rule edits a statement this rewrite rebuilds")

@@ -9,22 +9,45 @@ create, a forward pass to put under autocast), so each rule's symbols map to Non
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ampfix.core.rules import Example, Rule
+from ampfix.families.torch_amp import grad_scaler
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
-# The oldest torch that pattern's rewrite runs on (torch.amp.GradScaler(device) came in 2.3): the minimum torch of
-# the rules whose names it rewrites, weighed against --target-torch where every rule's is (`Analysis.hold_back`).
-PATTERN_MIN_TORCH = (2, 3)
+# The oldest torch that pattern's rewrite runs on: torch.amp.GradScaler(device)'s, AMP002's minimum torch (the
+# minimum torch of the rules whose names it rewrites, weighed against --target-torch where every rule's is
+# (`Analysis.hold_back`)).
+PATTERN_MIN_TORCH = grad_scaler.RULE.min_torch
 
 # The packages whose imports can reach the names below.
 PACKAGES = ("apex", "mmengine")
+# apex's mixed precision module: what the O1 pattern's rewrite replaces, imported as `from apex import amp`.
+AMP_MODULE = "apex.amp"
 
-AUTOCAST = 'torch.autocast("cuda", dtype=torch.float16)'
-SCALER = 'scaler = torch.amp.GradScaler("cuda")'
-OPTIMIZER_PARAMS = '(p for group in optimizer.param_groups for p in group["params"])'
+
+@dataclass(frozen=True)
+class Native:
+    """torch's native AMP, which the O1 training pattern becomes: qualified names, which the rewrite spells through
+    the file's own binding of `package`."""
+
+    package: str
+    grad_scaler: str
+    autocast: str
+    dtype: str  # the autocast dtype apex's O1 meant (float16; on the CPU the engine's family says its twin)
+    scaler: str  # the name the rewrite binds the GradScaler to
+
+
+NATIVE = Native(package="torch", grad_scaler="torch.amp.GradScaler", autocast="torch.autocast", dtype="torch.float16",
+                scaler="scaler")
+
+AUTOCAST = f'{NATIVE.autocast}("cuda", dtype={NATIVE.dtype})'
+SCALER = f'{NATIVE.scaler} = {NATIVE.grad_scaler}("cuda")'
+# What apex.amp.master_params(optimizer) iterated: every parameter of the optimizer's param_groups.
+OPTIMIZER_PARAMS_OF = '(p for group in {optimizer}.param_groups for p in group["params"])'
+OPTIMIZER_PARAMS = OPTIMIZER_PARAMS_OF.format(optimizer="optimizer")
 
 
 @dataclass(frozen=True)
@@ -39,7 +62,7 @@ OPTIONAL_IMPORT = Rule(
     code="AMP100",
     title="apex.amp import",
     min_torch=PATTERN_MIN_TORCH,
-    symbols={"apex.amp": None},
+    symbols={AMP_MODULE: None},
     fix_note=PATTERN_FIX,
     examples=(
         # The optional import: on current apex the handler runs and training silently stays in float32.
@@ -197,12 +220,35 @@ FRAMEWORK_CONFIG = Rule(
 APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_PARAMS, STATE, CASTING_FUNCTIONS,
                                 INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
 
+# Each rule by the names it lists (the longest listed prefix of a use's qualified name decides).
+_RULE_OF_NAME: dict[str, Rule] = {name: rule for rule in APEX_RULES for name in rule.symbols}
+
+
+def longest_listed(table: Mapping[str, object], qname: str) -> str | None:
+    """The longest dotted prefix of `qname` that `table` holds."""
+    parts = qname.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in table:
+            return name
+    return None
+
+
+def rule_of(qname: str) -> Rule | None:
+    """The apex rule whose names `qname` lies under, or None."""
+    name = longest_listed(_RULE_OF_NAME, qname)
+    return None if name is None else _RULE_OF_NAME[name]
+
+
 REMOVED = "removed from apex in 2025"
+# The keys of a checkpoint's loss scaler state: apex.amp.state_dict()'s, and GradScaler.state_dict()'s.
+APEX_STATE_KEYS = "{'loss_scaler0': {'loss_scale', 'unskipped'}}"
+SCALER_STATE_KEYS = "{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'}"
 
 # What to say of each name (the longest listed prefix of a use's qualified name decides).
 ADVICE: dict[str, Advice] = {
     "apex.amp": Advice(f"`apex.amp` was {REMOVED}",
-                       f"{AUTOCAST} around the forward pass and loss, and a torch.amp.GradScaler(\"cuda\")"),
+                       f"{AUTOCAST} around the forward pass and loss, and a {NATIVE.grad_scaler}(\"cuda\")"),
     "apex.amp.initialize": Advice(
         f"`apex.amp.initialize` was {REMOVED}",
         f"{SCALER}; {AUTOCAST} around every forward pass and loss (training and evaluation)"),
@@ -213,13 +259,12 @@ ADVICE: dict[str, Advice] = {
         "see unscaled gradients: unscale once per optimizer step, after the last micro-step's backward",
         f"scaler.unscale_(optimizer); torch.nn.utils.clip_grad_norm_({OPTIMIZER_PARAMS}, max_norm)"),
     "apex.amp.state_dict": Advice(
-        f"`apex.amp.state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-        "'unskipped'}}, GradScaler: {'scale', 'growth_factor', 'backoff_factor', 'growth_interval', "
-        "'_growth_tracker'}), so old checkpoints need their key handled",
+        f"`apex.amp.state_dict` was {REMOVED}; the formats differ (apex: {APEX_STATE_KEYS}, GradScaler: "
+        f"{SCALER_STATE_KEYS}), so old checkpoints need their key handled",
         "scaler.state_dict()"),
     "apex.amp.load_state_dict": Advice(
-        f"`apex.amp.load_state_dict` was {REMOVED}; the formats differ (apex: {{'loss_scaler0': {{'loss_scale', "
-        "'unskipped'}}, GradScaler: {'scale', ...}): an old checkpoint's loss scale is "
+        f"`apex.amp.load_state_dict` was {REMOVED}; the formats differ (apex: {APEX_STATE_KEYS}, "
+        "GradScaler: {'scale', ...}): an old checkpoint's loss scale is "
         "state['loss_scaler0']['loss_scale']",
         "scaler.load_state_dict(state)"),
     "apex.amp.float_function": Advice(
@@ -297,7 +342,8 @@ SCALER_STATE_HELPER = (
     '    if "loss_scaler0" not in state:{nl}'
     "        return state{nl}"
     '    apex = state["loss_scaler0"]{nl}'
-    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,{nl}'
+    '    return {{"scale": apex["loss_scale"], "growth_factor": 2.0, "backoff_factor": 0.5, '
+    '"growth_interval": 2000,{nl}'
     '            "_growth_tracker": apex["unskipped"]}}{nl}'
 )
 
@@ -317,6 +363,13 @@ GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils
 INITIALIZE_PARAMS = ("models", "optimizers", "enabled", "opt_level", "cast_model_type", "patch_torch_functions",
                      "keep_batchnorm_fp32", "master_weights", "loss_scale")
 INITIALIZE_DEFAULT_OPT_LEVEL = "O1"
+# The opt_level native autocast reproduces (the only one the rewrite takes), and the loss_scale that is a
+# GradScaler's own (apex's default: dynamic scaling).
+NATIVE_OPT_LEVEL = "O1"
+DYNAMIC_LOSS_SCALE = "dynamic"
+# The initialize keywords whose meaning the rewrite keeps: `enabled` goes to the scaler and autocast, the others
+# are O1's defaults or logging.
+PATTERN_KEYWORDS = frozenset({"opt_level", "enabled", "verbosity", "loss_scale"})
 # The keywords that make an initialize call more than O1 (what native autocast does), and why.
 INITIALIZE_KEYWORDS: dict[str, str] = {
     "cast_model_type": "cast_model_type casts the model's weights (O2/O3): native AMP keeps them float32",
@@ -338,4 +391,4 @@ OPT_LEVELS: dict[str, str] = {
 }
 
 
-__all__ = ["ADVICE", "APEX_RULES", "Advice", "PACKAGES"]
+__all__ = ["ADVICE", "APEX_RULES", "Advice", "PACKAGES", "rule_of"]

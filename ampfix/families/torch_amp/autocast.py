@@ -7,15 +7,19 @@ would move `enabled` into `dtype`, so every positional argument is given its key
 
 from ampfix.core.rules import CallShape, Example, Rule, Target
 
+# torch.amp.autocast takes dtype/cache_enabled from the state in force; the old classes pass these.
+CUDA_DEFAULTS = (("dtype", "torch.float16"), ("cache_enabled", "True"))
+CPU_DEFAULTS = (("dtype", "torch.bfloat16"), ("cache_enabled", "True"))
+
 RULE = Rule(
     code="AMP001",
     title="autocast",
     min_torch=(1, 10),
     symbols={
-        "torch.cuda.amp.autocast": Target("torch.amp.autocast", "cuda"),
-        "torch.cuda.amp.autocast_mode.autocast": Target("torch.amp.autocast", "cuda"),
-        "torch.cpu.amp.autocast": Target("torch.amp.autocast", "cpu"),
-        "torch.cpu.amp.autocast_mode.autocast": Target("torch.amp.autocast", "cpu"),
+        "torch.cuda.amp.autocast": Target("torch.amp.autocast", "cuda", old_defaults=CUDA_DEFAULTS),
+        "torch.cuda.amp.autocast_mode.autocast": Target("torch.amp.autocast", "cuda", old_defaults=CUDA_DEFAULTS),
+        "torch.cpu.amp.autocast": Target("torch.amp.autocast", "cpu", old_defaults=CPU_DEFAULTS),
+        "torch.cpu.amp.autocast_mode.autocast": Target("torch.amp.autocast", "cpu", old_defaults=CPU_DEFAULTS),
     },
     shape=CallShape(
         old_params=("enabled", "dtype", "cache_enabled"),
