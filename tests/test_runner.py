@@ -39,6 +39,7 @@ JOBS: dict[str, list[str]] = {
     "project_unmigrated_verify": ["verify", "project_amp/run.py", "--rewritten", "project_amp/run.py"],
     "nested_idiomatic_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.idiomatic.py"],
     "nested_explicit_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.explicit.py"],
+    "nested_engine_verify": ["verify", "nested_call.py"],
 }
 
 
@@ -330,6 +331,13 @@ def test_verify_names_a_nested_region_whose_effective_settings_differ(nested_idi
         "enclosing region's, where the deprecated torch.cuda.amp.autocast() and torch.cpu.amp.autocast() give their "
         "own defaults)"
     )
+
+
+def test_verify_of_ampfixs_own_rewrite_of_the_nesting_is_equivalent(nested_engine_verify: Job) -> None:
+    # ampfix's rewrite writes the old defaults where the nesting is across a call (docs/autocast-defaults.md).
+    assert nested_engine_verify.returncode == 0, nested_engine_verify.stderr
+    assert nested_engine_verify.report["equivalent"] is True
+    assert nested_engine_verify.report["notes"][-1] == "files rewritten: nested_call.py"
 
 
 def test_verify_of_the_explicit_nested_rewrite_is_equivalent(nested_explicit_verify: Job) -> None:
