@@ -57,10 +57,10 @@ def test_importing_the_commands_imports_neither_torch_nor_libcst() -> None:
 def test_child_environment_is_a_copy_with_the_bootstrap_first() -> None:
     base = {"PATH": "/bin", "PYTHONPATH": "/user/lib"}
     config = RunnerConfig(out_dir="/tmp/out", seed=7, threads=3, amp_dtype="keep", max_steps=5)
-    env = launch.child_environment(base, config)
+    env = launch.child_environment(base, config, extra_paths=["/original/dir"])
     assert base == {"PATH": "/bin", "PYTHONPATH": "/user/lib"}
     paths = env["PYTHONPATH"].split(os.pathsep)
-    assert paths[:2] == [str(launch.BOOTSTRAP_DIR), "/user/lib"]
+    assert paths[:3] == [str(launch.BOOTSTRAP_DIR), "/original/dir", "/user/lib"]
     assert (launch.BOOTSTRAP_DIR / "sitecustomize.py").is_file()
     assert RunnerConfig.from_env_value(env[CONFIG_ENV]) == config
     assert env[ROLE_ENV] == "main"

@@ -52,6 +52,7 @@ def _launch(
     capture_output: bool,
     timeout: float | None,
     cwd: Path | None = None,
+    extra_paths: Sequence[str] = (),
     verify_observations: bool = False,
 ) -> LaunchedRun:
     return LaunchedRun(
@@ -60,6 +61,7 @@ def _launch(
         {**asdict(options), "verify_observations": verify_observations},
         capture_output=capture_output,
         timeout=timeout,
+        extra_paths=extra_paths,
         cwd=None if cwd is None else str(cwd),
     )
 
@@ -134,9 +136,13 @@ def verify_scripts(
                 return VerifyReport(None, None, None, error=rewrite.error, notes=notes)
             rewritten = rewrite.script
         assert rewritten is not None  # given, or written by rewrite_project (which else set its error)
-        for script, cwd in ((original, original_cwd), (Path(rewritten), rewrite_cwd)):
+        # A hand migration kept in another folder still imports the original's neighbours.
+        folder = original.resolve().parent
+        neighbours = [str(folder)] if Path(rewritten).resolve().parent != folder else []
+        for script, cwd, paths in ((original, original_cwd, []), (Path(rewritten), rewrite_cwd, neighbours)):
             launched = _launch(
-                script, script_args, options, capture_output=True, timeout=timeout, cwd=cwd, verify_observations=True
+                script, script_args, options, capture_output=True, timeout=timeout, cwd=cwd, extra_paths=paths,
+                verify_observations=True,
             )
             runs.append(launched)
         original_report, rewritten_report = (run.finish() for run in runs)

@@ -34,9 +34,13 @@ AMPFIX_ROOT = Path(ampfix.__file__).resolve().parent.parent
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def child_environment(base: Mapping[str, str], config: RunnerConfig) -> dict[str, str]:
+def child_environment(
+    base: Mapping[str, str], config: RunnerConfig, extra_paths: Sequence[str] = ()
+) -> dict[str, str]:
+    """``extra_paths``: folders importable after the script's own (a hand migration kept elsewhere still
+    imports the original's neighbours)."""
     env = dict(base)
-    paths = [str(BOOTSTRAP_DIR)]
+    paths = [str(BOOTSTRAP_DIR), *extra_paths]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     paths.append(str(AMPFIX_ROOT))
@@ -87,6 +91,7 @@ class LaunchedRun:
         *,
         capture_output: bool = False,
         timeout: float | None = None,
+        extra_paths: Sequence[str] = (),
         python: str | None = None,
         cwd: str | None = None,
     ) -> None:
@@ -100,7 +105,7 @@ class LaunchedRun:
         self.error = precheck(self.script)
         if self.error is None:
             config = RunnerConfig(out_dir=self._out_dir, **config_values)
-            env = child_environment(os.environ, config)
+            env = child_environment(os.environ, config, extra_paths)
             self._start(python or sys.executable, script_args, env, capture_output, cwd)
 
     def _start(
