@@ -44,7 +44,7 @@ import torch
 
 from ampfix.runner import amp_patches, harness, training_hooks
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import run_every_new_thread_through
+from ampfix.runner.patching import replace, run_every_new_thread_through
 from ampfix.runner.sites import find_site
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
@@ -175,7 +175,7 @@ class AmpState:
             """apex's patches are process-wide; autocast is per thread: each new thread enters it."""
             torch.set_autocast_enabled("cpu", True)
             torch.set_autocast_dtype("cpu", dtype)
-            if policy_on:
+            if policy_on and installed is not None:
                 installed.plan.cuda_policy.switch(True)
             if installed is not None and key is not None:
                 installed.active_regions.stack().append(key)
@@ -389,4 +389,4 @@ def populate(module: ModuleType, recorder: Recorder) -> None:
         recorder.unemulated_use(f"apex.amp.{name} (not emulated; only {', '.join(EMULATED_NAMES)} are)", find_site())
         raise AttributeError(f"module 'apex.amp' has no attribute {name!r} (ampfix emulates only O1's API)")
 
-    module.__getattr__ = __getattr__
+    replace(module, "__getattr__", __getattr__)

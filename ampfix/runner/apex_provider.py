@@ -21,6 +21,7 @@ import sys
 from types import FrameType, ModuleType
 
 from ampfix.runner.observe import Recorder, Site
+from ampfix.runner.patching import replace
 
 PACKAGE, AMP, PARALLEL = "apex", "apex.amp", "apex.parallel"
 _RUNNER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -50,8 +51,8 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         if module.__name__ == PACKAGE:
-            module.__doc__ = "Stand-in for NVIDIA apex (not installed): only apex.amp, emulated by ampfix run."
-            setattr(module, "amp", importlib.import_module(AMP))  # noqa: B010 - a module's own name, set late
+            module.__doc__ = "Stand-in for NVIDIA apex (not installed): only apex.amp and apex.parallel, emulated by ampfix run."
+            replace(module, "amp", importlib.import_module(AMP))
             return
         if module.__name__ == PARALLEL:
             from ampfix.runner import apex_parallel  # torch: only when the script asks for apex.parallel

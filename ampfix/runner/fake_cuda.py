@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import replace
 from ampfix.runner.sites import find_site
 
 DEVICE_NAME = "ampfix emulated CUDA device (runs on CPU)"
@@ -275,6 +276,7 @@ class _LegacyCudaType(type):
     """Stands in for torch.cuda.FloatTensor & co: notes the use, then behaves as on a CPU build."""
 
     recorder: Recorder
+    original: type  # the CPU build's own class, which refuses to construct
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         cls.recorder.unemulated_use(f"torch.cuda.{cls.__name__} constructor", find_site())
@@ -352,7 +354,7 @@ def _record_stream_takes_fake_streams() -> None:
     def record_stream(self: torch.Tensor, stream: Any) -> None:
         return None
 
-    torch.Tensor.record_stream = record_stream
+    replace(torch.Tensor, "record_stream", record_stream)
 
 
 def _accelerator_functions() -> dict[str, Any]:
