@@ -318,7 +318,8 @@ def _refuse_o1_options(cast_model_type, keep_batchnorm_fp32, master_weights) -> 
         )
     if master_weights:
         raise RuntimeError(
-            "It doesn't make sense to use master_weights with O1. With O1, your model weights themselves should be FP32."
+            "It doesn't make sense to use master_weights with O1. "
+            "With O1, your model weights themselves should be FP32."
         )
 
 
@@ -326,7 +327,9 @@ def _grad_scaler_twin(scaler: LossScaler, loss_scale, min_loss_scale, max_loss_s
     """The loss scaler as GradScaler arguments; what a GradScaler cannot express stays visible."""
     if not scaler.dynamic:
         # A static scale of 1 scales nothing (a disabled GradScaler); any other has no twin.
-        return DISABLED_TWIN if scaler.loss_scale() == 1.0 else {"static_loss_scale": float(loss_scale), "enabled": True}
+        if scaler.loss_scale() == 1.0:
+            return DISABLED_TWIN
+        return {"static_loss_scale": float(loss_scale), "enabled": True}
     arguments: dict[str, Any] = {**DISABLED_TWIN, "init_scale": scaler.loss_scale(), "enabled": True}
     if min_loss_scale:
         arguments["min_loss_scale"] = float(min_loss_scale)

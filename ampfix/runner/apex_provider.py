@@ -51,7 +51,8 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         if module.__name__ == PACKAGE:
-            module.__doc__ = "Stand-in for NVIDIA apex (not installed): only apex.amp and apex.parallel, emulated by ampfix run."
+            module.__doc__ = ("Stand-in for NVIDIA apex (not installed): only apex.amp and apex.parallel, "
+                              "emulated by ampfix run.")
             replace(module, "amp", importlib.import_module(AMP))
             return
         if module.__name__ == PARALLEL:

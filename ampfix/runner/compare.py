@@ -100,7 +100,8 @@ def _comparable(event: dict[str, Any]) -> tuple[Any, ...]:
 def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
     for before, after in zip(original, rewritten):
         if _comparable(before) != _comparable(after):
-            return f"step {before['step']}: original {_describe(before)}; rewrite {_describe(after)}{_why(before, after)}"
+            return (f"step {before['step']}: original {_describe(before)}; "
+                    f"rewrite {_describe(after)}{_why(before, after)}")
     if len(original) > len(rewritten):
         event = original[len(rewritten)]
         return f"step {event['step']}: the rewrite stopped before {_describe(event)}"
@@ -156,7 +157,8 @@ _MESSAGES = {
     "optimizer_step_on_scaled_gradients": (
         "optimizer.step() on gradients still scaled by {what} (the GradScaler never steps: no scaler.step(optimizer))"
     ),
-    "scaler.update_without_step": "GradScaler.update() with no scaler.step() since the last update (update per micro-step?)",
+    "scaler.update_without_step": (
+        "GradScaler.update() with no scaler.step() since the last update (update per micro-step?)"),
     "scaler.state_dict": "loss scaler state saved ({what})",
     "scaler.load_state_dict": "loss scaler state loaded ({what})",
     "scaler.skipped_step": "optimizer step skipped (inf/NaN gradients)",

@@ -333,7 +333,8 @@ def install(recorder: Recorder) -> None:
     for name in CUDA_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.cuda.{name}", replacements[name])
     for name in CUDA_GRAPH_NAMES:
-        replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})", getattr(cuda, name, None))
+        replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})",
+                                                  getattr(cuda, name, None))
     for name in LEGACY_TENSOR_TYPES:
         if hasattr(cuda, name):
             replacements[name] = _legacy_type(recorder, name, getattr(cuda, name))
@@ -399,7 +400,8 @@ def install_accelerator(recorder: Recorder) -> None:
     for name in ACCELERATOR_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.accelerator.{name}", replacements[name])
     if hasattr(accelerator, "Graph"):
-        replacements["Graph"] = _unemulated_callable(recorder, "CUDA graphs (torch.accelerator.Graph)", accelerator.Graph)
+        replacements["Graph"] = _unemulated_callable(recorder, "CUDA graphs (torch.accelerator.Graph)",
+                                                     accelerator.Graph)
     for name, value in replacements.items():
         if hasattr(accelerator, name):
             _set_everywhere(accelerator, name, value, submodules)

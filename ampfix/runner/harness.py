@@ -70,7 +70,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder, plan)),
         (
             "GradScaler",
-            lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss, scaling),
+            lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss,
+                                                    scaling),
         ),
         ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit, scaling)),
         ("backward", lambda: training_hooks.install_backward_hook(recorder, limit, scaling)),

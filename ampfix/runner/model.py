@@ -164,7 +164,8 @@ def _without_trace(process: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in process.items() if key != "trace"}
 
 
-def _merge_counted(processes: list[dict[str, Any]], field_name: str, key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def _merge_counted(processes: list[dict[str, Any]], field_name: str,
+                   key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
     merged: dict[tuple, dict[str, Any]] = {}
     for process in processes:
         for item in process.get(field_name, ()):

@@ -260,7 +260,8 @@ class Recorder:
 
     def is_empty(self) -> bool:
         return not (
-            self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
+            self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values())
+            or self.optimizer_steps
             or self.losses or self.deprecations or self.unemulated or self.emulated or self.stand_in
             or self.device_queries or self.trace
         )  # fmt: skip

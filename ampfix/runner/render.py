@@ -104,7 +104,8 @@ def _findings(report: RunReport) -> list[Text]:
             )
         )
     for item in report.emulated:
-        lines.append(Text.assemble(("emulated ", "cyan"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})"))
+        lines.append(Text.assemble(("emulated ", "cyan"),
+                                   f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})"))
     for item in report.stand_in:
         lines.append(
             Text.assemble(
@@ -114,7 +115,8 @@ def _findings(report: RunReport) -> list[Text]:
         )
     for item in report.unemulated:
         lines.append(
-            Text.assemble(("not emulated ", "red"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
+            Text.assemble(("not emulated ", "red"),
+                          f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
         )
     return lines
 
@@ -174,7 +176,8 @@ def render_verify(report: VerifyReport, console: Console) -> None:
             )
         )
     elif report.equivalent:
-        console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)", "bold green"))
+        console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)",
+                           "bold green"))
     else:
         console.print(Text.assemble(("NOT equivalent", "bold red"), f" — first difference: {report.first_difference}"))
         _print_failure_output(report, console)
