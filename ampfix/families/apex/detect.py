@@ -104,7 +104,8 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
         _report_settings(analysis)
 
 
-def _plan_rewrite(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str:
+def _plan_rewrite(analysis: ApexModule,
+                  uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str:
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
