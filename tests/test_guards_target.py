@@ -66,8 +66,10 @@ BELOW_2_0_FIXED = BELOW_2_0.replace('torch.cuda.amp.autocast(True)', 'torch.amp.
 @pytest.mark.parametrize(("target", "expected", "message"), [
     (None, BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
                       "torch (the newest) never runs"),
-    ((2, 0), BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
-                        "torch (2.0 or newer) never runs"),
+    # A declared target removes the branch it never runs (AMP012), and what was said of the code in it.
+    ((2, 0), "import torch\nfrom packaging import version\n\n",
+     "outdated version branch: the code in the branch for torch < 2.0 (line 4), which the target torch (2.0 or newer) "
+     "never runs: removed"),
     # torch 1.12 and 1.13 run the branch, and have the new name (1.10): migrated as unguarded code is.
     ((1, 12), BELOW_2_0_FIXED, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
                                "positional arguments named enabled"),
@@ -87,21 +89,22 @@ def test_a_live_branch_does_not_lift_the_rules_minimum():
               "if version.parse(torch.__version__) >= version.parse('2.3'):\n    s = torch.cuda.amp.GradScaler()\n")
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
     assert finding.message == "`torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.0"
-    assert fix_source(source, Options(target_torch=(2, 3))).new_source == source.replace(
-        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    # At 2.3 the test always holds: its body, migrated, takes its place (AMP012).
+    assert fix_source(source, Options(target_torch=(2, 3))).new_source == (
+        'import torch\nfrom packaging import version\n\ns = torch.amp.GradScaler("cuda")\n')
 
 
-@pytest.mark.parametrize(("parser", "fixed"), [
-    # LooseVersion("2.0") < LooseVersion("2.0.0"): every torch from 2.0.0 on passes, the `else` is dead.
-    ("from distutils.version import LooseVersion as V", False),
-    # packaging reads "2.0" as 2.0.0: torch 2.0.0 fails the test and runs the `else`.
-    ("from packaging.version import Version as V", True),
+@pytest.mark.parametrize(("parser", "code"), [
+    # LooseVersion("2.0") < LooseVersion("2.0.0"): every torch from 2.0.0 on passes, the `else` is dead (removed).
+    ("from distutils.version import LooseVersion as V", "AMP012"),
+    # packaging reads "2.0" as 2.0.0: torch 2.0.0 fails the test and runs the `else`, migrated.
+    ("from packaging.version import Version as V", "AMP001"),
 ])
-def test_each_parser_orders_versions_its_own_way(parser, fixed):
+def test_each_parser_orders_versions_its_own_way(parser, code):
     source = (f"import torch\n{parser}\n\nif V(torch.__version__) > V('2.0'):\n    pass\n"
               "else:\n    ctx = torch.cuda.amp.autocast(True)\n")
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
-    assert finding.fixed is fixed, finding.message
+    assert (finding.code, finding.fixed) == (code, True), finding.message
 
 
 def test_a_use_in_a_dead_branch_is_reported_as_dead_even_where_its_name_is_bound_twice():
