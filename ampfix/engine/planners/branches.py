@@ -74,7 +74,7 @@ def plan_outdated_branches(context: ModuleContext, sink: Sink) -> None:
     for group, chains in by_group.items():
         first, last = groups[group]
         extent = (context.index.line_start(first), context.index.line_end(last))
-        splices = _group_splices(context, chains)
+        splices = _group_splices(context, chains, _reprinted_lines(context, sink.edits, chains))
         conflict = _conflict(context, sink.edits, extent, splices, chains)
         _report(context, sink, chains, splices, conflict)
         if conflict is None:
@@ -234,7 +234,20 @@ def _runs_message(context: ModuleContext, runs: _Branch, chain: _Chain) -> str:
             f"always runs {where} on line {runs.keyword_line}; its body stands in the test's place")
 
 
-def _group_splices(context: ModuleContext, chains: list[_Chain]) -> list[tuple[int, int, str]]:
+def _reprinted_lines(context: ModuleContext, edits: tuple[Edit, ...], chains: list[_Chain]) -> frozenset[int]:
+    """The continuation lines of the calls another edit re-prints (`ampfix.engine.apply`): they lie inside
+    brackets, where indentation means nothing, and are left as they are."""
+    calls = [node for chain in chains for node in ast.walk(chain.node) if isinstance(node, ast.Call)]
+    found: set[int] = set()
+    for call in calls:
+        start, end = context.index.span(call)
+        if call.end_lineno and any(start <= edit.start < end for edit in edits):
+            found.update(range(call.lineno + 1, call.end_lineno + 1))
+    return frozenset(found)
+
+
+def _group_splices(context: ModuleContext, chains: list[_Chain],
+                   reprinted: frozenset[int]) -> list[tuple[int, int, str]]:
     index, lines = context.index, context.lines
     deleted: set[int] = set()
     covered: set[int] = set()
@@ -262,7 +275,7 @@ def _group_splices(context: ModuleContext, chains: list[_Chain]) -> list[tuple[i
         else:
             splices.append((start, end, text))
     for line, line_ops in sorted(ops.items()):
-        if line in deleted or line in covered or line in inside_strings:
+        if line in deleted or line in covered or line in inside_strings or line in reprinted:
             continue
         text = lines[line - 1]
         indent = text[:len(text) - len(text.lstrip(" \t"))]
@@ -291,14 +304,9 @@ def _conflict(context: ModuleContext, edits: tuple[Edit, ...], group: tuple[int,
     inside = [edit for edit in edits if group[0] <= edit.start < group[1]]
     if any(isinstance(edit.change, ImportEdit) for edit in inside):
         return "an import in the same statement is rewritten too"
-    calls = [node for chain in chains for node in ast.walk(chain.node) if isinstance(node, ast.Call)]
     for edit in inside:
-        extents = [(edit.start, edit.end)]
-        extents += [context.index.span(call) for call in calls
-                    if context.index.span(call)[0] <= edit.start < context.index.span(call)[1]]
-        for start, end in extents:
-            if any(s < end and start < e or start < s < end for s, e, _ in splices):
-                return f"a rewrite on line {edit.line} meets the lines reindented"
+        if any(s < edit.end and edit.start < e for s, e, _ in splices):
+            return f"a rewrite on line {edit.line} meets the lines removed or reindented"
     return None
 
 
