@@ -21,7 +21,7 @@ import tokenize
 from dataclasses import dataclass, field
 
 from ampfix.core.locations import first_line, tokens
-from ampfix.core.plan import Edit, ImportEdit, Splice
+from ampfix.core.plan import Edit, Splice
 from ampfix.families import VERSION_BRANCH_CODE
 from ampfix.syntax import version_tests
 from ampfix.syntax.bindings import Guard, Scope
@@ -210,10 +210,8 @@ def _collapse(context: ModuleContext, chain: _Chain) -> bool:
             chain.removed_tests.append(branch.test)
         if branch.value is False:
             chain.findings.append((branch.keyword_line, _dead_message(context, chain, branch)))
-        elif runs is not None:
-            chain.findings.append((branch.keyword_line, f"outdated version branch (line {branch.keyword_line}): "
-                                   f"never reached, the target torch ({context.judge.target_text()}) always "
-                                   f"takes the branch on line {runs.keyword_line} before it"))
+        elif runs is not None and runs.test is not None:  # after a test the target always passes
+            chain.findings.append((branch.keyword_line, _dead_message(context, chain, runs, taken=False)))
     if runs is not None and not kept and not chain.findings:
         chain.findings.append((chain.node.lineno, _runs_message(context, runs, chain)))
     if runs is None and not kept and len(chain.block) == 1 and chain.block is not context.tree.body:
@@ -221,9 +219,10 @@ def _collapse(context: ModuleContext, chain: _Chain) -> bool:
     return True
 
 
-def _dead_message(context: ModuleContext, chain: _Chain, branch: _Branch) -> str:
+def _dead_message(context: ModuleContext, chain: _Chain, branch: _Branch, taken: bool = True) -> str:
+    """The code under `branch`'s test (`taken`) or after it (not `taken`) never runs."""
     assert branch.test is not None
-    guard = Guard("if", branch.test, chain.scope, taken=True)
+    guard = Guard("if", branch.test, chain.scope, taken=taken)
     test = context.judge.version_test(branch.test, chain.scope, frozenset())
     return f"outdated version branch: the code {context.judge.dead_reason(guard, test)}"
 
@@ -302,8 +301,6 @@ def _conflict(context: ModuleContext, edits: tuple[Edit, ...], group: tuple[int,
               splices: list[tuple[int, int, str]], chains: list[_Chain]) -> str | None:
     """Why these splices cannot go with the edits already planned in the same top-level statement, or None."""
     inside = [edit for edit in edits if group[0] <= edit.start < group[1]]
-    if any(isinstance(edit.change, ImportEdit) for edit in inside):
-        return "an import in the same statement is rewritten too"
     for edit in inside:
         if any(s < edit.end and edit.start < e for s, e, _ in splices):
             return f"a rewrite on line {edit.line} meets the lines removed or reindented"
