@@ -37,9 +37,17 @@ def test_espnet_fallback_is_migrated_and_the_dead_fallback_named():
 
 
 def test_espnet_fallback_at_a_target_that_never_runs_the_fallback():
+    # A declared target also removes the fallback it never runs (AMP012): the import takes the `if`'s place.
     result = fix_source(ESPNET, Options(target_torch=(1, 10)))
-    assert result.new_source == ESPNET_OUT
+    collapsed = ESPNET_OUT.replace(
+        'if V(torch.__version__) >= V("1.6.0"):\n    from torch.amp import autocast\nelse:\n'
+        "    # Nothing to do if torch<1.6.0\n    @contextmanager\n    def autocast(enabled=True):\n        yield\n",
+        "from torch.amp import autocast\n")
+    assert collapsed != ESPNET_OUT
+    assert result.new_source == collapsed
     assert "which the target torch (1.10 or newer) never runs" in result.findings[0].message
+    assert (result.findings[1].code, result.findings[1].line, result.findings[1].fixed) == ("AMP012", 10, True)
+    assert fix_source(collapsed, Options(target_torch=(1, 10))).new_source == collapsed
 
 
 def test_espnet_fallback_at_a_target_that_still_runs_the_fallback_is_left():
