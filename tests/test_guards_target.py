@@ -343,3 +343,42 @@ def test_the_new_api_fallback_keeps_its_reason():
               "    from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")
     assert fix_source(source).new_source == source
     assert messages(source)[0] == (6, f"`torch.cuda.amp.GradScaler` import left: {FALLBACK_REASON}", False)
+
+
+EXPORTED = """\
+import torch
+from packaging.version import Version
+
+TORCH_2 = Version(torch.__version__) >= Version("2.0")
+__all__ = ["TORCH_2"]
+
+
+def f():
+    if not TORCH_2:
+        return torch.cuda.amp.autocast(True)
+
+
+class C:
+    if Version(torch.__version__) < Version("2.0"): x = 1
+"""
+
+
+def test_outdated_branches_only_at_a_declared_target():
+    # Declared: the `if` alone in its block leaves `pass`; the name stays (exported by `__all__`); a one-line
+    # suite is left as written.
+    result = fix_source(EXPORTED, Options(target_torch=(2, 1)))
+    assert result.new_source == EXPORTED.replace(
+        "    if not TORCH_2:\n        return torch.cuda.amp.autocast(True)\n", "    pass\n")
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(9, "AMP012", True)]
+    # The implicit newest, and a target said not to be declared (what a project's metadata does not give): left.
+    for options in (Options(), Options(target_torch=(2, 1), target_declared=False)):
+        result = fix_source(EXPORTED, options)
+        assert result.new_source == EXPORTED
+        assert [(f.line, f.code, f.fixed) for f in result.findings] == [(10, "AMP001", False)]
+
+
+def test_options_declare_the_target_when_it_is_given():
+    assert not Options().declares_target
+    assert Options(target_torch=(2, 0)).declares_target
+    assert not Options(target_torch=(2, 0), target_declared=False).declares_target
+    assert not Options(target_declared=True).declares_target  # declared, but nothing to decide at
