@@ -75,7 +75,7 @@ def plan_outdated_branches(context: ModuleContext, sink: Sink) -> None:
         first, last = groups[group]
         extent = (context.index.line_start(first), context.index.line_end(last))
         splices = _group_splices(context, chains, _reprinted_lines(context, sink.edits, chains))
-        conflict = _conflict(context, sink.edits, extent, splices, chains)
+        conflict = _conflict(sink.edits, extent, splices)
         _report(context, sink, chains, splices, conflict)
         if conflict is None:
             applied += chains
@@ -297,8 +297,7 @@ def _reindented(indent: str, ops: list[tuple[str, str]]) -> str:
     return indent
 
 
-def _conflict(context: ModuleContext, edits: tuple[Edit, ...], group: tuple[int, int],
-              splices: list[tuple[int, int, str]], chains: list[_Chain]) -> str | None:
+def _conflict(edits: tuple[Edit, ...], group: tuple[int, int], splices: list[tuple[int, int, str]]) -> str | None:
     """Why these splices cannot go with the edits already planned in the same top-level statement, or None."""
     inside = [edit for edit in edits if group[0] <= edit.start < group[1]]
     for edit in inside:
@@ -330,38 +329,36 @@ def _report(context: ModuleContext, sink: Sink, chains: list[_Chain], splices: l
 
 
 def _unused_bindings(context: ModuleContext, chains: list[_Chain]) -> list[ast.Assign]:
-    """Module-level `NAME = <version test>` statements whose name only tests removed here read."""
+    """Module-level `NAME = <version test>` statements (alone on their lines) whose name appears nowhere else in
+    the module but in tests removed here: not in another binding, a `global`, or a string (`__all__`)."""
     removed = {id(node) for chain in chains for test in chain.removed_tests for node in ast.walk(test)}
-    reads: dict[str, list[ast.Name]] = {}
+    mentions: dict[str, list[ast.AST]] = {}
     for node in ast.walk(context.tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            reads.setdefault(node.id, []).append(node)
+        if isinstance(node, ast.Name):
+            mentions.setdefault(node.id, []).append(node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             for name in node.names:
-                reads.setdefault(name, []).append(ast.Name(name))
+                mentions.setdefault(name, []).append(node)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            mentions.setdefault(node.value, []).append(node)
     found = []
     for stmt in context.tree.body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             continue
-        name = stmt.targets[0].id
-        named = reads.get(name, [])
-        if not named or not all(id(node) in removed for node in named) or name == "__all__":
+        target = stmt.targets[0]
+        others = [node for node in mentions.get(target.id, []) if node is not target]
+        if not others or not all(id(node) in removed for node in others) or not _alone(context, stmt):
             continue
-        if any(isinstance(s, ast.Assign) and name in {t.id for t in s.targets if isinstance(t, ast.Name)}
-               for s in context.tree.body if s is not stmt):
-            continue
-        test = context.judge.version_test(stmt.value, context.walker.module_scope, frozenset())
-        line = context.lines[stmt.lineno - 1]
-        alone = not line[:stmt.col_offset].strip() and stmt.end_lineno is not None \
-            and not context.lines[stmt.end_lineno - 1].encode("utf-8")[stmt.end_col_offset or 0:].strip(b" \t\r\n")
-        if not _has_unknown(test) and alone and _mentioned_in_strings(context, name) is False:
+        if not _has_unknown(context.judge.version_test(stmt.value, context.walker.module_scope, frozenset())):
             found.append(stmt)
     return found
 
 
-def _mentioned_in_strings(context: ModuleContext, name: str) -> bool:
-    """`__all__ = ["TORCH_GE_2"]` exports the name: kept."""
-    return any(isinstance(node, ast.Constant) and node.value == name for node in ast.walk(context.tree))
+def _alone(context: ModuleContext, stmt: ast.stmt) -> bool:
+    """Is the statement alone on its lines (no `;` neighbour), so that removing its lines removes it only?"""
+    first = context.lines[stmt.lineno - 1].encode("utf-8")[:stmt.col_offset]
+    last = context.lines[_last_line(stmt) - 1].encode("utf-8")[stmt.end_col_offset or 0:]
+    return not first.strip() and (not last.strip() or last.strip().startswith(b"#"))
 
 
 def _has_unknown(test: Test) -> bool:
