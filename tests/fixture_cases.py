@@ -34,6 +34,9 @@ AREA_OPTIONS: dict[str, dict[str, object]] = {
 # The cases fixed with other options than their area's: case id -> keyword arguments of ampfix's Options.
 CASE_OPTIONS: dict[str, dict[str, object]] = {
     "guards/nemo_fallback_old_target": {"target_torch": (2, 2)},
+    "guards/outdated_branches": {"target_torch": (2, 4)},
+    "guards/outdated_espnet_trainer": {"target_torch": (2, 0)},
+    "guards/outdated_speechbrain": {"target_torch": (2, 0)},
     "autocast/explicit_defaults_option": {"explicit_autocast_defaults": True},
 }
 # The areas whose CUDA code moves to the CPU when run on this machine (the oracle's expectation differs).

@@ -37,9 +37,17 @@ def test_espnet_fallback_is_migrated_and_the_dead_fallback_named():
 
 
 def test_espnet_fallback_at_a_target_that_never_runs_the_fallback():
+    # A declared target also removes the fallback it never runs (AMP012): the import takes the `if`'s place.
     result = fix_source(ESPNET, Options(target_torch=(1, 10)))
-    assert result.new_source == ESPNET_OUT
+    collapsed = ESPNET_OUT.replace(
+        'if V(torch.__version__) >= V("1.6.0"):\n    from torch.amp import autocast\nelse:\n'
+        "    # Nothing to do if torch<1.6.0\n    @contextmanager\n    def autocast(enabled=True):\n        yield\n",
+        "from torch.amp import autocast\n")
+    assert collapsed != ESPNET_OUT
+    assert result.new_source == collapsed
     assert "which the target torch (1.10 or newer) never runs" in result.findings[0].message
+    assert (result.findings[1].code, result.findings[1].line, result.findings[1].fixed) == ("AMP012", 10, True)
+    assert fix_source(collapsed, Options(target_torch=(1, 10))).new_source == collapsed
 
 
 def test_espnet_fallback_at_a_target_that_still_runs_the_fallback_is_left():
@@ -66,8 +74,10 @@ BELOW_2_0_FIXED = BELOW_2_0.replace('torch.cuda.amp.autocast(True)', 'torch.amp.
 @pytest.mark.parametrize(("target", "expected", "message"), [
     (None, BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
                       "torch (the newest) never runs"),
-    ((2, 0), BELOW_2_0, "`torch.cuda.amp.autocast` left: in the branch for torch < 2.0 (line 4), which the target "
-                        "torch (2.0 or newer) never runs"),
+    # A declared target removes the branch it never runs (AMP012), and what was said of the code in it.
+    ((2, 0), "import torch\nfrom packaging import version\n\n",
+     "outdated version branch: the code in the branch for torch < 2.0 (line 4), which the target torch (2.0 or newer) "
+     "never runs: removed"),
     # torch 1.12 and 1.13 run the branch, and have the new name (1.10): migrated as unguarded code is.
     ((1, 12), BELOW_2_0_FIXED, '`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
                                "positional arguments named enabled"),
@@ -87,21 +97,22 @@ def test_a_live_branch_does_not_lift_the_rules_minimum():
               "if version.parse(torch.__version__) >= version.parse('2.3'):\n    s = torch.cuda.amp.GradScaler()\n")
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
     assert finding.message == "`torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.0"
-    assert fix_source(source, Options(target_torch=(2, 3))).new_source == source.replace(
-        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+    # At 2.3 the test always holds: its body, migrated, takes its place (AMP012).
+    assert fix_source(source, Options(target_torch=(2, 3))).new_source == (
+        'import torch\nfrom packaging import version\n\ns = torch.amp.GradScaler("cuda")\n')
 
 
-@pytest.mark.parametrize(("parser", "fixed"), [
-    # LooseVersion("2.0") < LooseVersion("2.0.0"): every torch from 2.0.0 on passes, the `else` is dead.
-    ("from distutils.version import LooseVersion as V", False),
-    # packaging reads "2.0" as 2.0.0: torch 2.0.0 fails the test and runs the `else`.
-    ("from packaging.version import Version as V", True),
+@pytest.mark.parametrize(("parser", "code"), [
+    # LooseVersion("2.0") < LooseVersion("2.0.0"): every torch from 2.0.0 on passes, the `else` is dead (removed).
+    ("from distutils.version import LooseVersion as V", "AMP012"),
+    # packaging reads "2.0" as 2.0.0: torch 2.0.0 fails the test and runs the `else`, migrated.
+    ("from packaging.version import Version as V", "AMP001"),
 ])
-def test_each_parser_orders_versions_its_own_way(parser, fixed):
+def test_each_parser_orders_versions_its_own_way(parser, code):
     source = (f"import torch\n{parser}\n\nif V(torch.__version__) > V('2.0'):\n    pass\n"
               "else:\n    ctx = torch.cuda.amp.autocast(True)\n")
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
-    assert finding.fixed is fixed, finding.message
+    assert (finding.code, finding.fixed) == (code, True), finding.message
 
 
 def test_a_use_in_a_dead_branch_is_reported_as_dead_even_where_its_name_is_bound_twice():
@@ -332,3 +343,42 @@ def test_the_new_api_fallback_keeps_its_reason():
               "    from torch.cuda.amp import GradScaler\n\nscaler = GradScaler()\n")
     assert fix_source(source).new_source == source
     assert messages(source)[0] == (6, f"`torch.cuda.amp.GradScaler` import left: {FALLBACK_REASON}", False)
+
+
+EXPORTED = """\
+import torch
+from packaging.version import Version
+
+TORCH_2 = Version(torch.__version__) >= Version("2.0")
+__all__ = ["TORCH_2"]
+
+
+def f():
+    if not TORCH_2:
+        return torch.cuda.amp.autocast(True)
+
+
+class C:
+    if Version(torch.__version__) < Version("2.0"): x = 1
+"""
+
+
+def test_outdated_branches_only_at_a_declared_target():
+    # Declared: the `if` alone in its block leaves `pass`; the name stays (exported by `__all__`); a one-line
+    # suite is left as written.
+    result = fix_source(EXPORTED, Options(target_torch=(2, 1)))
+    assert result.new_source == EXPORTED.replace(
+        "    if not TORCH_2:\n        return torch.cuda.amp.autocast(True)\n", "    pass\n")
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(9, "AMP012", True)]
+    # The implicit newest, and a target said not to be declared (what a project's metadata does not give): left.
+    for options in (Options(), Options(target_torch=(2, 1), target_declared=False)):
+        result = fix_source(EXPORTED, options)
+        assert result.new_source == EXPORTED
+        assert [(f.line, f.code, f.fixed) for f in result.findings] == [(10, "AMP001", False)]
+
+
+def test_options_declare_the_target_when_it_is_given():
+    assert not Options().declares_target
+    assert Options(target_torch=(2, 0)).declares_target
+    assert not Options(target_torch=(2, 0), target_declared=False).declares_target
+    assert not Options(target_declared=True).declares_target  # declared, but nothing to decide at

@@ -23,7 +23,8 @@ EXAMPLES = [
 
 @pytest.mark.parametrize(("rule", "example"), EXAMPLES)
 def test_rule_example(rule, example):
-    result = fix_source(example.before, Options(unsafe_fixes=example.unsafe_fixes, device=example.device))
+    result = fix_source(example.before, Options(unsafe_fixes=example.unsafe_fixes, device=example.device,
+                                                 target_torch=example.target_torch))
     expected = example.before if example.after is None else example.after
     assert result.error is None
     assert result.new_source == expected

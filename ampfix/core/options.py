@@ -83,9 +83,19 @@ class Options:
     # Where `target_torch` came from, for reports ("--target-torch", "pyproject.toml [tool.ampfix]", or the
     # project metadata it was read from); None: not set. The engine does not read it.
     target_source: str | None = None
+    # Does something say which torch the code supports (a flag, `[tool.ampfix]`, the project's metadata), or is
+    # `target_torch` the implicit newest? None: declared exactly when `target_torch` is set. Outdated version
+    # branches are removed only at a declared target (`declares_target`).
+    target_declared: bool | None = None
 
     def __post_init__(self) -> None:
         parse_device(self.device)  # the one check of a device, for those who build Options in code
+
+    @property
+    def declares_target(self) -> bool:
+        """Is the target torch declared (explicit or read from the project), not the implicit newest?"""
+        declared = self.target_torch is not None if self.target_declared is None else self.target_declared
+        return declared and self.target_torch is not None
 
     @property
     def retargets(self) -> bool:

@@ -50,6 +50,7 @@ class Example:
     # Left unchanged and reported under this code; None with `after` None: nothing to report.
     reported: str | None = None
     device: str = "cuda"  # the device target (`--device`) the example is rewritten with
+    target_torch: tuple[int, int] | None = None  # the declared target (`--target-torch`) it is rewritten at
 
 
 @dataclass(frozen=True)

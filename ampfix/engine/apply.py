@@ -17,6 +17,7 @@ untouched (an edit dropped in one statement could strand a use whose import move
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import unicodedata
 from collections.abc import Callable
@@ -90,6 +91,10 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
     edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
     if not edits:
         return _splice(text, offset, [], splices)  # text splices alone: nothing for LibCST to parse
+    if splices and any(isinstance(edit.change, ImportEdit) for edit in edits):
+        # The fragment is re-printed whole: the text splices go first, and the other edits move with the text.
+        text, edits = _splice(text, offset, [], splices), _shifted(edits, splices)
+        splices = []
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
@@ -114,6 +119,21 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
     return new_text
+
+
+def _shifted(edits: list[Edit], splices: list[Edit]) -> list[Edit]:
+    """The edits at their offsets once the splices are applied; a splice that meets an edit is a mismatch."""
+    shifted = []
+    for edit in edits:
+        delta = 0
+        for splice in splices:
+            assert isinstance(splice.change, Splice)
+            if splice.start < edit.end and edit.start < splice.end:
+                raise PlanMismatch("a text splice overlaps another edit", splice.line)
+            if splice.end <= edit.start:
+                delta += len(splice.change.text) - (splice.end - splice.start)
+        shifted.append(dataclasses.replace(edit, start=edit.start + delta, end=edit.end + delta))
+    return shifted
 
 
 def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans,

@@ -13,6 +13,7 @@ from ampfix.core.options import Options
 from ampfix.core.locations import statement_groups
 from ampfix.core.plan import Plan
 from ampfix.engine.heads import head_insertion, head_statements
+from ampfix.engine.planners.branches import plan_outdated_branches
 from ampfix.engine.planners.device_literals import plan_device_literals
 from ampfix.engine.planners.imports import plan_imports, try_imports_move
 from ampfix.engine.planners.strings import plan_strings
@@ -32,6 +33,9 @@ PLANNERS: tuple[Planner, ...] = (
     # Last: NVIDIA apex's removed mixed precision rebuilds whole statements as text, and reads the edits
     # every planner above made (`Sink.edits`) so that it cuts none of them.
     plan_apex,
+    # After every edit is planned: outdated version branches (a declared target only) are removed as text around
+    # them, where no edit meets the lines removed or reindented (`branches`).
+    plan_outdated_branches,
 )
 
 

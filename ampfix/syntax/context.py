@@ -149,6 +149,12 @@ class Sink:
     def add_edit(self, edit: Edit) -> None:
         self.add(edits=(edit,))
 
+    def withdraw(self, lines: set[int]) -> None:
+        """Drop the findings on these lines that came without edits: the lines are removed
+        (`ampfix.engine.planners.branches`), so what was said of their code no longer applies."""
+        self._units = [unit for unit in self._units
+                       if unit.edits or not unit.findings or any(f.line not in lines for f in unit.findings)]
+
     # reading -------------------------------------------------------------------------------
     @property
     def edits(self) -> tuple[Edit, ...]:
