@@ -192,6 +192,12 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
                         unsafe=True, suggestion=suggestion)
 
     if ref.role == "base":
+        target = context.family.symbol(full)
+        old_device = target[2].device if target is not None and target[2] is not None else None
+        if shape.device_default is not None and old_device != shape.device_default:
+            return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
+                            f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
+                            suggestion=suggestion)
         return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
                       f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
     message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
