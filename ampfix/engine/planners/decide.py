@@ -43,7 +43,10 @@ class Decision:
     module_device: bool = False  # its device is the module's device name (--device auto)
 
 
-def decide(context: ModuleContext, use: Use) -> Decision:
+def decide(context: ModuleContext, use: Use, package_added: bool = False) -> Decision:
+    """`package_added`: the run adds `import <package>` at the top (--device auto's device name needs it), so
+    a chain no name bound to the package can spell is spelled through the package's own name (the second run
+    would, once the import is there)."""
     ref, full, family = use.ref, use.full, context.family
     symbol = family.symbol(full)
     if use.conflicting:
@@ -69,6 +72,8 @@ def decide(context: ModuleContext, use: Use) -> Decision:
     new_dotted = None
     if use.group is None:
         new_dotted = context.spelled_through(ref.parts[0], use.binding, ref.scope, new_name)
+        if new_dotted is None and package_added and not ref.scope.lookup(family.package)[1]:
+            new_dotted = new_name
         if new_dotted is None:
             return Decision(rule.code, f"`{full}`: no name bound to `{family.package}` here to spell "
                             f"`{new_name}` with",

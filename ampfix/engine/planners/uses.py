@@ -14,6 +14,7 @@ from ampfix.core.plan import ChainEdit, Edit
 from ampfix.engine.planners.decide import Decision, Use, decide
 from ampfix.engine.planners.suppressed import suppress_uses
 from ampfix.families import UNRESOLVED_CODE
+from ampfix.families.torch_amp.device import module_device
 from ampfix.syntax.bindings import ChainRef, dotted_parts, module_scope
 from ampfix.syntax.context import ModuleContext, Sink
 
@@ -58,7 +59,17 @@ def settled_uses(context: ModuleContext) -> Settlement:
     heads = context.heads | star_heads(context)
     uses = [use for ref in context.walker.chains if ref.parts[0] in heads
             if (use := resolve_use(context, ref)) is not None]
-    decided = [(use, _inferred(use, decide(context, use))) for use in uses]
+    settlement = _settled(context, uses, package_added=False)
+    if any(decision.edit is not None and decision.module_device for _, decision in settlement.decided):
+        device = context.fact(module_device)
+        if not isinstance(device, str) and device.add_torch_import:
+            # This run binds the package itself: decided as the next run would decide them (a fixed point).
+            settlement = _settled(context, uses, package_added=True)
+    return settlement
+
+
+def _settled(context: ModuleContext, uses: list[Use], package_added: bool) -> Settlement:
+    decided = [(use, _inferred(use, decide(context, use, package_added))) for use in uses]
     decided, suppressed = suppress_uses(context, decided)
     settlement = Settlement([], suppressed=suppressed)
     for use, decision in decided:
