@@ -129,13 +129,12 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
 def record_unresolved(context: ModuleContext, sink: Sink) -> None:
     """Every `<expr>.cuda.amp.<name>` / `<expr>.cpu.amp.<name>` chain (a name torch defines there) whose root
     no binding explains: reported with the reason (AMP012), never skipped, never rewritten."""
-    chains = [ref for ref in context.walker.chains if ref.role != "store" and not ref.in_string]
-    for ref in (*chains, *context.walker.opaque_chains):
+    named = [(ref, False) for ref in context.walker.chains if ref.role != "store" and not ref.in_string]
+    for ref, opaque in (*named, *((ref, True) for ref in context.walker.opaque_chains)):
         spelled = _deprecated_tail(context, ref)
         if spelled is None:
             continue
         index, qname = spelled
-        opaque = ref in context.walker.opaque_chains
         if not opaque and _resolved(context, ref):
             continue
         package = context.family.package
@@ -159,8 +158,8 @@ def record_unresolved(context: ModuleContext, sink: Sink) -> None:
 
 
 def _deprecated_tail(context: ModuleContext, ref: ChainRef) -> tuple[int, str] | None:
-    """Where `ref` spells a deprecated root's components below its first part, followed by a name torch
-    defines there: (the index of the root's first component, the qualified name it would be)."""
+    """Where `ref` spells a deprecated root's components (`cuda`, `amp`) followed by a name torch defines
+    there: (the index of the root's first component, the qualified name it would be)."""
     family, parts = context.family, ref.parts
     for root in family.roots:
         components = tuple(root.split(".")[1:])  # ("cuda", "amp")
