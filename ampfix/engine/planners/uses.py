@@ -131,6 +131,8 @@ def record_unresolved(context: ModuleContext, sink: Sink) -> None:
     no binding explains: reported with the reason (AMP012), never skipped, never rewritten."""
     named = [(ref, False) for ref in context.walker.chains if ref.role != "store" and not ref.in_string]
     for ref, opaque in (*named, *((ref, True) for ref in context.walker.opaque_chains)):
+        if not opaque and _record_dynamic_module(context, sink, ref):
+            continue
         spelled = _deprecated_tail(context, ref)
         if spelled is None:
             continue
@@ -155,6 +157,24 @@ def record_unresolved(context: ModuleContext, sink: Sink) -> None:
         sink.add_finding(ref.node, UNRESOLVED_CODE,
                          f"`{spelled_chain}`: {reason}; if `{text}` is the `{module}` module, this is the "
                          f"deprecated `{qname}`{instead}", fixable=False, suggestion=new)
+
+
+def _record_dynamic_module(context: ModuleContext, sink: Sink, ref: ChainRef) -> bool:
+    """`m = importlib.import_module("torch.cuda.amp")`, then `m.autocast`: a deprecated module bound without an
+    import statement, which no rewrite can move with its uses; reported (AMP012). True where `ref` is one."""
+    if ref.parts[0] not in context.heads:
+        return False
+    found = context.resolve(ref.node, ref.scope, within=context.family.owns)
+    binding = found.binding if found is not None else None
+    if found is None or binding is None or binding.inferred is None or \
+            context.family.deprecated_root(binding.qname or "") is None:
+        return False
+    symbol = context.family.symbol(found.qname)
+    new = symbol[2].new if symbol is not None and symbol[2] is not None else None
+    sink.add_finding(ref.node, UNRESOLVED_CODE,
+                     f"`{'.'.join(ref.parts)}` is the deprecated `{found.qname}`: `{ref.parts[0]}` {binding.inferred}, "
+                     "which no rewrite moves with its uses; migrate by hand", fixable=False, suggestion=new)
+    return True
 
 
 def _deprecated_tail(context: ModuleContext, ref: ChainRef) -> tuple[int, str] | None:
