@@ -97,7 +97,7 @@ def test_the_most_specific_selector_wins():
     assert enabled_rules(None, []) is None
     apex = {"AMP100", "AMP101", "AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108", "AMP109",
             "AMP110", "AMP111"}
-    assert enabled_rules(["AMP"], ["AMP00"]) == {"AMP010", "AMP011", "AMP012", *apex}
+    assert enabled_rules(["AMP"], ["AMP00"]) == {"AMP010", "AMP011", "AMP012", "AMP013", *apex}
     assert enabled_rules(["AMP001"], ["AMP00"]) == {"AMP001"}
     assert enabled_rules(["AMP001"], ["AMP001"]) == frozenset()
     assert enabled_rules(None, ["AMP01"]) == {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", *apex}

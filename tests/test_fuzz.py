@@ -78,26 +78,6 @@ def test_torch_source_files(mutant: fc.Mutant, option_set: str) -> None:
     _assert_invariants(mutant, option_set)
 
 
-def _known_failure(pair: fc.OraclePair, failure: fc.Failure) -> bool:
-    """The engine's failures found by fuzzing and reported, not yet fixed: each has its reproducer in
-    benchmarks/fuzz_findings/ and a strict xfail test below, which flips when the engine is fixed (then this
-    goes). Only the failure itself is excused: every other object of the program is still compared."""
-    return (pair.option_set == "unsafe_fixes" and failure.kind == "oracle-mismatch" and failure.records is not None
-            and _cpu_scaler_moved(*failure.records))
-
-
-def _cpu_scaler_moved(before: list[dict], after: list[dict]) -> bool:
-    """unsafe_fixes_cpu_scaler_subclass: the objects are the same but for GradScalers built on the CPU that the
-    rewrite builds on CUDA (a torch.cpu.amp.GradScaler subclass rebased onto torch.amp.GradScaler)."""
-    if len(before) != len(after) or before == after:
-        return False
-    for old, new in zip(before, after):
-        moved = old["api"] == "GradScaler" and old["device"] == "cpu" and new == {**old, "device": "cuda"}
-        if old != new and not moved:
-            return False
-    return True
-
-
 def test_runnable_programs_build_the_same_amp_objects() -> None:
     """The torch oracle: each runnable program and its rewrite under every option set build the same AMP
     objects (moved to the CPU under --device cpu/auto). Programs are collected first, then run in two recorder
@@ -117,9 +97,7 @@ def test_runnable_programs_build_the_same_amp_objects() -> None:
             assert outcome.fixed is not None
             pairs.append(fc.oracle_pair(mutant, outcome.fixed, option_set))
     assert sum(pair.before != pair.after for pair in pairs) > len(pairs) // 2, "few programs were rewritten"
-    failures = {k: [f for f in problems if not _known_failure(pairs[k], f)]
-                for k, problems in fc.oracle_failures(pairs).items()}
-    failures = {k: problems for k, problems in failures.items() if problems}
+    failures = fc.oracle_failures(pairs)
     assert not failures, "\n\n".join(
         f"under {pairs[k].option_set}: " + "; ".join(map(str, problems))
         + f"\nprogram:\n{pairs[k].before}\nrewritten:\n{pairs[k].after}"
@@ -127,13 +105,9 @@ def test_runnable_programs_build_the_same_amp_objects() -> None:
     )
 
 
-FINDINGS = fc.ROOT / "benchmarks" / "fuzz_findings"
-
-
-@pytest.mark.xfail(strict=True, reason="fuzz finding (benchmarks/fuzz_findings/unsafe_fixes_cpu_scaler_subclass): "
-                   "--unsafe-fixes rebases a torch.cpu.amp.GradScaler subclass onto torch.amp.GradScaler, whose "
-                   "device defaults to 'cuda': the subclass's scalers move from the CPU to CUDA")
 def test_unsafe_fixes_keep_a_cpu_scaler_subclass_on_the_cpu() -> None:
-    source = (FINDINGS / "unsafe_fixes_cpu_scaler_subclass.in.py").read_text(encoding="utf-8")
+    """Once a fuzz finding: --unsafe-fixes rebased a torch.cpu.amp.GradScaler subclass onto torch.amp.GradScaler,
+    whose device defaults to 'cuda' (fixtures/unsafe_fixes/cpu_scaler_subclass)."""
+    source = (fc.ROOT / "fixtures" / "unsafe_fixes" / "cpu_scaler_subclass.in.py").read_text(encoding="utf-8")
     fixed = fc.fix_source(source, fc.OPTION_SETS["unsafe_fixes"])
     assert fc.oracle_failures([fc.oracle_pair(fc.Mutant(source), fixed, "unsafe_fixes")]) == {}

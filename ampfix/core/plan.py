@@ -26,10 +26,12 @@ class ChainEdit:
     call: CallEdit | None = None  # edit the arguments of the call whose callee this is
     decorator_call: str | None = None  # bare decorator: append "(<this>)"
     partial_args: str | None = None  # wrap as functools.partial(<name>, <this>)
+    # The first argument of a `functools.partial(<name>, <keywords>)`: insert this device after it.
+    partial_device: str | None = None
 
     @property
     def changes_text(self) -> bool:
-        return bool(self.new_dotted or self.call or self.decorator_call or self.partial_args)
+        return bool(self.new_dotted or self.call or self.decorator_call or self.partial_args or self.partial_device)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ class CallShape:
     # `functools.partial(new, <device>)` behaves like the old callable for every call,
     # so a non-called reference can be rewritten to it (an unsafe fix: the object is not the same).
     partial_keeps_meaning: bool = False
+    # The new callable's default device (`torch.amp.GradScaler(device="cuda")`): a subclass rebased onto it
+    # builds on that device where the old class built on another (a `torch.cpu.amp.GradScaler` subclass).
+    device_default: str | None = None
     # Parameters holding a dtype chosen for CUDA: moving the call to the CPU makes float16 there
     # bfloat16 (CPU float16 autocast runs, but far slower, and some CPU ops refuse it).
     cuda_dtype_params: tuple[str, ...] = ()

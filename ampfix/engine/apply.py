@@ -149,6 +149,11 @@ def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans
             if call is None:
                 raise PlanMismatch(f"`{edit.text}` is not the callee of a call", edit.line)
             root = call
+        elif isinstance(edit.change, ChainEdit) and edit.change.partial_device is not None:
+            call = spans.first_arguments.get(node_id)
+            if call is None:
+                raise PlanMismatch(f"`{edit.text}` is not the first argument of a call", edit.line)
+            root = call
         roots[id(root)] = (root, spans.fstring_quotes[node_id])
 
     def printer(root: cst.CSTNode, quotes: tuple[str, ...]) -> Callable[[], str]:
@@ -201,7 +206,7 @@ def _apply_to_root(root: cst.CSTNode, applier: _Applier, spans: _Spans) -> cst.C
     alone = i + 1 == len(applier.starts) or applier.starts[i + 1] >= end
     if alone and isinstance(root, (cst.Name, cst.Attribute)):
         return applier.replace_chain(root, root)
-    if alone and isinstance(root, cst.Call):
+    if alone and isinstance(root, cst.Call) and id(root.func) in applier.located:
         return applier.leave_Call(root, root.with_changes(func=applier.replace_chain(root.func, root.func)))
     visited = root.visit(applier)
     assert isinstance(visited, cst.CSTNode)  # the applier removes only whole statements, never an expression
@@ -224,6 +229,7 @@ class _Spans(CodegenState):
         # the f-strings around it.
         self.nodes: dict[int, cst.CSTNode] = {}
         self.calls: dict[int, cst.Call] = {}
+        self.first_arguments: dict[int, cst.Call] = {}
         self.indents: dict[int, tuple[str, ...]] = {}  # the block indentation around a located node or call
         self.fstring_quotes: dict[int, tuple[str, ...]] = {}
         self.quotes: tuple[str, ...] = ()
@@ -259,6 +265,8 @@ class _Spans(CodegenState):
             if kind is cst.Call:
                 call = cast(cst.Call, node)  # its exact type, checked above
                 self.calls[id(call.func)] = call
+                if call.args:  # a `functools.partial(<name>, ...)` whose name gets a device after it
+                    self.first_arguments[id(call.args[0].value)] = call
             elif kind is cst.FormattedString:
                 self.quotes = self.quotes[:-1]
 
@@ -419,11 +427,24 @@ class _Applier(cst.CSTTransformer):
         return result
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        updated_node = self.partial_device(original_node, updated_node)
         edit = self.chain_edit(original_node.func)
         if edit is None or edit.call is None:
             return updated_node
         device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
         return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
+
+    def partial_device(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """`functools.partial(<name>, k=v)` -> `functools.partial(<new name>, <device>, k=v)`."""
+        first = original.args[0].value if original.args else None
+        edit = self.chain_edit(first) if first is not None else None
+        if first is None or edit is None or edit.partial_device is None:
+            return updated
+        device = self.expression(edit.partial_device, self.located[id(first)].line)
+        args = list(updated.args)
+        inserted = cst.Arg(device, comma=args[0].comma)
+        args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return updated.with_changes(args=[args[0], inserted, *args[1:]])
 
     # strings -------------------------------------------------------------------------------
     def leave_SimpleString(self, original_node: cst.SimpleString,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampfix.core.rules import CallShape, Example, Family, Rule, Target
 from ampfix.families.apex.rules import APEX_RULES
 from ampfix.families.torch_amp import (autocast, cast, custom_bwd, custom_fwd, device_literal, grad_scaler,
-                                      module_paths, no_twin, version_branch)
+                                      module_paths, no_twin, unresolved, version_branch)
 
 # torch's own deprecated names (the TORCH_AMP family).
 TORCH_RULES: tuple[Rule, ...] = (
@@ -17,6 +17,7 @@ TORCH_RULES: tuple[Rule, ...] = (
     device_literal.RULE,
     module_paths.RULE,
     no_twin.RULE,
+    unresolved.RULE,
     version_branch.RULE,
 )
 
@@ -44,8 +45,9 @@ TORCH_AMP = Family(
 # The codes the planners report under where no rule of a name says more: a name with no twin, an import path.
 NO_TWIN_CODE = no_twin.RULE.code
 MODULE_PATH_CODE = module_paths.RULE.code
+UNRESOLVED_CODE = unresolved.RULE.code
 VERSION_BRANCH_CODE = version_branch.RULE.code
 
 
-__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "TORCH_AMP", "TORCH_RULES", "VERSION_BRANCH_CODE",
-           "CallShape", "Example", "Family", "Rule", "Target"]
+__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "TORCH_AMP", "TORCH_RULES", "UNRESOLVED_CODE",
+           "VERSION_BRANCH_CODE", "CallShape", "Example", "Family", "Rule", "Target"]

@@ -19,6 +19,7 @@ class Scope:
     bindings: dict[str, list[Binding]] = field(default_factory=dict)
     global_names: set[str] = field(default_factory=set)
     node: ast.AST | None = None  # the def or class a function or class scope belongs to
+    star_lines: list[int] = field(default_factory=list)  # the lines of `from m import *` (module scope only)
 
     def bind(self, binding: Binding) -> None:
         target = self
@@ -75,6 +76,9 @@ class Binding:
     # FunctionDef of `def name`.
     value: ast.AST | None = None
     imported_by: ImportRef | None = None  # for imports: the statement that binds it
+    # An import read from what the code spells, not from an import statement: how (for messages), e.g.
+    # "bound by `__import__('torch')`", or "not bound in this file; the star import on line 1 may provide it".
+    inferred: str | None = None
 
 
 @dataclass(eq=False)
@@ -138,6 +142,9 @@ class Walker:
         self.module_scope = Scope("module", None)
         self.chains: list[ChainRef] = []
         self.strings: list[StringRef] = []
+        # Attribute chains spelling `amp` below a root that is not a name (`mods["t"].cuda.amp.autocast`):
+        # `parts` holds the attributes only.
+        self.opaque_chains: list[ChainRef] = []
         self.imports: list[ImportRef] = []
         self.guards: Guards = ()
 
@@ -191,6 +198,7 @@ class Walker:
         module = "." * node.level + (node.module or "")
         for alias in node.names:
             if alias.name == "*":
+                scope.star_lines.append(node.lineno)
                 continue
             qname = f"{module}.{alias.name}" if node.level == 0 else None
             scope.bind(Binding(alias.asname or alias.name, "import", node.lineno, qname, self.guards,
@@ -220,7 +228,12 @@ class Walker:
             self.expr(node.value, scope, "value", node)
 
     def store_name(self, target: ast.Name, scope: Scope, parent: ast.AST, value: ast.expr | None) -> None:
-        scope.bind(Binding(target.id, "other", target.lineno, guards=self.guards, value=value))
+        imported = dynamic_import(value)
+        if imported is not None:
+            scope.bind(Binding(target.id, "import", target.lineno, imported[0], self.guards, value=value,
+                               inferred=imported[1]))
+        else:
+            scope.bind(Binding(target.id, "other", target.lineno, guards=self.guards, value=value))
         self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
 
     def stmt_If(self, node: ast.If, scope: Scope) -> None:
@@ -330,7 +343,11 @@ class Walker:
                 self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
                 return []
             assert isinstance(node, ast.Attribute)  # a Name is always a dotted name
-            return [(node.value, scope, "value", node, annotation)]
+            attributes, root = attribute_chain(node)
+            if "amp" in attributes:
+                self.opaque_chains.append(ChainRef(node, attributes, scope, "type" if annotation else role, parent,
+                                                   self.guards))
+            return [(root, scope, "value", node, annotation)]
         if isinstance(node, ast.Call):
             return self.call(node, scope, annotation)
         if isinstance(node, ast.Constant):
@@ -400,6 +417,36 @@ class Walker:
             self.expr(node.elt, inner, "value", node)
 
 
+def attribute_chain(node: ast.Attribute) -> tuple[tuple[str, ...], ast.expr]:
+    """The attributes of `node` from the innermost, and the expression below them."""
+    attributes: list[str] = []
+    value: ast.expr = node
+    while isinstance(value, ast.Attribute):
+        attributes.append(value.attr)
+        value = value.value
+    return tuple(reversed(attributes)), value
+
+
+_DYNAMIC_IMPORTERS = {("__import__",): False, ("importlib", "import_module"): True, ("import_module",): True}
+
+
+def dynamic_import(value: ast.expr | None) -> tuple[str, str] | None:
+    """`__import__("torch")` / `importlib.import_module("torch")`: (the module the value is, how it is bound).
+    Read from the call's spelling (an import of `importlib` is not required: the binding is only ever read
+    where the chain below it is a deprecated path, `ampfix.engine.planners.uses`)."""
+    if not (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords):
+        return None
+    callee, arg = dotted_parts(value.func), value.args[0]
+    whole = _DYNAMIC_IMPORTERS.get(callee or ())
+    if whole is None or not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)) or not arg.value:
+        return None
+    # `__import__("a.b")` returns the package `a`; `import_module("a.b")` returns `a.b`.
+    module = arg.value if whole else arg.value.partition(".")[0]
+    if module.startswith(".") or not all(part.isidentifier() for part in module.split(".")):
+        return None
+    return module, f"bound by `{ast.unparse(value)}` on line {value.lineno}"
+
+
 def dotted_parts(node: ast.expr) -> tuple[str, ...] | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -422,19 +469,23 @@ class Resolved:
 
 
 def resolve(node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None, unanimous: bool = False,
-            live: Callable[[list[Binding]], list[Binding]] | None = None) -> Resolved | None:
+            live: Callable[[list[Binding]], list[Binding]] | None = None, star: bool = False) -> Resolved | None:
     """The one qualified-name resolver: the name the dotted name `node` spells through the first import
     binding of its head in `scope`, or None (a name bound by a store is a binding, not a use).
 
     `within`: only imports of names it accepts count (a family's package). `unanimous`: every binding of
     the head must be that same import (what a decision reads must mean one thing). `live`: the bindings
-    that count, where it leaves any (those made in branches the target runs)."""
+    that count, where it leaves any (those made in branches the target runs). `star`: a head no binding
+    of the file explains, in a module with a star import, is read as the module its spelling names
+    (`torch`, that `from models.common import *` may provide)."""
     if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
         return None
     parts = dotted_parts(node)
     if parts is None:
         return None
     found_in, bindings = scope.lookup(parts[0])
+    if star and not bindings:
+        bindings = star_binding(parts[0], scope)
     if live is not None:
         bindings = live(bindings) or bindings
     if unanimous:
@@ -446,6 +497,23 @@ def resolve(node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | Non
     if binding is None or binding.qname is None:
         return None
     return Resolved(".".join((binding.qname, *parts[1:])), binding, found_in, bindings)
+
+
+def module_scope(scope: Scope) -> Scope:
+    while scope.parent is not None:
+        scope = scope.parent
+    return scope
+
+
+def star_binding(name: str, scope: Scope) -> list[Binding]:
+    """The binding a star import may make of `name` in a module with one: `name` read as the module it spells."""
+    lines = module_scope(scope).star_lines
+    if not lines:
+        return []
+    where = ", ".join(map(str, lines))
+    return [Binding(name, "import", lines[0], name,
+                    inferred=f"not bound in this file; read as the module `{name}` that the star import on "
+                             f"line{'s' if len(lines) > 1 else ''} {where} may provide")]
 
 
 def qualified_name(node: ast.expr, scope: Scope, *, unanimous: bool = False) -> str | None:

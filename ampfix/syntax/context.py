@@ -64,10 +64,11 @@ class ModuleContext:
         return frozenset(names)
 
     def resolve(self, node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None,
-                unanimous: bool = False, live: bool = False) -> Resolved | None:
+                unanimous: bool = False, live: bool = False, star: bool = False) -> Resolved | None:
         """`ampfix.syntax.bindings.resolve`; `live`: bindings made in branches the target never runs do not
         reach a use it runs."""
-        return resolve(node, scope, within=within, unanimous=unanimous, live=self.judge.live if live else None)
+        return resolve(node, scope, within=within, unanimous=unanimous, live=self.judge.live if live else None,
+                       star=star)
 
     def resolve_value(self, node: ast.expr, scope: Scope) -> str | None:
         """The qualified name a dotted name in an argument spells where every binding of its head is the same

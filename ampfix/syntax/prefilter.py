@@ -2,9 +2,10 @@
 
 Why the word `amp` is enough. Every deprecated name lies under `torch.cuda.amp` or `torch.cpu.amp`
 (`ampfix.families.TORCH_AMP.roots`). The analysis resolves names statically, from what the file
-spells: it follows imports and attribute chains, not `getattr`, `__import__` or other modules'
-re-exports. So a use reaches the component `amp` only by spelling it as a name, in an import or
-in a chain:
+spells: it follows imports and attribute chains, not `getattr` or other modules' re-exports (a head
+that a star import may provide, or that `__import__("torch")` binds, is read as the module it spells only
+where the chain below it spells the deprecated path, and so `amp`). So a use reaches the component `amp`
+only by spelling it as a name, in an import or in a chain:
 
     import torch.cuda.amp as m          from torch.cuda.amp import autocast, GradScaler
     from torch.cuda import amp          from torch.cuda.amp.autocast_mode import autocast

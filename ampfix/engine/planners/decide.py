@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
 from ampfix.core.rules import Rule, Target
-from ampfix.engine.nesting import written_defaults
+from ampfix.engine.nesting import module_nesting, written_defaults
 from ampfix.families import NO_TWIN_CODE
 from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
 from ampfix.syntax.bindings import Binding, ChainRef
@@ -43,7 +43,10 @@ class Decision:
     module_device: bool = False  # its device is the module's device name (--device auto)
 
 
-def decide(context: ModuleContext, use: Use) -> Decision:
+def decide(context: ModuleContext, use: Use, package_added: bool = False) -> Decision:
+    """`package_added`: the run adds `import <package>` at the top (--device auto's device name needs it), so
+    a chain no name bound to the package can spell is spelled through the package's own name (the second run
+    would, once the import is there)."""
     ref, full, family = use.ref, use.full, context.family
     symbol = family.symbol(full)
     if use.conflicting:
@@ -69,6 +72,8 @@ def decide(context: ModuleContext, use: Use) -> Decision:
     new_dotted = None
     if use.group is None:
         new_dotted = context.spelled_through(ref.parts[0], use.binding, ref.scope, new_name)
+        if new_dotted is None and package_added and not ref.scope.lookup(family.package)[1]:
+            new_dotted = new_name
         if new_dotted is None:
             return Decision(rule.code, f"`{full}`: no name bound to `{family.package}` here to spell "
                             f"`{new_name}` with",
@@ -192,8 +197,21 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
                         unsafe=True, suggestion=suggestion)
 
     if ref.role == "base":
+        target = context.family.symbol(full)
+        old_device = target[2].device if target is not None and target[2] is not None else None
+        if shape.device_default is not None and old_device != shape.device_default:
+            return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
+                            f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
+                            suggestion=suggestion)
+        if _keyword_only_init(ref):
+            return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: its `__init__` passes only "
+                            "keywords to `super().__init__`, so no construction binds `device`",
+                            ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
         return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
                       f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
+    partial = _keyword_partial(context, use, rule)
+    if partial is not None:
+        return _decide_partial(context, use, rule, new_name, new_dotted, suggestion, site, partial)
     message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
     if _identity_matters(ref):
         return Decision(rule.code, message + "; it stands where the class itself is looked up or compared (a dict "
@@ -204,6 +222,61 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
                               suggestion=f"functools.partial({new_name}, {args})"),
                        module_device=module_device)
     return Decision(rule.code, message, suggestion=suggestion)
+
+
+def _keyword_only_init(ref: ChainRef) -> bool:
+    """The class has this one base and defines `__init__` once, at the top of its body; every `.__init__(...)`
+    call in it is `super(...).__init__(...)` with keywords only. Every construction of the class (or of a
+    subclass that does not define its own `__init__`) then reaches the base's `__init__` by keyword: a
+    positional argument cannot land on the new class's `device`, which keeps its default."""
+    cls = ref.parent
+    if not (isinstance(cls, ast.ClassDef) and len(cls.bases) == 1 and cls.bases[0] is ref.node and not cls.keywords):
+        return False
+    inits = [stmt for stmt in ast.walk(cls) if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and stmt.name == "__init__"]
+    if len(inits) != 1 or inits[0] not in cls.body or isinstance(inits[0], ast.AsyncFunctionDef):
+        return False
+    for node in ast.walk(inits[0]):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__":
+            receiver = node.func.value
+            if not (isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name)
+                    and receiver.func.id == "super") or node.args:
+                return False
+    return True
+
+
+def _keyword_partial(context: ModuleContext, use: Use, rule: Rule) -> ast.Call | None:
+    """`functools.partial(<name>, k=v, ...)` with keywords only, the old first parameter among them: the
+    partial cannot be called with a positional argument (it would take that first parameter twice, a
+    TypeError in the old code too), so every argument keeps its meaning after a device put first."""
+    call, shape = use.ref.parent, rule.shape
+    if not (isinstance(call, ast.Call) and len(call.args) == 1 and call.args[0] is use.ref.node and shape is not None
+            and shape.device_position == 0 and shape.old_params):
+        return None
+    keywords = {kw.arg for kw in call.keywords}
+    if None in keywords or shape.old_params[0] not in keywords or not keywords <= set(shape.old_params):
+        return None
+    if context.resolve_value(call.func, use.ref.scope) != "functools.partial":
+        return None
+    return call
+
+
+def _decide_partial(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
+                    suggestion: str, site: tuple[str, str, bool], call: ast.Call) -> Decision:
+    full, (device, note, module_device) = use.full, site
+    symbol = context.family.symbol(full)
+    target = symbol[2] if symbol is not None else None
+    given = {kw.arg for kw in call.keywords}
+    if target is not None and any(param not in given for param, _ in target.old_defaults) and (
+            context.options.explicit_autocast_defaults or context.fact(module_nesting).reason(call) is not None):
+        return Decision(rule.code, f"`functools.partial({full}, ...)`: the autocast defaults in force where it "
+                        "is called may differ; migrate by hand", suggestion=suggestion)
+    dtype_edits, said = cpu_dtypes(context, use.ref, rule, target) if target is not None else ((), [])
+    what = "".join(f"; {text}" for text in said)
+    return Decision(rule.code, f"`functools.partial({full}, ...)` -> `functools.partial({new_name}, {device}, ...)` "
+                    f"(keywords only){what}{note}", ChainEdit(new_dotted=new_dotted, partial_device=device),
+                    fixable=True, suggestion=f"functools.partial({new_name}, {device}, ...)",
+                    dtype_edits=dtype_edits, module_device=module_device)
 
 
 def decide_call(context: ModuleContext, use: Use, rule: Rule, target: Target, device: str, new_name: str,

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 from ampfix.core.plan import ChainEdit, Edit
 from ampfix.engine.planners.decide import Decision, Use, decide
 from ampfix.engine.planners.suppressed import suppress_uses
-from ampfix.syntax.bindings import ChainRef, dotted_parts
+from ampfix.families import UNRESOLVED_CODE
+from ampfix.families.torch_amp.device import module_device
+from ampfix.syntax.bindings import ChainRef, dotted_parts, module_scope
 from ampfix.syntax.context import ModuleContext, Sink
 
 FUNCTOOLS = "functools"
@@ -25,11 +27,13 @@ def resolve_use(context: ModuleContext, ref: ChainRef) -> Use | None:
     family = context.family
     # A binding in a branch the target torch never runs does not reach a use it runs.
     live = context.judge.dead(ref.guards) is None
-    found = context.resolve(ref.node, ref.scope, within=family.owns, live=live)
+    found = context.resolve(ref.node, ref.scope, within=family.owns, live=live, star=True)
     if found is None or family.deprecated_root(found.qname) is None:
         return None
     binding = found.binding
     through_binding = family.deprecated_root(binding.qname or "") is not None
+    if through_binding and binding.inferred is not None:
+        return None  # `m = import_module("torch.cuda.amp")`: no import statement moves with its uses; reported
     if through_binding:
         imported = family.symbol(binding.qname or "")
         if imported is not None and imported[2] is None:
@@ -52,9 +56,20 @@ class Settlement:
 
 def settled_uses(context: ModuleContext) -> Settlement:
     """Every use decided, the suppressed ones taken out, each group moved whole or held whole."""
-    uses = [use for ref in context.walker.chains if ref.parts[0] in context.heads
+    heads = context.heads | star_heads(context)
+    uses = [use for ref in context.walker.chains if ref.parts[0] in heads
             if (use := resolve_use(context, ref)) is not None]
-    decided = [(use, decide(context, use)) for use in uses]
+    settlement = _settled(context, uses, package_added=False)
+    if any(decision.edit is not None and decision.module_device for _, decision in settlement.decided):
+        device = context.fact(module_device)
+        if not isinstance(device, str) and device.add_torch_import:
+            # This run binds the package itself: decided as the next run would decide them (a fixed point).
+            settlement = _settled(context, uses, package_added=True)
+    return settlement
+
+
+def _settled(context: ModuleContext, uses: list[Use], package_added: bool) -> Settlement:
+    decided = [(use, _inferred(use, decide(context, use, package_added))) for use in uses]
     decided, suppressed = suppress_uses(context, decided)
     settlement = Settlement([], suppressed=suppressed)
     for use, decision in decided:
@@ -63,6 +78,19 @@ def settled_uses(context: ModuleContext) -> Settlement:
     for use, decision in decided:
         settlement.decided.append((use, _settle(settlement, use, decision)))
     return settlement
+
+
+def star_heads(context: ModuleContext) -> frozenset[str]:
+    """The package's own name where a star import may bind it (read only where no binding explains it)."""
+    return frozenset({context.family.package}) if context.walker.module_scope.star_lines else frozenset()
+
+
+def _inferred(use: Use, decision: Decision) -> Decision:
+    """A use whose head no import statement binds says how its head was read."""
+    how = use.binding.inferred
+    if how is None:
+        return decision
+    return replace(decision, message=f"{decision.message} (`{use.ref.parts[0]}` {how})")
 
 
 def _settle(settlement: Settlement, use: Use, decision: Decision) -> Decision:
@@ -95,6 +123,102 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
         finding = sink.finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
                                unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
         sink.add((finding,), edits, frozenset(needs))
+    record_unresolved(context, sink)
+
+
+def record_unresolved(context: ModuleContext, sink: Sink) -> None:
+    """Every `<expr>.cuda.amp.<name>` / `<expr>.cpu.amp.<name>` chain (a name torch defines there) whose root
+    no binding explains: reported with the reason (AMP013), never skipped, never rewritten."""
+    named = [(ref, False) for ref in context.walker.chains if ref.role != "store" and not ref.in_string]
+    for ref, opaque in (*named, *((ref, True) for ref in context.walker.opaque_chains)):
+        if not opaque and _record_dynamic_module(context, sink, ref):
+            continue
+        spelled = _deprecated_tail(context, ref)
+        if spelled is None:
+            continue
+        index, qname = spelled
+        if not opaque and _resolved(context, ref):
+            continue
+        package = context.family.package
+        spelled_chain = ".".join(ref.parts[index:index + 3])
+        if index == 0 and not opaque:  # `cuda.amp.autocast`, `cuda` unbound: the root is `torch.cuda` itself
+            text, module = ref.parts[0], f"{package}.{ref.parts[0]}"
+        else:
+            prefix: ast.expr = ref.node
+            for _ in range(len(ref.parts) - index):
+                assert isinstance(prefix, ast.Attribute)
+                prefix = prefix.value
+            text, module = ast.unparse(prefix), package
+            spelled_chain = f"{text}.{spelled_chain}"
+        reason = f"`{text}` is an expression the check cannot follow" if opaque else _why_unresolved(ref, index)
+        symbol = context.family.symbol(qname)
+        new = symbol[2].new if symbol is not None and symbol[2] is not None else None
+        instead = f" (`{new}` instead)" if new else ""
+        sink.add_finding(ref.node, UNRESOLVED_CODE,
+                         f"`{spelled_chain}`: {reason}; if `{text}` is the `{module}` module, this is the "
+                         f"deprecated `{qname}`{instead}", fixable=False, suggestion=new)
+
+
+def _record_dynamic_module(context: ModuleContext, sink: Sink, ref: ChainRef) -> bool:
+    """`m = importlib.import_module("torch.cuda.amp")`, then `m.autocast`: a deprecated module bound without an
+    import statement, which no rewrite can move with its uses; reported (AMP013). True where `ref` is one."""
+    if ref.parts[0] not in context.heads:
+        return False
+    found = context.resolve(ref.node, ref.scope, within=context.family.owns)
+    binding = found.binding if found is not None else None
+    if found is None or binding is None or binding.inferred is None or \
+            context.family.deprecated_root(binding.qname or "") is None:
+        return False
+    symbol = context.family.symbol(found.qname)
+    new = symbol[2].new if symbol is not None and symbol[2] is not None else None
+    sink.add_finding(ref.node, UNRESOLVED_CODE,
+                     f"`{'.'.join(ref.parts)}` is the deprecated `{found.qname}`: `{ref.parts[0]}` {binding.inferred}, "
+                     "which no rewrite moves with its uses; migrate by hand", fixable=False, suggestion=new)
+    return True
+
+
+def _deprecated_tail(context: ModuleContext, ref: ChainRef) -> tuple[int, str] | None:
+    """Where `ref` spells a deprecated root's components (`cuda`, `amp`) followed by a name torch defines
+    there: (the index of the root's first component, the qualified name it would be)."""
+    family, parts = context.family, ref.parts
+    for root in family.roots:
+        components = tuple(root.split(".")[1:])  # ("cuda", "amp")
+        width = len(components)
+        for i in range(len(parts) - width):
+            if parts[i:i + width] == components:
+                qname = ".".join((root, parts[i + width]))
+                if family.exists(qname):
+                    return i, qname
+    return None
+
+
+def _resolved(context: ModuleContext, ref: ChainRef) -> bool:
+    """Does an import explain the chain's root: one of the file's own (torch's uses are recorded above;
+    another package's chain is its own), or a star import read as the package, where the chain is deprecated?"""
+    if context.resolve(ref.node, ref.scope) is not None:
+        return True
+    found = context.resolve(ref.node, ref.scope, within=context.family.owns, star=True)
+    return found is not None and context.family.deprecated_root(found.qname) is not None
+
+
+def _why_unresolved(ref: ChainRef, index: int) -> str:
+    head = ref.parts[0]
+    if index > 1:
+        return f"`{'.'.join(ref.parts[:index])}` is an attribute of `{head}`, which the check cannot follow"
+    found_in, bindings = ref.scope.lookup(head)
+    if not bindings:
+        stars = module_scope(ref.scope).star_lines
+        where = f" (the star import on line {stars[0]} may provide it)" if stars else ""
+        return f"`{head}` is not bound in this file{where}"
+    node = found_in.node if found_in is not None else None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = node.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
+        if any(a.arg == head for a in every):
+            return f"`{head}` is a parameter of `{node.name}`"
+    lines = ", ".join(str(line) for line in sorted({b.line for b in bindings}))
+    return f"`{head}` is bound on line {lines} to a value the check cannot follow"
+
 
 
 def dtype_edits(sink: Sink, respelled: tuple[tuple[ast.expr, str], ...]) -> tuple[Edit, ...]:

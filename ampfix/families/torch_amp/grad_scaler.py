@@ -19,6 +19,7 @@ RULE = Rule(
         old_params=("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
         device_position=0,
         partial_keeps_meaning=True,
+        device_default="cuda",
     ),
     examples=(
         Example(
@@ -27,5 +28,7 @@ RULE = Rule(
         ),
         # A subclass may be constructed positionally elsewhere, which would bind to `device`.
         Example("import torch\nclass S(torch.cuda.amp.GradScaler):\n    pass\n", reported="AMP002"),
+        # torch.amp.GradScaler's device defaults to "cuda": a CPU scaler's subclass would build on CUDA.
+        Example("import torch\nclass S(torch.cpu.amp.GradScaler):\n    pass\n", reported="AMP002", unsafe_fixes=True),
     ),
 )
