@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from ampfix.core.plan import CallEdit, ChainEdit
 from ampfix.core.rules import Rule, Target
 from ampfix.engine.nesting import written_defaults
+from ampfix.engine.planners.probes import probes
 from ampfix.families import NO_TWIN_CODE
 from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
 from ampfix.syntax.bindings import Binding, ChainRef
@@ -89,6 +90,9 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     """Why the use keeps its old name: its own rule and branches, or those of the deprecated import it
     goes through."""
     imported = context.family.symbol(use.binding.qname or "") if use.group is not None else None
+    by = use.binding.imported_by
+    if imported is not None and by is not None and id(by.node) in context.fact(probes):
+        return f"its import on line {by.node.lineno} is a probe the `except` stands in for"
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
 
