@@ -44,6 +44,8 @@ def probe_reason(context: ModuleContext, imp: ImportRef) -> str | None:
             continue
         for statement in handler.body:
             for inner in ast.walk(statement):
+                if not isinstance(inner, (ast.stmt, ast.expr)):
+                    continue
                 installed = _installed_module(context, inner, imp.scope)
                 if installed is not None and any(p == installed or p.startswith(installed + ".") for p in paths):
                     return (f"a probe: the `except` on line {handler.lineno} installs `{installed}` (line "
