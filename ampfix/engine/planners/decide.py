@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
 from ampfix.core.rules import Rule, Target
-from ampfix.engine.nesting import written_defaults
+from ampfix.engine.nesting import spelled_defaults, written_defaults
 from ampfix.engine.planners.probes import probes
 from ampfix.families import NO_TWIN_CODE
 from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
@@ -179,11 +179,12 @@ def decide_context(context: ModuleContext, use: Use, rule: Rule, target: Target,
                                    ChainEdit(new_dotted=new_dotted, decorator_call=args)),
                            module_device=module_device)
         return leave(f"bare `@{full}` passes the function as `enabled`; add the arguments by hand")
-    return _decide_reference(context, use, rule, new_name, new_dotted, suggestion, (device, note, module_device))
+    return _decide_reference(context, use, rule, target, new_name, new_dotted, suggestion,
+                             (device, note, module_device))
 
 
-def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
-                      suggestion: str, site: tuple[str, str, bool]) -> Decision:
+def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Target, new_name: str,
+                      new_dotted: str | None, suggestion: str, site: tuple[str, str, bool]) -> Decision:
     """A class or function referenced, not called: a base class, or a value (an unsafe functools.partial)."""
     ref, full, shape = use.ref, use.full, rule.shape
     assert shape is not None
@@ -205,6 +206,21 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
     if shape.partial_keeps_meaning:
         args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
         return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
+                              suggestion=f"functools.partial({new_name}, {args})"),
+                       module_device=module_device)
+    if target.old_defaults and shape.positionals_to_keywords:
+        # autocast: a partial with the device and the old defaults as keywords. Calls without arguments or
+        # by keyword mean what they did; a positional call raises TypeError (multiple values for `dtype`)
+        # instead of binding `enabled` to `dtype`: it cannot change meaning silently.
+        defaults = spelled_defaults(context, ref, use.binding, full, target, target.old_defaults,
+                                    "referenced without a call")
+        if isinstance(defaults, str):
+            return Decision(rule.code, message + f"; {defaults}", suggestion=suggestion)
+        written, notes = defaults
+        args = ", ".join([device, *(f"{param}={value}" for param, value in written)])
+        said = (f"; functools.partial({new_name}, {args}) keeps the old defaults, and a call that passes "
+                f"arguments by position raises TypeError instead of shifting them{''.join(f'; {n}' for n in notes)}")
+        return replace(unsafe(message + said + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
                               suggestion=f"functools.partial({new_name}, {args})"),
                        module_device=module_device)
     return Decision(rule.code, message, suggestion=suggestion)
