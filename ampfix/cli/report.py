@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from collections.abc import Iterable, Sequence
 
+from ampfix.core.rules import partial_with_defaults
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE
 
@@ -144,7 +145,8 @@ def _fix(rule: Rule, target: Target | None) -> str:
         return "safe; as a value report only"
     if rule.shape is None:
         return "safe"
-    return "safe; references " + ("unsafe" if rule.shape.partial_keeps_meaning else "report only")
+    partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
+    return "safe; references " + ("unsafe" if partial else "report only")
 
 
 RULES_LEGEND = (

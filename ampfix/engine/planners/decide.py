@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
-from ampfix.core.rules import Rule, Target
+from ampfix.core.rules import Rule, Target, partial_with_defaults
 from ampfix.engine.nesting import spelled_defaults, written_defaults
 from ampfix.engine.planners.probes import probes
 from ampfix.families import NO_TWIN_CODE
@@ -208,7 +208,7 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
         return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
                               suggestion=f"functools.partial({new_name}, {args})"),
                        module_device=module_device)
-    if target.old_defaults and shape.positionals_to_keywords:
+    if partial_with_defaults(shape, target):
         # autocast: a partial with the device and the old defaults as keywords. Calls without arguments or
         # by keyword mean what they did; a positional call raises TypeError (multiple values for `dtype`)
         # instead of binding `enabled` to `dtype`: it cannot change meaning silently.
