@@ -134,7 +134,8 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
             if decision.module_device:
                 needs.add(MODULE_DEVICE)
         finding = sink.finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
-                               unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
+                               unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion,
+                               follows=edit is not None and not edit.changes_text)
         sink.add((finding,), edits, frozenset(needs))
 
 
