@@ -88,7 +88,7 @@ def test_a_live_branch_does_not_lift_the_rules_minimum():
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
     assert finding.message == "`torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.0"
     assert fix_source(source, Options(target_torch=(2, 3))).new_source == source.replace(
-        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+        "torch.cuda.amp.GradScaler()", "torch.amp.GradScaler('cuda')")  # the file's quotes
 
 
 @pytest.mark.parametrize(("parser", "fixed"), [

@@ -64,8 +64,7 @@ def settled_uses(context: ModuleContext) -> Settlement:
     checks = _feature_check_groups(decided)
     groups = {id(use): [g for g in (use.group, *checks.get(id(use), ())) if g is not None] for use, _ in decided}
     held = [use for use, decision in decided if decision.edit is None]
-    while held:
-        use = held.pop()
+    for use in held:  # in order, growing: a group's blocker is its first use held, in the file's order
         for group in groups[id(use)]:
             if group in settlement.blocked:
                 continue
@@ -108,7 +107,8 @@ def _settle(settlement: Settlement, groups: list[tuple[int, str]], use: Use, dec
     if blocked is not None and decision.edit is not None:
         group, blocker = blocked
         if group[1] != FEATURE_CHECK:
-            why = f"`{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} in a way that cannot be rewritten"
+            why = (f"`{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} in a way that cannot be "
+                   "rewritten")
         else:
             why = (f"a feature check moves with the uses it guards, and `{'.'.join(blocker.ref.parts)}` on line "
                    f"{blocker.ref.node.lineno} stays")
