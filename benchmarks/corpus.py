@@ -21,6 +21,9 @@ What is measured, per package:
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
+- **findings**, **changed sites**, **followed**: the engine's own count: its findings (errors left
+  out), the fixes a reviewer sees in the diff (fixed findings whose text changes: what the summary
+  calls fixes), and the uses that only follow their moved import under their own word.
 - **fixed**: the same oracle on the output finds no deprecated use on the line(s) that line
   became (lines are mapped through a line diff; a line inside a changed block maps to the block).
 - **left, reported**: not fixed, and the engine gave a finding that is not marked fixed on that
@@ -394,6 +397,9 @@ class PackageResult:
     name: str
     files: int = 0
     candidates: int = 0  # files the engine found something in
+    findings: int = 0  # the engine's findings, errors left out
+    sites: int = 0  # fixed findings whose text changes: the summary's fixes
+    followed: int = 0  # fixed uses that only follow their moved import (no text of their own)
     found: int = 0
     fixed: int = 0
     left: int = 0
@@ -450,6 +456,10 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
 
     if fixed.findings:
         result.candidates += 1
+    engine = [f for f in fixed.findings if f.code not in (SYNTAX_ERROR_CODE, INTERNAL_ERROR_CODE)]
+    result.findings += len(engine)
+    result.sites += sum(1 for f in engine if f.fixed and not f.follows)
+    result.followed += sum(1 for f in engine if f.fixed and f.follows)
     if any(f.code == SYNTAX_ERROR_CODE for f in fixed.findings):
         return  # counted above as unparsable (the oracle cannot parse it either)
     internal = [f for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
@@ -537,6 +547,7 @@ def measure_package(name: str, tree: Path, options) -> PackageResult:
 
 COLUMNS = (("package", "name", "<"), ("target", "floor", ">"), ("files", "files", ">"),
            ("w/ findings", "candidates", ">"),
+           ("findings", "findings", ">"), ("changed sites", "sites", ">"), ("followed", "followed", ">"),
            ("found", "found", ">"), ("fixed", "fixed", ">"), ("fixed %", None, ">"),
            ("left+rep.", "left", ">"), ("held (floor)", "held", ">"), ("unrep.", "unreported", ">"),
            ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),

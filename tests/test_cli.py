@@ -141,7 +141,7 @@ def test_coding_cookie_file_is_rewritten_in_its_encoding(tmp_path: Path):
     path.write_bytes(b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\nx = torch.cuda.amp.GradScaler()\n")
     assert invoke("rewrite", str(path)).exit_code == 1
     assert path.read_bytes() == (
-        b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\nx = torch.amp.GradScaler(\"cuda\")\n"
+        b"# -*- coding: latin-1 -*-\nimport torch\ns = 'caf\xe9'\nx = torch.amp.GradScaler('cuda')\n"  # the file's quotes
     )
 
 
@@ -220,9 +220,10 @@ def test_rules_table_lists_every_code():
 
 def test_rules_fix_column_tells_calls_from_references():
     """Calls and type positions are safe; a reference without a call is an unsafe fix (partial)
-    for GradScaler / custom_fwd / custom_bwd, report-only for autocast and _cast; no twin: report only."""
+    for GradScaler / custom_fwd / custom_bwd and autocast (with the old defaults), report-only for _cast; no
+    twin: report only."""
     fix = {(row["code"], row["old"]): row["fix"] for row in json.loads(invoke("rules", "--output-format", "json").stdout)}
-    assert fix["AMP001", "torch.cuda.amp.autocast"] == "safe; references report only"
+    assert fix["AMP001", "torch.cuda.amp.autocast"] == "safe; references unsafe"
     assert fix["AMP002", "torch.cpu.amp.GradScaler"] == "safe; references unsafe"
     assert fix["AMP003", "torch.cuda.amp.custom_fwd"] == "safe; references unsafe"
     assert fix["AMP004", "torch.cuda.amp.custom_bwd"] == "safe; references unsafe"
@@ -240,7 +241,7 @@ def test_rules_fix_column_tells_calls_from_references():
 
     safe, unsafe = fix_source(source), fix_source(source, Options(unsafe_fixes=True))
     assert [f.fixed for f in safe.findings] == [False, False, False]
-    assert [(f.code, f.fixed) for f in unsafe.findings] == [("AMP001", False), ("AMP002", True), ("AMP003", True)]
+    assert [(f.code, f.fixed) for f in unsafe.findings] == [("AMP001", True), ("AMP002", True), ("AMP003", True)]
 
 
 def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path):
@@ -252,11 +253,15 @@ def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path
         "be given the device here (an unsafe fix exists: --unsafe-fixes); suggested: "
         'functools.partial(torch.amp.GradScaler, "cuda")',
         f"{path}:3:5: AMP001 left: `torch.cuda.amp.autocast` is referenced without a call; its calls cannot "
-        'be given the device here; suggested: torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        'be given the device here; functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, '
+        "cache_enabled=True) keeps the old defaults, and a call that passes arguments by position raises "
+        "TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes); suggested: "
+        'functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True)',
     ]
     fixed = invoke("rewrite", "--unsafe-fixes", str(path))
     assert fixed.stdout.splitlines()[0].startswith(f"{path}:2:5: AMP002 fixed (unsafe): ")
+    assert fixed.stdout.splitlines()[1].startswith(f"{path}:3:5: AMP001 fixed (unsafe): ")
     assert path.read_text() == (
         'import torch\nimport functools\nS = functools.partial(torch.amp.GradScaler, "cuda")\n'
-        "A = torch.cuda.amp.autocast\n"
+        'A = functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True)\n'
     )

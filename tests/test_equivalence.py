@@ -245,3 +245,31 @@ def test_the_idiomatic_rewrite_of_a_nested_case_would_differ(case_id: str, oracl
     else:
         assert plain["records"] != before["records"]
         assert _regions(plain) != _regions(before)
+
+
+# The unsafe fix of a referenced autocast class (docs/rules.md, AMP001): a functools.partial with the device and
+# the old defaults. The case above shows calls without arguments and by keyword unchanged; here the fixture's own
+# code is called with a positional argument, which the old class takes as `enabled`.
+POSITIONAL_CALL = "\nfor precision in ('16-mixed', 'bf16-mixed'):\n    with get_autocast(precision)(False):\n        pass\n"
+
+
+def test_a_positional_call_of_the_autocast_partial_fails_loudly(tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.id == "unsafe_fixes/autocast_reference_returned")
+    scripts = []
+    for side, path in (("in", case.in_path), ("out", case.out_path)):
+        script = tmp_path / f"{side}.py"
+        script.write_text(read_source(path)[0] + POSITIONAL_CALL, encoding="utf-8")
+        scripts.append(script)
+    out_json = tmp_path / "records.json"
+    env = dict(os.environ, PYTHONHASHSEED="0", CUDA_VISIBLE_DEVICES="")
+    subprocess.run([sys.executable, str(RECORDER), str(out_json), *map(str, scripts)], cwd=ROOT, env=env,
+                   check=True, timeout=TIMEOUT_S, capture_output=True)
+    recorded = json.loads(out_json.read_text(encoding="utf-8"))
+    before, after = recorded[str(scripts[0])], recorded[str(scripts[1])]
+    assert before["error"] is None, before["error"]
+    assert [(r["device_type"], r["enabled"]) for r in before["records"][-2:]] == [("cuda", False), ("cpu", False)]
+    assert after["error"] is not None
+    first_line = after["error"].splitlines()[0]
+    assert first_line.startswith("TypeError") and "multiple values for argument 'dtype'" in first_line, after["error"]
+    # It fails at the first positional call, before creating anything more than the fixture's own objects.
+    assert after["records"] == before["records"][:-2]

@@ -41,8 +41,10 @@ def test_github_annotations(in_tmp: Path):
         "::error file=pkg/a.py,line=2,col=10,title=AMP002::`torch.cuda.amp.GradScaler(...)` -> "
         '`torch.amp.GradScaler(...)` with device "cuda"',
         "::error file=pkg/a.py,line=3,col=7,title=AMP001::`torch.cuda.amp.autocast` is referenced without a "
-        "call; its calls cannot be given the device here; suggested: "
-        'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        "call; its calls cannot be given the device here; functools.partial(torch.amp.autocast, \"cuda\", "
+        "dtype=torch.float16, cache_enabled=True) keeps the old defaults, and a call that passes arguments by "
+        "position raises TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes); suggested: "
+        'functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True)',
     ]
 
 

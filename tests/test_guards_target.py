@@ -97,9 +97,9 @@ def test_a_live_branch_does_not_lift_the_rules_minimum():
               "if version.parse(torch.__version__) >= version.parse('2.3'):\n    s = torch.cuda.amp.GradScaler()\n")
     (finding,) = fix_source(source, Options(target_torch=(2, 0))).findings
     assert finding.message == "`torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.0"
-    # At 2.3 the test always holds: its body, migrated, takes its place (AMP012).
+    # At 2.3 the test always holds: its body, migrated, takes its place (AMP012), in the file's quotes.
     assert fix_source(source, Options(target_torch=(2, 3))).new_source == (
-        'import torch\nfrom packaging import version\n\ns = torch.amp.GradScaler("cuda")\n')
+        "import torch\nfrom packaging import version\n\ns = torch.amp.GradScaler('cuda')\n")
 
 
 @pytest.mark.parametrize(("parser", "code"), [

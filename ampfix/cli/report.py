@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from collections.abc import Iterable, Sequence
 
+from ampfix.core.rules import partial_with_defaults
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE
 
@@ -40,7 +41,10 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
         if mode == "check":
             mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
         else:
-            done = "would fix" if mode == "diff" else "fixed"
+            if finding.follows and finding.fixed:
+                done = "would follow its import" if mode == "diff" else "followed its import"
+            else:
+                done = "would fix" if mode == "diff" else "fixed"
             mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
         where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
@@ -69,6 +73,7 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     error_findings = sum(1 for f in findings if f.code in ERROR_TITLES)
     fixed = sum(1 for f in findings if f.fixed)
     left = len(findings) - fixed
+    followed = sum(1 for f in findings if f.fixed and f.follows)  # no text of their own: not fixes
     parts = []
     if mode == "check":
         safe = sum(1 for f in findings if f.fixable and not f.unsafe)
@@ -78,7 +83,8 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     else:
         changed = sum(1 for r in results if r.changed)
         verb = "would rewrite" if mode == "diff" else "rewrote"
-        parts.append(f"{verb} {_count(changed, 'file')} ({_count(fixed, 'fix', 'fixes')})")
+        uses = f"; {_count(followed, 'use')} followed {'its' if followed == 1 else 'their'} import" if followed else ""
+        parts.append(f"{verb} {_count(changed, 'file')} ({_count(fixed - followed, 'fix', 'fixes')}{uses})")
         parts.append(f"{_count(left - error_findings, 'finding')} left")
     if errors:
         parts.append(f"{_count(errors, 'file')} could not be processed")
@@ -155,7 +161,8 @@ def _fix(rule: Rule, target: Target | None) -> str:
         return "safe; as a value report only"
     if rule.shape is None:
         return "safe"
-    return "safe; references " + ("unsafe" if rule.shape.partial_keeps_meaning else "report only")
+    partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
+    return "safe; references " + ("unsafe" if partial else "report only")
 
 
 RULES_LEGEND = (

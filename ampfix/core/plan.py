@@ -80,6 +80,9 @@ class PlannedFinding:
     unsafe: bool
     will_fix: bool
     suggestion: str | None = None
+    # Fixed with no text of its own changed: a use that follows its moved import under its own word
+    # (`GradScaler` after `from torch.cuda.amp import GradScaler` became `from torch.amp import ...`).
+    follows: bool = False
 
 
 @dataclass

@@ -45,6 +45,13 @@ class Target:
     old_defaults: tuple[tuple[str, str], ...] = ()
 
 
+def partial_with_defaults(shape: CallShape, target: Target) -> bool:
+    """Can a reference without a call become `functools.partial(new, <device>, <old defaults as keywords>)`?
+    Where the positionals became keywords (autocast), a positional call of that partial raises TypeError
+    (a second value for the first default) instead of binding to other parameters: it fails loudly."""
+    return bool(target.old_defaults) and shape.positionals_to_keywords
+
+
 @dataclass(frozen=True)
 class Example:
     before: str

@@ -24,6 +24,9 @@ class Finding:
     # notebook file that holds the cell's line (where CI annotations point).
     cell: int | None = None
     file_line: int | None = None
+    # Fixed, with no text of its own changed: a use that follows its moved import under its own word. Not a
+    # fix a reviewer sees in the diff: the summary counts it apart.
+    follows: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,4 +119,5 @@ def _finding(planned: PlannedFinding, applied: bool) -> Finding:
         unsafe=planned.unsafe,
         fixed=applied and planned.will_fix,
         suggestion=planned.suggestion,
+        follows=planned.follows,
     )

@@ -568,6 +568,7 @@ class _Requote(cst.CSTTransformer):
 
 def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression) -> list[cst.Arg]:
     args = list(call.args)
+    separator = _argument_separator(call)
     # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
     positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
     for i, name in enumerate(edit.keywords_for_positionals):
@@ -586,29 +587,51 @@ def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpres
     else:
         device_arg = cst.Arg(value=device_value)
         position = edit.device_position or 0
-    args = _insert_argument(args, position, device_arg)
+    args = _insert_argument(args, position, device_arg, separator)
     for keyword, text in edit.added_keywords:
         tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
         added = cst.Arg(value=_parsed_expression(text), keyword=cst.Name(keyword), equal=tight)
-        if args and isinstance(args[-1].comma, MaybeSentinel):  # the space before `)` stays before it
-            added = added.with_changes(whitespace_after_arg=args[-1].whitespace_after_arg)
-            args[-1] = args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
-        args = _insert_argument(args, len(args), added)
+        args = _insert_argument(args, len(args), added, separator)
     return args
 
 
-def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg) -> list[cst.Arg]:
-    # The new argument shares a line with its neighbour: the user's line breaks and comments
-    # stay exactly where they were.
-    separator = cst.SimpleWhitespace(" ")
+def _argument_separator(call: cst.Call) -> cst.BaseParenthesizableWhitespace:
+    """What goes after the comma of an inserted argument: in a call laid out one argument per line (a
+    line break after the `(` and after every comma between the arguments), a line break and the
+    indentation of the line after the `(`, without the comments there; else one space (a call aligned
+    on its `(`, or with several arguments on a line, keeps its lines: the device shares one)."""
+    args = call.args
+    between = [arg.comma.whitespace_after for arg in args[:-1] if isinstance(arg.comma, cst.Comma)]
+    layout = [call.whitespace_before_args, *between]
+    if not args or len(between) != len(args) - 1 \
+            or not all(isinstance(w, cst.ParenthesizedWhitespace) for w in layout):
+        return cst.SimpleWhitespace(" ")
+    line = cast(cst.ParenthesizedWhitespace, layout[0])
+    return cst.ParenthesizedWhitespace(indent=line.indent, last_line=line.last_line)
+
+
+def _insert_argument(args: list[cst.Arg], position: int, new: cst.Arg,
+                     separator: cst.BaseParenthesizableWhitespace) -> list[cst.Arg]:
+    # The user's line breaks and comments stay exactly where they were: the new argument shares a line
+    # with its neighbour, or has a line of its own where every argument has one (`separator`).
     if position < len(args):
         args.insert(position, new.with_changes(comma=cst.Comma(whitespace_after=separator)))
         return args
     if args:  # appending after the last argument
         last = args[-1]
-        if isinstance(last.comma, MaybeSentinel):
-            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            args.append(new)
+        if isinstance(last.comma, MaybeSentinel):  # what stood before `)` (a space, a comment) stays there
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator),
+                                         whitespace_after_arg=cst.SimpleWhitespace(""))
+            args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg))
+        elif isinstance(separator, cst.ParenthesizedWhitespace) \
+                and isinstance(last.comma.whitespace_after, cst.ParenthesizedWhitespace):
+            # One argument per line, with a trailing comma: a comment after it stays on its line, and
+            # the new argument ends the way the last one did (its comma, the line break before `)`).
+            closing = last.comma.whitespace_after
+            args[-1] = last.with_changes(comma=last.comma.with_changes(
+                whitespace_after=closing.with_changes(indent=separator.indent, last_line=separator.last_line)))
+            args.append(new.with_changes(comma=cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(
+                indent=closing.indent, last_line=closing.last_line))))
         else:  # keep the user's trailing comma (and its line break) after the new last argument
             args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator))
             args.append(new.with_changes(comma=last.comma))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable
 
 from ampfix.core.rules import Target
 from ampfix.families.torch_amp import autocast
@@ -149,8 +150,23 @@ def written_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, fu
         return (), ""
     if None in given:
         return f"`{full}(**...)` {why}: its defaults must be written, and `**` may already pass them"
+    spelled = spelled_defaults(context, ref, binding, full, target, missing, why)
+    if isinstance(spelled, str):
+        return spelled
+    written, notes = spelled
+    said = ", ".join(f"{param}={value}" for param, value in written)
+    said = f"; {said} written, the old class's defaults ({why}, where `{target.new}` would take those in force)"
+    return written, said + "".join(f"; {note}" for note in notes)
+
+
+def spelled_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, full: str, target: Target,
+                     defaults: Iterable[tuple[str, str]], why: str
+                     ) -> tuple[tuple[tuple[str, str], ...], list[str]] | str:
+    """The old defaults as (keyword, text), a dtype spelled through the binding the use goes through (and
+    CUDA's float16 made bfloat16 where the code moves to the CPU), with notes on them; or why they cannot be."""
+    options = context.options
     written, notes = [], []
-    for param, value in missing:
+    for param, value in defaults:
         if "." in value:  # a dtype, spelled through the file's torch binding
             if target.device == "cuda" and options.to_cpu:
                 moved = context.family.cpu_dtypes.get(value)
@@ -164,6 +180,4 @@ def written_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, fu
                 return f"`{full}` {why}: no name bound to `{context.family.package}` here to spell `{value}` with"
             value = spelled
         written.append((param, value))
-    said = ", ".join(f"{param}={value}" for param, value in written)
-    said = f"; {said} written, the old class's defaults ({why}, where `{target.new}` would take those in force)"
-    return tuple(written), said + "".join(f"; {note}" for note in notes)
+    return tuple(written), notes

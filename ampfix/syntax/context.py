@@ -122,10 +122,10 @@ class Sink:
 
     # building ------------------------------------------------------------------------------
     def finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
-                will_fix: bool = False, suggestion: str | None = None) -> PlannedFinding:
+                will_fix: bool = False, suggestion: str | None = None, follows: bool = False) -> PlannedFinding:
         line = getattr(node, "lineno", 1)
         col = self._index.col(line, getattr(node, "col_offset", 0))
-        return PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion)
+        return PlannedFinding(line, col, code, message, fixable, unsafe, will_fix, suggestion, follows)
 
     def edit(self, node: ast.expr | ast.stmt, kind: str, text: str,
              change: ChainEdit | ImportEdit | ValueEdit | Splice | str) -> Edit:

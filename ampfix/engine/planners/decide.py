@@ -10,8 +10,9 @@ import ast
 from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
-from ampfix.core.rules import Rule, Target
-from ampfix.engine.nesting import module_nesting, written_defaults
+from ampfix.core.rules import Rule, Target, partial_with_defaults
+from ampfix.engine.nesting import module_nesting, spelled_defaults, written_defaults
+from ampfix.engine.planners.probes import probes
 from ampfix.families import NO_TWIN_CODE
 from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
 from ampfix.syntax.bindings import Binding, ChainRef
@@ -94,6 +95,9 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     """Why the use keeps its old name: its own rule and branches, or those of the deprecated import it
     goes through."""
     imported = context.family.symbol(use.binding.qname or "") if use.group is not None else None
+    by = use.binding.imported_by
+    if imported is not None and by is not None and id(by.node) in context.fact(probes):
+        return f"its import on line {by.node.lineno} is a probe the `except` stands in for"
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
 
@@ -180,11 +184,12 @@ def decide_context(context: ModuleContext, use: Use, rule: Rule, target: Target,
                                    ChainEdit(new_dotted=new_dotted, decorator_call=args)),
                            module_device=module_device)
         return leave(f"bare `@{full}` passes the function as `enabled`; add the arguments by hand")
-    return _decide_reference(context, use, rule, new_name, new_dotted, suggestion, (device, note, module_device))
+    return _decide_reference(context, use, rule, target, new_name, new_dotted, suggestion,
+                             (device, note, module_device))
 
 
-def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
-                      suggestion: str, site: tuple[str, str, bool]) -> Decision:
+def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Target, new_name: str,
+                      new_dotted: str | None, suggestion: str, site: tuple[str, str, bool]) -> Decision:
     """A class or function referenced, not called: a base class, or a value (an unsafe functools.partial)."""
     ref, full, shape = use.ref, use.full, rule.shape
     assert shape is not None
@@ -197,8 +202,8 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
                         unsafe=True, suggestion=suggestion)
 
     if ref.role == "base":
-        target = context.family.symbol(full)
-        old_device = target[2].device if target is not None and target[2] is not None else None
+        symbol = context.family.symbol(full)
+        old_device = symbol[2].device if symbol is not None and symbol[2] is not None else None
         if shape.device_default is not None and old_device != shape.device_default:
             return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
                             f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
@@ -219,6 +224,21 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, new_name: st
     if shape.partial_keeps_meaning:
         args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
         return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
+                              suggestion=f"functools.partial({new_name}, {args})"),
+                       module_device=module_device)
+    if partial_with_defaults(shape, target):
+        # autocast: a partial with the device and the old defaults as keywords. Calls without arguments or
+        # by keyword mean what they did; a positional call raises TypeError (multiple values for `dtype`)
+        # instead of binding `enabled` to `dtype`: it cannot change meaning silently.
+        defaults = spelled_defaults(context, ref, use.binding, full, target, target.old_defaults,
+                                    "referenced without a call")
+        if isinstance(defaults, str):
+            return Decision(rule.code, message + f"; {defaults}", suggestion=suggestion)
+        written, notes = defaults
+        args = ", ".join([device, *(f"{param}={value}" for param, value in written)])
+        said = (f"; functools.partial({new_name}, {args}) keeps the old defaults, and a call that passes "
+                f"arguments by position raises TypeError instead of shifting them{''.join(f'; {n}' for n in notes)}")
+        return replace(unsafe(message + said + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
                               suggestion=f"functools.partial({new_name}, {args})"),
                        module_device=module_device)
     return Decision(rule.code, message, suggestion=suggestion)

@@ -44,8 +44,8 @@ def plan_device_literals(context: ModuleContext, sink: Sink) -> None:
             sink.add_finding(literal, rule.code, f"{call} left: {site}", fixable=False)
             continue
         device, note, module_device = site
-        if device.startswith('"') and quote == "'":
-            device = "'" + device[1:-1] + "'"  # the file's own quotes
+        if device[:1] in ('"', "'") and device[:1] != quote:
+            device = quote + device[1:-1] + quote  # the literal's own quotes
         respelled, said = cpu_dtypes(context, ref, rule, target)
         edits = (sink.edit(literal, "SimpleString", _TARGETED, ValueEdit(device)), *dtype_edits(sink, respelled))
         details = "".join(f"; {text}" for text in said)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.plan import ImportEdit
+from ampfix.engine.planners.probes import probes
 from ampfix.engine.planners.suppressed import deprecated_aliases, import_suppressed
 from ampfix.engine.planners.uses import settled_uses
 from ampfix.families import MODULE_PATH_CODE, NO_TWIN_CODE
@@ -43,8 +44,11 @@ def moves_by_rules(context: ModuleContext, imp: ImportRef) -> bool:
 
 
 def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
-    """Why the rules and options do not move the imported `qname` to its twin, or None."""
+    """Why the rules and options do not move the imported `qname` to its twin (or the import is a probe), or None."""
     family = context.family
+    probe = context.fact(probes).get(id(imp.node))
+    if probe is not None:
+        return probe
     missing = family.missing_twin(qname, exact=True)
     if missing is not None:
         return missing[1]
@@ -56,6 +60,9 @@ def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | N
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
     """Why `import torch.cuda.amp` (binding the package itself) does not become `import torch.amp`, or None."""
     family = context.family
+    probe = context.fact(probes).get(id(imp.node))
+    if probe is not None:
+        return probe
     missing = family.missing_twin(qname, exact=True)
     if missing is not None:
         return missing[1]

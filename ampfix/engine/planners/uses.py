@@ -55,7 +55,11 @@ class Settlement:
 
 
 def settled_uses(context: ModuleContext) -> Settlement:
-    """Every use decided, the suppressed ones taken out, each group moved whole or held whole."""
+    """Every use decided, the suppressed ones taken out, each group moved whole or held whole.
+
+    A use may be in several groups: the deprecated import binding it goes through, and the feature check
+    that guards it (`_feature_check_groups`). A use held back holds every group it is in, and so every use
+    of those groups, until nothing more is held."""
     heads = context.heads | star_heads(context)
     uses = [use for ref in context.walker.chains if ref.parts[0] in heads
             if (use := resolve_use(context, ref)) is not None]
@@ -72,11 +76,17 @@ def _settled(context: ModuleContext, uses: list[Use], package_added: bool) -> Se
     decided = [(use, _inferred(use, decide(context, use, package_added))) for use in uses]
     decided, suppressed = suppress_uses(context, decided)
     settlement = Settlement([], suppressed=suppressed)
+    checks = _feature_check_groups(decided)
+    groups = {id(use): [g for g in (use.group, *checks.get(id(use), ())) if g is not None] for use, _ in decided}
+    held = [use for use, decision in decided if decision.edit is None]
+    for use in held:  # in order, growing: a group's blocker is its first use held, in the file's order
+        for group in groups[id(use)]:
+            if group in settlement.blocked:
+                continue
+            settlement.blocked[group] = use
+            held += [other for other, decision in decided if decision.edit is not None and group in groups[id(other)]]
     for use, decision in decided:
-        if use.group is not None and decision.edit is None and use.group not in settlement.blocked:
-            settlement.blocked[use.group] = use
-    for use, decision in decided:
-        settlement.decided.append((use, _settle(settlement, use, decision)))
+        settlement.decided.append((use, _settle(settlement, groups[id(use)], use, decision)))
     return settlement
 
 
@@ -93,13 +103,44 @@ def _inferred(use: Use, decision: Decision) -> Decision:
     return replace(decision, message=f"{decision.message} (`{use.ref.parts[0]}` {how})")
 
 
-def _settle(settlement: Settlement, use: Use, decision: Decision) -> Decision:
-    blocker = settlement.blocked.get(use.group) if use.group else None
+FEATURE_CHECK = "feature check"
+
+
+def _feature_check_groups(decided: list[tuple[Use, Decision]]) -> dict[int, list[tuple[int, str]]]:
+    """id(use) -> the feature-check groups it is in: `hasattr(torch.cuda.amp, "autocast")` in the test of an
+    `if`, with the uses of names under `torch.cuda.amp` in either branch of that `if` (a check and what it
+    guards move together or not at all: else the guard no longer tests what it protects)."""
+    checks = [use for use, _ in decided if use.ref.role == "feature_check"]
+    if not checks:
+        return {}
+    tests = {id(guard.node): guard.node for use, _ in decided for guard in use.ref.guards if guard.kind == "if"}
+    found: dict[int, list[tuple[int, str]]] = {}
+    for check in checks:
+        test = next((t for t in tests.values() if any(n is check.ref.parent for n in ast.walk(t))), None)
+        if test is None:
+            continue
+        group = (id(test), FEATURE_CHECK)
+        guarded = [use for use, _ in decided if use is not check
+                   and (use.full == check.full or use.full.startswith(check.full + "."))
+                   and any(guard.kind == "if" and guard.node is test for guard in use.ref.guards)]
+        if guarded:
+            for use in (check, *guarded):
+                found.setdefault(id(use), []).append(group)
+    return found
+
+
+def _settle(settlement: Settlement, groups: list[tuple[int, str]], use: Use, decision: Decision) -> Decision:
+    blocked = next(((g, settlement.blocked[g]) for g in groups if g in settlement.blocked), None)
     suppressed = settlement.suppressed.get(use.group) if use.group else None
-    if blocker is not None and decision.edit is not None:
-        return replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=(
-            f"left: `{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} "
-            "in a way that cannot be rewritten"))
+    if blocked is not None and decision.edit is not None:
+        group, blocker = blocked
+        if group[1] != FEATURE_CHECK:
+            why = (f"`{use.ref.parts[0]}` is also used on line {blocker.ref.node.lineno} in a way that cannot be "
+                   "rewritten")
+        else:
+            why = (f"a feature check moves with the uses it guards, and `{'.'.join(blocker.ref.parts)}` on line "
+                   f"{blocker.ref.node.lineno} stays")
+        return replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=f"left: {why}")
     if suppressed is not None and decision.edit is not None:
         return replace(decision, edit=None, fixable=False, unsafe=False,
                        message=f"left: `{use.ref.parts[0]}` is {suppressed}")
@@ -121,7 +162,8 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
             if decision.module_device:
                 needs.add(MODULE_DEVICE)
         finding = sink.finding(use.ref.node, decision.code, decision.message, fixable=decision.fixable,
-                               unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion)
+                               unsafe=decision.unsafe, will_fix=edit is not None, suggestion=decision.suggestion,
+                               follows=edit is not None and not edit.changes_text)
         sink.add((finding,), edits, frozenset(needs))
     record_unresolved(context, sink)
 

@@ -16,6 +16,7 @@ from ampfix.core.plan import free_name
 from ampfix.core.rules import Rule, Target
 from ampfix.syntax.bindings import ChainRef, Scope, dotted_parts
 from ampfix.syntax.context import ModuleContext
+from ampfix.syntax.quotes import module_quote, quoted
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,13 @@ def device_text(context: ModuleContext, target: Target) -> str:
     """The device argument of a new call: the old name's own, or the device target for CUDA."""
     options = context.options
     if target.device != "cuda" or not options.retargets:
-        return f'"{target.device}"'
+        return quoted(str(target.device), context.fact(module_quote))
     if options.device_expr is not None:
         return options.device_expr
     if options.device == "auto":
         module = context.fact(module_device)
         return module.name if isinstance(module, ModuleDevice) else AUTO_DEVICE_NAME
-    return f'"{options.device}"'
+    return quoted(options.device, context.fact(module_quote))
 
 
 def site_device(context: ModuleContext, ref: ChainRef, target: Target) -> tuple[str, str, bool] | str:
@@ -99,7 +100,8 @@ def module_device(context: ModuleContext) -> ModuleDevice | str:
             return ModuleDevice(stmt.targets[0].id, None, False, torch_name)
     name = free_name(tree, AUTO_DEVICE_NAME)
     available = torch_name + (family.cuda_available or "")[len(family.package):]
-    statement = f'{name} = "cuda" if {available}() else "cpu"'
+    quote = context.fact(module_quote)
+    statement = f"{name} = {quoted('cuda', quote)} if {available}() else {quoted('cpu', quote)}"
     return ModuleDevice(name, statement, add_import, torch_name)
 
 
