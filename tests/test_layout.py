@@ -54,3 +54,47 @@ def test_the_checks_see_what_they_should():
     """The comment matcher is the one the checks use: a reason is required after the ignore."""
     assert _IGNORE.match("# type: ignore[override]  # same protocol")["rest"].strip() == "# same protocol"
     assert not re.search(r"#\s*\w", _IGNORE.match("# type: ignore[override]")["rest"])
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in edges.get(module, ()):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_between_the_package_s_modules():
+    """Function-level (lazy) imports count: a lazy import is still a dependency (grimp reads them all)."""
+    import grimp
+
+    graph = grimp.build_graph("ampfix")
+    edges = {module: {m for m in graph.find_modules_directly_imported_by(module) if m.startswith("ampfix")}
+             for module in graph.modules}
+    assert len(edges) > 50
+    assert _cycles(edges) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
