@@ -89,6 +89,9 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     """Why the use keeps its old name: its own rule and branches, or those of the deprecated import it
     goes through."""
     imported = context.family.symbol(use.binding.qname or "") if use.group is not None else None
+    if imported is not None and not context.family.twin_keeps_name(imported[0]):
+        return (f"imported as `{use.ref.parts[0]}`, and the twin `{imported[2].new if imported[2] else ''}` "
+                "has another name; import that and rewrite the uses by hand")
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.plan import ImportEdit
+from ampfix.core.rules import Target
 from ampfix.engine.planners.suppressed import deprecated_aliases, import_suppressed
 from ampfix.engine.planners.uses import settled_uses
 from ampfix.families import MODULE_PATH_CODE, NO_TWIN_CODE
@@ -50,7 +51,15 @@ def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | N
         return missing[1]
     symbol = family.symbol(qname)
     assert symbol is not None  # missing_twin said it has a twin
+    if not family.twin_keeps_name(qname):
+        return renamed_twin(qname, symbol[2])
     return context.hold_back(symbol[1], imp.guards)
+
+
+def renamed_twin(qname: str, target: Target | None) -> str:
+    """Why an import whose twin has another name stays (its uses with it)."""
+    return (f"its twin `{target.new if target else ''}` has another name; import that and rewrite the uses "
+            "by hand")
 
 
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
