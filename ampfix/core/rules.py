@@ -146,13 +146,14 @@ class Family:
                     return prefix
         return None
 
-    def twin_keeps_name(self, qname: str) -> bool:
-        """Does the twin of the imported `qname` have its name (`autocast` -> `torch.amp.autocast`), so that
-        moving the import keeps the name it binds? Not `get_autocast_gpu_dtype` -> `get_autocast_dtype`."""
+    def imported_twin_name(self, qname: str) -> str | None:
+        """The name to import instead of the imported `qname`, where its twin has another one
+        (`get_autocast_gpu_dtype` -> `get_autocast_dtype`); None where it keeps its name (`autocast`)."""
         symbol = self.symbol(qname)
         if symbol is None or symbol[0] != qname or symbol[2] is None:
-            return True
-        return symbol[2].new.rpartition(".")[2] == qname.rpartition(".")[2]
+            return None
+        new = symbol[2].new.rpartition(".")[2]
+        return None if new == qname.rpartition(".")[2] else new
 
     def renamed(self, qname: str) -> str:
         """`qname` with its deprecated root replaced by the new one (unchanged outside the roots, and for a

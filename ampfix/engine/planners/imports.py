@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.plan import ImportEdit
-from ampfix.core.rules import Target
+from ampfix.engine.planners.decide import renamed_twin_blocker
 from ampfix.engine.planners.suppressed import deprecated_aliases, import_suppressed
 from ampfix.engine.planners.uses import settled_uses
 from ampfix.families import MODULE_PATH_CODE, NO_TWIN_CODE
@@ -39,27 +39,21 @@ def moves_by_rules(context: ModuleContext, imp: ImportRef) -> bool:
     aliases = list(deprecated_aliases(context, imp))
     return len(aliases) == len(imp.node.names) and all(
         not import_suppressed(context, alias, qname)
-        and (_twin_blocker if bound is not None else _package_import_blocker)(context, imp, qname) is None
+        and (_twin_blocker(context, imp, qname, bound) if bound is not None
+             else _package_import_blocker(context, imp, qname)) is None
         for alias, qname, bound in aliases)
 
 
-def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
-    """Why the rules and options do not move the imported `qname` to its twin, or None."""
+def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str, bound: str) -> str | None:
+    """Why the rules and options do not move the imported `qname`, bound as `bound`, to its twin, or None."""
     family = context.family
     missing = family.missing_twin(qname, exact=True)
     if missing is not None:
         return missing[1]
     symbol = family.symbol(qname)
     assert symbol is not None  # missing_twin said it has a twin
-    if not family.twin_keeps_name(qname):
-        return renamed_twin(qname, symbol[2])
-    return context.hold_back(symbol[1], imp.guards)
-
-
-def renamed_twin(qname: str, target: Target | None) -> str:
-    """Why an import whose twin has another name stays (its uses with it)."""
-    return (f"its twin `{target.new if target else ''}` has another name; import that and rewrite the uses "
-            "by hand")
+    renamed = renamed_twin_blocker(family, qname, bound)
+    return renamed if renamed is not None else context.hold_back(symbol[1], imp.guards)
 
 
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
@@ -74,7 +68,7 @@ def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) 
 
 def _blocker(context: ModuleContext, imp: ImportRef, name: str, qname: str) -> str | None:
     """Why the import binding `name` cannot move to its twin, or None."""
-    held_back = _twin_blocker(context, imp, qname)
+    held_back = _twin_blocker(context, imp, qname, name)
     if held_back is not None:
         return held_back
     settlement = context.fact(settled_uses)
@@ -112,6 +106,7 @@ def _plan_import_from(context: ModuleContext, sink: Sink, imp: ImportRef) -> Non
     notes: list[str] = []
     kept: list[int] = []
     new_modules: set[str] = set()
+    renamed_names: dict[int, str] = {}
     for i, alias in enumerate(node.names):
         qname = f"{node.module}.{alias.name}"
         if alias.name == "*":
@@ -134,15 +129,22 @@ def _plan_import_from(context: ModuleContext, sink: Sink, imp: ImportRef) -> Non
             kept.append(i)
             continue
         migrated.append(i)
+        new_name = family.imported_twin_name(qname)
+        if new_name is not None:
+            renamed_names[i] = new_name
         new_modules.add(family.renamed(qname).rpartition(".")[0])
         notes.append(_dead_twins(context, imp, alias.asname or alias.name, qname))
     if not migrated or len(new_modules) != 1:  # several new modules cannot happen with today's rules; never guess
         return
     (new_module,) = new_modules
-    sink.add_edit(sink.edit(node, "ImportFrom", "", ImportEdit(new_module=new_module, kept_aliases=tuple(kept))))
+    if new_module == node.module:
+        kept = []  # only names change (`get_autocast_gpu_dtype as g`): nothing to split off
+    sink.add_edit(sink.edit(node, "ImportFrom", "", ImportEdit(new_module=new_module, kept_aliases=tuple(kept),
+                                                               renamed_names=renamed_names)))
     names = ", ".join(node.names[i].name for i in migrated)
+    new_names = ", ".join(renamed_names.get(i, node.names[i].name) for i in migrated)
     sink.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import {names}` -> "
-                         f"`from {new_module} import {names}`{''.join(notes)}", fixable=True, will_fix=True)
+                         f"`from {new_module} import {new_names}`{''.join(notes)}", fixable=True, will_fix=True)
 
 
 def _plan_import(context: ModuleContext, sink: Sink, imp: ImportRef, plain_imports: dict[int, set[str]]) -> None:
