@@ -87,10 +87,7 @@ def _shared_part(names: tuple[str, ...]) -> str:
     return ""
 
 
-NO_NAMES = SpelledNames(())
-
-
-def could_hold_deprecated_use(source: str | bytes, names: SpelledNames = NO_NAMES) -> bool:
+def could_hold_deprecated_use(source: str | bytes, names: SpelledNames) -> bool:
     """False only if the source cannot hold a deprecated use (see the module's docstring); `names`: the
     deprecated names outside the deprecated namespaces."""
     if isinstance(source, bytes):
@@ -164,8 +161,8 @@ def _has_amp_name(text: str) -> bool:
 # import amp`), except `torch.autocast` (and `torch.is_autocast_enabled`, AMP008...), spelled through the part
 # their names share (`autocast`, `retarget_names.anchor`): a file holding those letters anywhere is parsed as
 # well (a superset of the names, searched again in the decoded, normalised text).
-def could_hold_use(source: str | bytes, retargets: bool, names: SpelledNames = NO_NAMES,
-                   retarget_names: SpelledNames = NO_NAMES) -> bool:
+def could_hold_use(source: str | bytes, retargets: bool, names: SpelledNames,
+                   retarget_names: SpelledNames) -> bool:
     """False only if the source cannot hold a use that the run (device target or not) looks at."""
     if could_hold_deprecated_use(source, names):
         return True
