@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from ampfix.core.rules import CallShape, Example, Family, Rule, Target
 from ampfix.families.apex.rules import APEX_RULES
+from ampfix.families.torch_amp import (autocast, autocast_state, cast, custom_bwd, custom_fwd, device_literal,
+                                      grad_scaler, module_paths, no_twin)
 from ampfix.syntax.prefilter import SpelledNames
-from ampfix.families.torch_amp import (autocast, autocast_state, cast, custom_bwd, custom_fwd, device_literal, grad_scaler,
-                                      module_paths, no_twin)
 
 # torch's own deprecated names (the TORCH_AMP family).
 TORCH_RULES: tuple[Rule, ...] = (
@@ -15,10 +15,10 @@ TORCH_RULES: tuple[Rule, ...] = (
     custom_fwd.RULE,
     custom_bwd.RULE,
     cast.RULE,
+    device_literal.RULE,
     autocast_state.RULE,
     autocast_state.IS_ENABLED_RULE,
     autocast_state.SET_ENABLED_RULE,
-    device_literal.RULE,
     module_paths.RULE,
     no_twin.RULE,
 )
@@ -55,5 +55,5 @@ NO_TWIN_CODE = no_twin.RULE.code
 MODULE_PATH_CODE = module_paths.RULE.code
 
 
-__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "RETARGET_NAMES", "SPELLED_NAMES", "TORCH_AMP", "TORCH_RULES", "CallShape", "Example",
-           "Family", "Rule", "Target"]
+__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "RETARGET_NAMES", "SPELLED_NAMES", "TORCH_AMP",
+           "TORCH_RULES", "CallShape", "Example", "Family", "Rule", "Target"]
