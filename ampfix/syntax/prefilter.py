@@ -56,22 +56,28 @@ _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
 class SpelledNames:
     """Identifiers that a use spells where it spells no deprecated root, and the longest part they all share."""
 
-    __slots__ = ("names", "anchor", "_text", "_bytes")
+    __slots__ = ("names", "anchor", "_anchor_bytes", "_patterns")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.anchor = _shared_part(names)
-        alternatives = "|".join(map(re.escape, names))
-        self._text = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
-        self._bytes = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)".encode("ascii"))
+        self._anchor_bytes = self.anchor.encode("ascii")
+        # Compiled on the first file that holds the anchor: most runs (a commit's files) never need them.
+        self._patterns: tuple[re.Pattern[str], re.Pattern[bytes]] | None = None
 
     def spelled_in(self, text: str | bytes) -> bool:
         """Is one of the names an identifier of `text` (ASCII words in bytes)?"""
         if not self.names:
             return False
         if isinstance(text, bytes):
-            return self.anchor.encode("ascii") in text and self._bytes.search(text) is not None
-        return self.anchor in text and self._text.search(text) is not None
+            return self._anchor_bytes in text and self._compiled()[1].search(text) is not None
+        return self.anchor in text and self._compiled()[0].search(text) is not None
+
+    def _compiled(self) -> tuple[re.Pattern[str], re.Pattern[bytes]]:
+        if self._patterns is None:
+            pattern = rf"(?<!\w)(?:{'|'.join(map(re.escape, self.names))})(?!\w)"
+            self._patterns = (re.compile(pattern), re.compile(pattern.encode("ascii")))
+        return self._patterns
 
 
 def _shared_part(names: tuple[str, ...]) -> str:
