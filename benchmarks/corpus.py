@@ -35,11 +35,18 @@ What is measured, per package:
   (line, code, fixable) — `check` promises what `rewrite` does.
 - the autocast state functions (`torch.get_autocast_gpu_dtype()` and the other 13 names torch 2.4
   deprecated, `DEPRECATED_STATE_FUNCTIONS`): found through the same resolution, and counted again apart
-  (found, fixed, left by reason, unreported) below the table, beside the namespace figures.
+  (found, fixed, left by reason, unreported) below each table, beside the namespace figures.
 - cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp`,
   `cuda import amp` or a state function's name; `code miss` counts those among them whose match lies in code (not in a
   comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
   Files the engine (AMP901) or the oracle cannot parse are counted as `unparsable`.
+
+The figures come twice: at the newest torch (default options), then at each package's own declared
+floor, the torch requirement of its release metadata (`declared_floor`: the wheel's METADATA or the
+sdist's PKG-INFO / egg-info requires.txt, Requires-Dist read as `ampfix.io.declared_torch` reads a
+project's dependencies), as `ampfix rewrite` with no flag would target it in that project. There,
+**held (floor)** counts the lines left because a rule needs a newer torch than the floor: their own
+category, out of `left+rep.` (a release with no torch floor is measured at the newest torch again).
 
 Downloads take ~16 MB; the run is one process (keep it light on shared machines).
 """
@@ -85,12 +92,13 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("allennlp==2.10.1", "wheel"),
 )
 
-DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
 # The autocast state functions torch 2.4 deprecated (each warns a DeprecationWarning on torch 2.13), written
 # here from torch's warnings, not taken from the engine's rules (the oracle stays independent).
-DEPRECATED_STATE_FUNCTIONS = frozenset(
+DEPRECATED_STATE_FUNCTIONS = tuple(
     [f"torch.{verb}_autocast_{device}_dtype" for verb in ("get", "set") for device in ("gpu", "cpu", "xla", "ipu")]
     + [f"torch.{verb}_autocast_{device}_enabled" for verb in ("is", "set") for device in ("cpu", "xla", "ipu")])
+# What is deprecated: everything below the two modules, and the state functions (and anything below them).
+DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp", *DEPRECATED_STATE_FUNCTIONS)
 _STATE = r"(?:get|set)_autocast_(?:gpu|cpu|xla|ipu)_dtype|(?:is|set)_autocast_(?:cpu|xla|ipu)_enabled"
 _TEXT_MATCH = re.compile(rf"\b(?:cuda|cpu)\s*\.\s*amp\b|\bcuda\s+import\s+amp\b|\b(?:{_STATE})\b")
 _CODE_MATCH = re.compile(rf"(?:cuda|cpu)\.amp\b|cuda import amp\b|\b(?:{_STATE})\b")
@@ -136,17 +144,58 @@ def _unpack_python_files(archive: Path, tree: Path) -> None:
             tf.extractall(tree, members, filter="data")
 
 
+def declared_floor(requirement: str, cache: Path) -> tuple[tuple[int, int] | None, str]:
+    """The torch floor a release declares in its metadata, and what was read (for the table)."""
+    from ampfix.io.declared_torch import floor_of_requirements
+
+    downloads = cache / "downloads" / requirement.replace("==", "-")
+    archives = sorted(downloads.glob("*")) if downloads.is_dir() else []
+    if len(archives) != 1:
+        return None, "no archive"
+    lines = _requires_dist(archives[0])
+    declared = floor_of_requirements(lines, archives[0])
+    named = dict.fromkeys(line.split(";")[0].strip() for line in lines  # once each, markers dropped
+                          if re.match(r"torch\s*([(<>=!~;\[]|$)", line, re.IGNORECASE))
+    said = "; ".join(named) or "torch not required"
+    return declared.floor, declared.problem or said
+
+
+def _requires_dist(archive: Path) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA or an sdist's PKG-INFO; else its egg-info requires.txt."""
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            texts = {name: zf.read(name).decode("utf-8", "replace") for name in zf.namelist()
+                     if name.endswith(".dist-info/METADATA")}
+    else:
+        with tarfile.open(archive) as tf:
+            texts = {}
+            for member in tf.getmembers():
+                if member.isfile() and (member.name.count("/") == 1 and member.name.endswith("/PKG-INFO")
+                                        or member.name.endswith(".egg-info/requires.txt")):
+                    handle = tf.extractfile(member)
+                    if handle is not None:
+                        texts[member.name] = handle.read().decode("utf-8", "replace")
+    for name, text in sorted(texts.items()):
+        if name.endswith(("METADATA", "PKG-INFO")):
+            lines = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+            if lines:
+                return lines
+    for name, text in sorted(texts.items()):
+        if name.endswith("requires.txt"):  # `[extra]` section headers are not requirements
+            return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("[")]
+    return []
+
+
 # ---------------------------------------------------------------------------------------------
 # The oracle: deprecated uses by line, independently of the engine
 
 
-def _is_deprecated(qname: str | None) -> bool:
-    return qname is not None and (any(qname == m or qname.startswith(m + ".") for m in DEPRECATED_MODULES)
-                                  or _is_state_function(qname))
+def _is_deprecated(qname: str | None, modules: tuple[str, ...] = DEPRECATED_MODULES) -> bool:
+    return qname is not None and any(qname == m or qname.startswith(m + ".") for m in modules)
 
 
 def _is_state_function(qname: str | None) -> bool:
-    return qname is not None and any(qname == f or qname.startswith(f + ".") for f in DEPRECATED_STATE_FUNCTIONS)
+    return _is_deprecated(qname, DEPRECATED_STATE_FUNCTIONS)
 
 
 class DeprecatedUses(ast.NodeVisitor):
@@ -155,7 +204,9 @@ class DeprecatedUses(ast.NodeVisitor):
     Each scope maps a name to the set of (what it is bound to, the import's line); the target is
     None for anything but an import."""
 
-    def __init__(self) -> None:
+    def __init__(self, modules: tuple[str, ...] = DEPRECATED_MODULES) -> None:
+        self.modules = modules  # what counts as deprecated (benchmarks/apex_corpus.py: apex's removed modules)
+        self.qnames: dict[int, set[str]] = defaultdict(set)  # line -> the deprecated names used on it
         self.lines: set[int] = set()
         self.state_lines: set[int] = set()  # those with an autocast state function (a subset of `lines`)
         self.via_import: dict[int, set[int]] = defaultdict(set)  # use line -> its import's line(s)
@@ -192,14 +243,14 @@ class DeprecatedUses(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if _is_deprecated(alias.name):
+            if _is_deprecated(alias.name, self.modules):
                 self.lines.add(alias.lineno)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
             return
         for alias in node.names:
-            if _is_deprecated(f"{node.module}.{alias.name}"):
+            if _is_deprecated(f"{node.module}.{alias.name}", self.modules):
                 self._add(alias.lineno, f"{node.module}.{alias.name}")
 
     def _add(self, line: int, qname: str | None) -> None:
@@ -218,9 +269,11 @@ class DeprecatedUses(ast.NodeVisitor):
 
     def _found(self, node: ast.expr) -> bool:
         qname, import_lines = self._resolve(node)
-        if not _is_deprecated(qname):
+        if not _is_deprecated(qname, self.modules):
             return False
+        assert qname is not None
         self._add(node.lineno, qname)
+        self.qnames[node.lineno].add(qname)
         self.via_import[node.lineno].update(import_lines)
         return True
 
@@ -228,7 +281,7 @@ class DeprecatedUses(ast.NodeVisitor):
         if not isinstance(node.value, str) or ("amp" not in node.value and "_autocast_" not in node.value):
             return
         text = node.value.strip()
-        if _DOTTED.fullmatch(text) and _is_deprecated(text):  # "torch.cuda.amp.autocast"
+        if _DOTTED.fullmatch(text) and _is_deprecated(text, self.modules):  # "torch.cuda.amp.autocast"
             self._add(node.lineno, text)
             return
         try:  # a string annotation: "Optional[amp.GradScaler]" with `from torch.cuda import amp`
@@ -237,7 +290,7 @@ class DeprecatedUses(ast.NodeVisitor):
             return
         chains = [n for n in ast.walk(expression) if isinstance(n, ast.Attribute)] if expression else []
         qnames = [self._resolve(chain)[0] for chain in chains]
-        if any(_is_deprecated(q) for q in qnames):
+        if any(_is_deprecated(q, self.modules) for q in qnames):
             self.lines.add(node.lineno)
             if any(_is_state_function(q) for q in qnames):
                 self.state_lines.add(node.lineno)
@@ -255,7 +308,7 @@ class DeprecatedUses(ast.NodeVisitor):
                 resolved = [(".".join([target, *reversed(parts)]), line)
                             for target, line in scope[node.id] if target is not None]
                 # Several bindings: deprecated if any is (the oracle errs towards finding more).
-                deprecated = [(q, line) for q, line in resolved if _is_deprecated(q)]
+                deprecated = [(q, line) for q, line in resolved if _is_deprecated(q, self.modules)]
                 if deprecated:
                     return deprecated[0][0], [line for _, line in deprecated]
                 return (resolved[0][0] if resolved else None), []
@@ -367,6 +420,7 @@ class PackageResult:
     found: int = 0
     fixed: int = 0
     left: int = 0
+    held: int = 0  # left because a rule needs a newer torch than the target (the declared floor)
     unreported: int = 0
     amp900_files: int = 0
     amp900_lines: int = 0
@@ -378,6 +432,7 @@ class PackageResult:
     grep_lines: int = 0
     code_miss: int = 0
     seconds: float = 0.0
+    floor: str = "newest"  # the target torch measured at
     reasons: Counter = field(default_factory=Counter)
     details: list[dict] = field(default_factory=list)
     # The same figures for the lines with an autocast state function (counted in the columns above too).
@@ -415,6 +470,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         result.code_miss += 1
         detail("oracle missed (code matches the grep)", line)
 
+    held_back = _held_back_at(options.target_torch)
     start = time.perf_counter()
     fixed = fix_source(source, options)
     checked = check_source(source, options)
@@ -473,8 +529,12 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
             detail("a finding says fixed, the line still has a deprecated use", line,
                    message=claimed[0].message)
         if open_findings.get(line) or at_import:
-            result.left += 1
             finding = (open_findings.get(line) or at_import)[0]
+            if held_back(finding):
+                result.held += 1
+                detail("held back by the floor", line, message=finding.message)
+                continue
+            result.left += 1
             reason = ("" if open_findings.get(line) else "(at its import) ") + reason_of(finding)
             result.reasons[reason] += 1
             if line in state:
@@ -488,10 +548,19 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
                                                  for f in fixed.findings if f.line == line])
 
 
+def _held_back_at(target: tuple[int, int] | None):
+    """Whether a finding is left because a fix needs a newer torch than `target` (as `rewrite` says it)."""
+    from ampfix.io.files import held_back_at
+
+    return (lambda finding: False) if target is None else held_back_at(target)
+
+
 def measure_package(name: str, tree: Path, options) -> PackageResult:
     from ampfix.io.files import FileResult, discover
 
     result = PackageResult(name)
+    if options.target_torch is not None:
+        result.floor = ".".join(map(str, options.target_torch))
     for path in discover([tree]):
         if isinstance(path, FileResult):  # a folder that cannot be read
             raise SystemExit(f"{path.path}: {path.error}")
@@ -502,9 +571,10 @@ def measure_package(name: str, tree: Path, options) -> PackageResult:
 # ---------------------------------------------------------------------------------------------
 # Reporting
 
-COLUMNS = (("package", "name", "<"), ("files", "files", ">"), ("w/ findings", "candidates", ">"),
+COLUMNS = (("package", "name", "<"), ("target", "floor", ">"), ("files", "files", ">"),
+           ("w/ findings", "candidates", ">"),
            ("found", "found", ">"), ("fixed", "fixed", ">"), ("fixed %", None, ">"),
-           ("left+rep.", "left", ">"), ("unrep.", "unreported", ">"),
+           ("left+rep.", "left", ">"), ("held (floor)", "held", ">"), ("unrep.", "unreported", ">"),
            ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),
            ("2nd run", "second_run_changed", ">"), ("check!=fix", "check_fix_differ", ">"),
            ("false fixed", "claimed_fixed", ">"),
@@ -540,7 +610,7 @@ def render(results: list[PackageResult], total: PackageResult) -> str:
 
 
 def totals(results: list[PackageResult]) -> PackageResult:
-    total = PackageResult("**total**")
+    total = PackageResult("**total**", floor="")
     for r in results:
         for attr, value in vars(r).items():
             if isinstance(value, (int, float)) and attr != "name":
@@ -561,51 +631,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every result and detail here")
     args = parser.parse_args(argv)
 
+    from dataclasses import replace
+
     from ampfix.core.options import Options
 
     options = Options(unsafe_fixes=args.unsafe_fixes)
     chosen = [(req, kind) for req, kind in PACKAGES
               if not args.only or req.split("==")[0] in args.only]
     trees = [(requirement, fetch(requirement, kind, args.cache, args.offline)) for requirement, kind in chosen]
+    floors = {requirement: declared_floor(requirement, args.cache) for requirement, _ in trees}
     started = time.perf_counter()
-    results = []
-    for requirement, tree in trees:
-        results.append(measure_package(requirement, tree, options))
-        print(f"measured {requirement}", file=sys.stderr)
-    total = totals(results)
+    passes = {}
+    for name, floor_of in (("newest", lambda requirement: None), ("floor", lambda requirement: floors[requirement][0])):
+        results = []
+        for requirement, tree in trees:
+            results.append(measure_package(requirement, tree, replace(options, target_torch=floor_of(requirement))))
+            print(f"measured {requirement} ({name})", file=sys.stderr)
+        passes[name] = (results, totals(results))
     wall = time.perf_counter() - started
 
-    print(f"ampfix engine on {len(results)} releases, "
-          f"{'--unsafe-fixes' if args.unsafe_fixes else 'default (safe) options'}; lines with a deprecated use")
-    print()
-    print(render(results, total))
-    print()
-    print("left and reported, by reason (code, message with names masked):")
-    for reason, count in total.reasons.most_common():
-        print(f"  {count:4d}  {reason}")
-    print()
-    print(f"of which the autocast state functions (torch.get_autocast_gpu_dtype() and siblings): found "
-          f"{total.state_found}, fixed {total.state_fixed}, left and reported {total.state_left}, "
-          f"unreported {total.state_unreported}; left by reason:")
-    for reason, count in total.state_reasons.most_common():
-        print(f"  {count:4d}  {reason}")
+    what = "--unsafe-fixes" if args.unsafe_fixes else "default (safe) options"
+    print("the torch each release declares (its metadata's Requires-Dist):")
+    for requirement, (floor, said) in floors.items():
+        print(f"  {requirement}: {'-' if floor is None else '.'.join(map(str, floor))}  ({said})")
+    for name, title in (("newest", "at the newest torch"), ("floor", "at each release's declared floor")):
+        results, total = passes[name]
+        print()
+        print(f"ampfix engine on {len(results)} releases, {what}, {title}; lines with a deprecated use")
+        print()
+        print(render(results, total))
+        print()
+        print("left and reported, by reason (code, message with names masked):")
+        for reason, count in total.reasons.most_common():
+            print(f"  {count:4d}  {reason}")
+        print(f"of which the autocast state functions (torch.get_autocast_gpu_dtype() and siblings): found "
+              f"{total.state_found}, fixed {total.state_fixed}, left and reported {total.state_left}, "
+              f"unreported {total.state_unreported}; left by reason:")
+        for reason, count in total.state_reasons.most_common():
+            print(f"  {count:4d}  {reason}")
+    newest_total = passes["newest"][1]
     if args.details:
         print()
-        for d in sorted(total.details, key=lambda d: (d["category"], d["package"], d["file"], d["line"])):
-            print(f"[{d['category']}] {d['package']} {d['file']}:{d['line']}: {d['text']}")
-            for key in ("message", "findings", "diff"):
-                if d.get(key):
-                    print(f"    {key}: {d[key]}")
+        for name in passes:
+            for d in sorted(passes[name][1].details, key=lambda d: (d["category"], d["package"], d["file"], d["line"])):
+                if name == "floor" and d["category"] != "held back by the floor":
+                    continue  # the rest is the newest pass's, listed above it
+                print(f"[{d['category']}] {d['package']} {d['file']}:{d['line']}: {d['text']}")
+                for key in ("message", "findings", "diff"):
+                    if d.get(key):
+                        print(f"    {key}: {d[key]}")
     print()
-    print(f"wall time {wall:.1f} s, downloads excluded (engine: fix, check and the second fix, {total.seconds:.1f} s); "
-          f"python {sys.version.split()[0]}")
+    print(f"wall time {wall:.1f} s for both passes, downloads excluded (engine: fix, check and the second fix, "
+          f"{sum(total.seconds for _, total in passes.values()):.1f} s); python {sys.version.split()[0]}")
     if args.json:
         args.json.write_text(json.dumps({
-            "packages": [{k: v for k, v in vars(r).items() if k not in ("details",)} for r in results],
-            "details": total.details, "wall_s": wall}, indent=1, default=str))
-    targets_met = (total.amp900_files == 0 and total.broken == 0 and total.unreported == 0
-                   and total.found and total.fixed / total.found >= 0.92)
-    print("targets (0 AMP900, 0 broken, 0 unreported, >= 92% fixed):", "met" if targets_met else "NOT met")
+            name: {"packages": [{k: v for k, v in vars(r).items() if k not in ("details",)} for r in results],
+                   "details": total.details}
+            for name, (results, total) in passes.items()} | {"wall_s": wall, "floors": floors}, indent=1, default=str))
+    targets_met = (newest_total.amp900_files == 0 and newest_total.broken == 0 and newest_total.unreported == 0
+                   and newest_total.found and newest_total.fixed / newest_total.found >= 0.92)
+    print("targets at the newest torch (0 AMP900, 0 broken, 0 unreported, >= 92% fixed):",
+          "met" if targets_met else "NOT met")
+    floor_total = passes["floor"][1]
+    floor_met = floor_total.amp900_files == 0 and floor_total.broken == 0 and floor_total.unreported == 0
+    print("targets at the floors (0 AMP900, 0 broken, 0 unreported):", "met" if floor_met else "NOT met")
     return 0
 
 

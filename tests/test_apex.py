@@ -68,6 +68,15 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
+@pytest.mark.parametrize("name", ["apex_ddp", "apex_condition"])
+def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str):
+    """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original."""
+    from ampfix.engine import fix_source
+
+    run = ROOT / "fixtures" / "run"
+    assert fix_source((run / f"{name}.py").read_text()).new_source == (run / f"{name}.native.py").read_text()
+
+
 @pytest.mark.parametrize("script", [SCRIPT, ROOT / "fixtures" / "apex" / "o1_script_resumes.in.py",
                                     ROOT / "fixtures" / "run" / "apex_yolo.py"], ids=lambda path: path.name)
 def test_the_rewrite_keeps_the_files_line_endings(script: Path):
@@ -393,3 +402,67 @@ def test_the_apex_modules_import_by_their_dotted_names():
     import ampfix.families.apex.rules as apex_rules
 
     assert apex_rules.APEX_RULES and detect.plan_apex
+
+
+def _every_apex_name() -> list[str]:
+    from ampfix.families.apex import rules
+
+    return sorted({name for rule in rules.APEX_RULES for name in rule.symbols} | set(rules.ADVICE))
+
+
+def _uses_of(names: list[str], spelling: str) -> tuple[str, dict[int, str]]:
+    """Imports, then one statement per name using it (`u<i> = <name>(m)`): the text, and the line of each name."""
+    imports: list[str] = []
+    statements: list[str] = []
+    for i, name in enumerate(names):
+        if spelling == "attribute":
+            package = name.partition(".")[0]
+            if f"import {package}" not in imports:
+                imports.append(f"import {package}")
+            statements.append(f"u{i} = {name}(m)")
+        else:
+            parent, _, last = name.rpartition(".")
+            imports.append(f"from {parent} import {last} as n{i}")
+            statements.append(f"u{i} = n{i}(m)")
+    first = len(imports) + 1
+    return "\n".join(imports + statements) + "\n", {first + i: name for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("spelling", ["attribute", "from-import"])
+def test_every_apex_name_the_rules_know_is_reported_at_its_line_in_one_file(spelling: str):
+    from ampfix.engine import check_source, fix_source
+    from ampfix.families.apex import rules
+
+    names = _every_apex_name()
+    source, lines = _uses_of(names, spelling)
+    checked, fixed = check_source(source), fix_source(source)
+    assert fixed.new_source == source
+    for result in (checked, fixed):
+        assert not [f for f in result.findings if not f.code.startswith("AMP1")], result.findings
+        codes = {(f.line, f.code) for f in result.findings}
+        for line, name in lines.items():
+            rule = rules.rule_of(name)
+            assert rule is not None and (line, rule.code) in codes, (name, line)
+
+
+def test_the_o1_pattern_beside_every_other_apex_name_is_rewritten_and_the_others_reported_at_their_lines():
+    """apex's own examples/simple/distributed: apex.amp with an apex.parallel name (issue 17: AMP900, KeyError)."""
+    from ampfix.engine import check_source, fix_source
+    from ampfix.families.apex import rules
+
+    others = [n for n in _every_apex_name() if not n.startswith(rules.AMP_MODULE)]
+    uses, lines = _uses_of(others, "from-import")
+    pattern = SCRIPT.read_text().split('"""', 2)[2]  # without the docstring
+    source = uses + pattern
+    checked, fixed = check_source(source), fix_source(source)
+    assert fixed.changed and "from apex import amp" not in fixed.new_source
+    assert {(f.line, f.code, f.fixable) for f in checked.findings} == {
+        (f.line, f.code, f.fixable) for f in fixed.findings}
+    assert sorted(f.code for f in fixed.findings if f.fixed) == ["AMP101", "AMP102", "AMP103", "AMP104"]
+    left = {(f.line, f.code) for f in fixed.findings if not f.fixed}
+    # each use at its line, and each import (line i + 1 imports name i; it fails on current apex)
+    imports = {i + 1: name for i, name in enumerate(others)}
+    expected = {(line, rule.code) for line, rule in ((n, rules.rule_of(name))
+                                                     for n, name in [*lines.items(), *imports.items()])
+                if rule is not None}
+    assert len(expected) == 2 * len(others) and left == expected

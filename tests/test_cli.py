@@ -62,6 +62,8 @@ def test_check_json_shape(tree: Path):
             "unsafe": False,
             "fixed": False,
             "suggestion": 'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+            "target_torch": None,  # no flag, no key, no project metadata: the newest
+            "target_source": None,
         }
     ]
 
@@ -210,9 +212,10 @@ def test_rules_table_lists_every_code():
     rows = json.loads(invoke("rules", "--output-format", "json").stdout)
     assert {"code": "AMP006", "title": 'torch.amp with a literal "cuda" (device targets only)',
             "old": "torch.autocast", "new": "torch.autocast(<the device target>)", "min_torch": "1.10",
-            "fix": "safe; with --device cpu|auto or --device-expr only"} in rows
+            "fix": "safe; with --device cpu|auto or --device-expr only", "held_back": False} in rows
     assert {"code": "AMP002", "title": "GradScaler", "old": "torch.cuda.amp.GradScaler",
-            "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe; references unsafe"} in rows
+            "new": 'torch.amp.GradScaler("cuda")', "min_torch": "2.3", "fix": "safe; references unsafe",
+            "held_back": False} in rows
 
 
 def test_rules_fix_column_tells_calls_from_references():

@@ -95,7 +95,8 @@ def test_an_ignored_name_keeps_its_import_with_it(project: Path):
 
 def test_the_most_specific_selector_wins():
     assert enabled_rules(None, []) is None
-    apex = {"AMP100", "AMP101", "AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108", "AMP109"}
+    apex = {"AMP100", "AMP101", "AMP102", "AMP103", "AMP104", "AMP105", "AMP106", "AMP107", "AMP108", "AMP109",
+            "AMP110", "AMP111"}
     assert enabled_rules(["AMP"], ["AMP00"]) == {"AMP010", "AMP011", *apex}
     assert enabled_rules(["AMP001"], ["AMP00"]) == {"AMP001"}
     assert enabled_rules(["AMP001"], ["AMP001"]) == frozenset()

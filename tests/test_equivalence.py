@@ -103,7 +103,11 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/o1_forward_holds_torch_cuda_amp", "apex/o1_script", "apex/o1_train_function",
                 "apex/o1_with_torch_cuda_amp", "apex/o1_without_torch_import", "apex/yolov5_optional_import",
                 "apex/optional_flags_in_try", "apex/o1_script_resumes", "apex/o1_resume_helper_present",
-                "apex/optional_without_flag", "apex/o1_clip_model_parameters"}
+                "apex/optional_without_flag", "apex/o1_clip_model_parameters", "apex/condition_clip_pair",
+                "apex/condition_else_with_comments", "apex/local_import_in_function",
+                "apex/local_import_under_condition", "apex/o1_script_with_apex_parallel",
+                "apex/opt_level_from_argparse_default_o1", "apex/parallel_rewritten", "unsafe_fixes/apex_opt_level_o2",
+                "apex/private_loss_scale_read"}
 
 
 def test_only_the_known_cases_are_not_runnable() -> None:

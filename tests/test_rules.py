@@ -32,7 +32,13 @@ def test_rule_example(rule, example):
         assert any(f.code == rule.code and f.fixed for f in result.findings)
     elif example.reported is not None:
         assert example.reported == rule.code, "an example is reported under its own rule's code"
-        assert [f.code for f in result.findings if not f.fixed] == [example.reported]
+        # an apex import left is reported at its own line too (it fails on current apex), under its name's rule
+        imports = {node.lineno for node in ast.walk(ast.parse(example.before))
+                   if isinstance(node, (ast.Import, ast.ImportFrom))}
+        outside = [f.code for f in result.findings if not f.fixed and f.line not in imports]
+        at_imports = [f.code for f in result.findings if not f.fixed and f.line in imports]
+        assert outside == [example.reported] or (not outside and at_imports.count(example.reported) == 1)
+        assert all(code == example.reported or code.startswith("AMP1") for code in at_imports)
     else:
         assert result.findings == (), "an example with nothing to change has nothing to report"
 

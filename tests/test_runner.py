@@ -31,6 +31,15 @@ JOBS: dict[str, list[str]] = {
         "verify", "cnn_amp.py", "--rewritten", "cnn_amp.wrong_cpu.py", "--autocast-policy", "cpu", "--", "--steps", "3",
     ],
     "engine_rewrite_verify": ["verify", "cnn_amp.py", "--", "--steps", "3"],
+    # Where real scripts meet the emulation (issue 16), and autocasts nested across a call (issue 20).
+    "boundaries_run": ["run", "boundaries.py"],
+    "odd_fft_run": ["run", "boundaries.py", "--", "24"],
+    "silenced_run": ["run", "silenced.py"],
+    "project_verify": ["verify", "project_amp/run.py"],
+    "project_unmigrated_verify": ["verify", "project_amp/run.py", "--rewritten", "project_amp/run.py"],
+    "nested_idiomatic_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.idiomatic.py"],
+    "nested_explicit_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.explicit.py"],
+    "nested_engine_verify": ["verify", "nested_call.py"],
 }
 
 
@@ -50,7 +59,7 @@ def test_cnn_runs_cuda_autocast_as_cpu_bfloat16(cnn_run: Job) -> None:
     assert report["exit_code"] == 0
     training = _region(report, 50)
     assert training == {
-        "device_requested": "cuda", "dtype_requested": "float16", "enabled_requested": True,
+        "device_requested": "cuda", "dtype_requested": "float16", "enabled_requested": True, "cache_enabled_requested": True,
         "device_run": "cpu", "dtype": "bfloat16", "enabled": True, "entered": 4, "origin": "script",
         "file": str(FIXTURES / "cnn_amp.py"), "line": 50, "process": "main",
     }  # fmt: skip
@@ -226,3 +235,113 @@ def test_verify_with_ampfix_own_rewrite(engine_rewrite_verify: Job) -> None:
     assert engine_rewrite_verify.returncode == 0, engine_rewrite_verify.stderr
     assert engine_rewrite_verify.report["equivalent"] is True
     assert len(engine_rewrite_verify.report["original"]["losses"]) == 3
+
+
+# -- where real scripts meet the emulation ------------------------------------------------------
+
+
+def _sites(items: list[dict[str, Any]], key: str) -> set[tuple[int, str, int]]:
+    return {(item["line"], item[key], item["count"]) for item in items}
+
+
+def test_the_bfloat16_stand_in_reads_as_float16_where_it_leaves_the_run(boundaries_run: Job) -> None:
+    report = boundaries_run.report
+    assert boundaries_run.returncode == 0, boundaries_run.stderr
+    # What the script printed: every boundary saw the float16 a GPU gives.
+    assert boundaries_run.stdout.splitlines() == [
+        "outputs: float16",
+        "numpy: float16 float16",
+        "saved: torch.float16",
+        "spectrum: torch.complex32 mae finite: True",
+    ]
+    assert _region(report, 42)["dtype"] == "bfloat16"  # while the run itself ran bfloat16
+    assert _sites(report["stand_in"], "what") == {
+        (50, "x.numpy() gave float16", 1),
+        (52, "x.dtype read as float16", 1),
+        (56, "numpy array of x in float16", 1),
+        (58, "torch.save wrote float16", 1),
+    }
+    assert all(item["file"] == str(FIXTURES / "boundaries.py") for item in report["stand_in"])
+
+
+def test_ffts_the_cpu_lacks_in_half_precision_run_in_float32_and_are_reported(boundaries_run: Job) -> None:
+    done = "no CPU kernel, ran in float32, cast back as CUDA gives"
+    assert _sites(boundaries_run.report["emulated"], "feature") == {
+        (29, f"torch.fft.rfft on bfloat16: {done}", 2),  # inside autocast, each step
+        (33, f"torch.fft.irfft on complex32: {done}", 2),  # the complex32 rfft gave, as on a GPU
+        (60, f"torch.fft.rfft on bfloat16: {done}", 1),  # outside autocast, on the stand-in
+    }
+    assert boundaries_run.report["op_dtypes"]["complex32"] == 2  # counted as CUDA gives it, not float32's
+
+
+def test_a_half_precision_fft_a_gpu_refuses_fails_and_says_so(odd_fft_run: Job) -> None:
+    assert odd_fft_run.returncode == 1
+    assert (
+        "cuFFT only supports dimensions whose sizes are powers of two when computing in half precision, "
+        "but got a signal size of[24]"
+    ) in odd_fft_run.stderr
+    assert "why: the runner reproduces a GPU's own refusal here: the script fails the same" in odd_fft_run.stderr
+    assert odd_fft_run.report["processes"][0]["failure"]["gpu_too"] is True
+
+
+def test_deprecated_calls_are_counted_though_the_script_silences_warnings(silenced_run: Job) -> None:
+    report = silenced_run.report
+    assert silenced_run.returncode == 0, silenced_run.stderr
+    assert {(item["line"], item["count"], item["category"], item["api"]) for item in report["deprecations"]} == {
+        (13, 1, "FutureWarning", True),  # @custom_fwd(cast_inputs=...)
+        (20, 1, "FutureWarning", True),  # torch.cuda.amp.GradScaler()
+        (22, 3, "FutureWarning", True),  # torch.cuda.amp.autocast(), each step
+    }
+    assert "FutureWarning" not in silenced_run.stderr.split("ampfix run:")[0]  # and the script's filter still holds
+
+
+def test_verify_rewrites_the_local_modules_the_script_imports(project_verify: Job) -> None:
+    report = project_verify.report
+    assert project_verify.returncode == 0, project_verify.stderr
+    assert report["equivalent"] is True
+    root = FIXTURES / "project_amp"
+    assert report["notes"][1:] == [
+        f"rewrite: ampfix's own of the script and the 2 local module(s) it imports, run from the rewrite side's copy of {root}",
+        "files rewritten: exp/exp_main.py",
+    ]
+    assert report["original"]["deprecations"] and not report["rewritten"]["deprecations"]
+    assert (root / "exp" / "exp_main.py").read_text().count("torch.cuda.amp.") == 2  # the caller's file is untouched
+
+
+def test_verify_of_the_same_unmigrated_source_is_never_equivalent(project_unmigrated_verify: Job) -> None:
+    report = project_unmigrated_verify.report
+    assert project_unmigrated_verify.returncode == 1
+    assert report["equivalent"] is False
+    assert report["first_difference"] == (
+        "the rewrite still calls a deprecated API at exp_main.py:12 and 1 other site(s) "
+        "(`torch.cuda.amp.GradScaler(args...)` is deprecated. Please use `torch.amp.GradScaler('cuda', args...)` "
+        "instead.): not migrated"
+    )
+    assert "the rewrite side still uses the deprecated API in exp/exp_main.py: line 12 AMP002, line 17 AMP001" in report["notes"]
+    assert "equivalent:" not in project_unmigrated_verify.stderr
+
+
+def test_verify_names_a_nested_region_whose_effective_settings_differ(nested_idiomatic_verify: Job) -> None:
+    report = nested_idiomatic_verify.report
+    assert nested_idiomatic_verify.returncode == 1
+    assert report["first_difference"] == (
+        "step 0: original autocast(device=cuda dtype=float16 enabled=True cache_enabled=True) at nested_call.py:13; "
+        "rewrite autocast(device=cuda dtype=bfloat16 enabled=True cache_enabled=False) at nested_call.idiomatic.py:13 "
+        "(the region's effective dtype and cache_enabled differ: an autocast that does not give them takes the "
+        "enclosing region's, where the deprecated torch.cuda.amp.autocast() and torch.cpu.amp.autocast() give their "
+        "own defaults)"
+    )
+
+
+def test_verify_of_ampfixs_own_rewrite_of_the_nesting_is_equivalent(nested_engine_verify: Job) -> None:
+    # ampfix's rewrite writes the old defaults where the nesting is across a call (docs/autocast-defaults.md).
+    assert nested_engine_verify.returncode == 0, nested_engine_verify.stderr
+    assert nested_engine_verify.report["equivalent"] is True
+    assert nested_engine_verify.report["notes"][-1] == "files rewritten: nested_call.py"
+
+
+def test_verify_of_the_explicit_nested_rewrite_is_equivalent(nested_explicit_verify: Job) -> None:
+    assert nested_explicit_verify.returncode == 0, nested_explicit_verify.stderr
+    assert nested_explicit_verify.report["equivalent"] is True
+    region = next(r for r in nested_explicit_verify.report["rewritten"]["autocast_regions"] if r["line"] == 13)
+    assert (region["dtype_requested"], region["cache_enabled_requested"]) == ("float16", True)

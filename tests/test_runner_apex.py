@@ -26,6 +26,10 @@ JOBS: dict[str, list[str]] = {
     "yolo_wrong_step_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_step.py"],
     "glue_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.native.py"],
     "glue_wrong_clip_verify": ["verify", "apex_glue.py", "--rewritten", "apex_glue.wrong_clip.py"],
+    "ddp_verify": ["verify", "apex_ddp.py", "--rewritten", "apex_ddp.native.py"],
+    "condition_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py"],
+    "condition_off_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py", "--",
+                             "--fp16", "0"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -53,8 +57,9 @@ def test_the_optional_apex_import_gets_the_emulation_and_mixed_precision_is_on(a
     )  # fmt: skip
     assert (region["enabled"], region["entered"]) == (True, 1)
     assert len(report["autocast_regions"]) == 1
-    # The evaluation after the epoch ran in mixed precision too.
-    assert "eval loss" in apex_run.stdout and apex_run.stdout.rstrip().endswith("(torch.bfloat16)")
+    # The evaluation after the epoch ran in mixed precision too (bfloat16, which the script reads as
+    # the float16 apex gives on a GPU).
+    assert "eval loss" in apex_run.stdout and apex_run.stdout.rstrip().endswith("(torch.float16)")
 
 
 def test_a_thread_started_after_initialize_runs_in_mixed_precision(apex_thread_run: Job) -> None:
@@ -64,7 +69,8 @@ def test_a_thread_started_after_initialize_runs_in_mixed_precision(apex_thread_r
     # Only the thread runs ops after initialize: its randn (float32), its linear in the AMP dtype,
     # and its softmax in float32 as CUDA's policy gives it; none of them counted without autocast.
     assert report["op_dtypes"] == {"float32": 2, "bfloat16": 1}
-    assert apex_thread_run.stdout == "in the thread: linear torch.bfloat16, softmax torch.float32, autocast True\n"
+    # linear ran in bfloat16, read by the script as the float16 a GPU gives.
+    assert apex_thread_run.stdout == "in the thread: linear torch.float16, softmax torch.float32, autocast True\n"
     region = autocast_region(report, 13)
     assert (region["device_requested"], region["dtype_requested"], region["dtype"], region["entered"]) == (
         "cuda", "float16", "bfloat16", 1,
@@ -116,6 +122,44 @@ def test_a_correct_native_rewrite_is_equivalent_to_the_apex_original(job_name: s
     assert report["rewritten"]["emulated"] == []
     assert report["original"]["losses"] == report["rewritten"]["losses"]  # bit for bit
     assert "equivalent to the emulated apex.amp" in job.stderr
+
+
+def test_the_canonical_apex_example_runs_with_apex_parallel_emulated_and_verifies_against_its_rewrite(
+        ddp_verify: Job) -> None:
+    """apex's examples/simple/distributed shape: apex.parallel imported unconditionally (issue 21)."""
+    report = ddp_verify.report
+    assert ddp_verify.returncode == 0, ddp_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    parallel = "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)"
+    script = str(FIXTURES / "apex_ddp.py")
+    assert report["original"]["emulated"] == [
+        {"feature": parallel, "file": script, "line": 9, "count": 1},
+        {"feature": EMULATED_O1, "file": script, "line": 23, "count": 1}]
+    # the rewrite uses torch's DistributedDataParallel (AMP110), under the same WORLD_SIZE test: nothing emulated
+    assert report["rewritten"]["emulated"] == []
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 20
+
+
+def test_the_rewrite_of_a_local_import_under_a_condition_verifies_with_the_flag_on(condition_verify: Job) -> None:
+    report = condition_verify.report
+    assert condition_verify.returncode == 0, condition_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
+    # apex unscaled before each clipping inside scale_loss; the rewrite's unscale_ before the clipping
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_with_the_flag_off_the_rewrite_differs_only_by_its_disabled_scaler(condition_off_verify: Job) -> None:
+    """`--fp16 0`: apex was never imported, the rewrite creates a disabled GradScaler (a pass-through); verify
+    names that object as the difference, and everything it produces is the same."""
+    report = condition_off_verify.report
+    assert report["equivalent"] is False
+    assert "enabled=False) at apex_condition.native.py:17" in report["first_difference"]
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
+    assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 4)]
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:
@@ -324,10 +368,14 @@ def test_an_apex_without_amp_gets_the_emulated_amp_and_nothing_else(
     assert callable(amp.initialize) and callable(amp.scale_loss)
     with pytest.raises(AttributeError, match="float_function"):
         amp.float_function  # noqa: B018
+    parallel = importlib.import_module("apex.parallel")  # NVIDIA's examples import it unconditionally
+    assert callable(parallel.DistributedDataParallel) and callable(parallel.convert_syncbn_model)
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("apex.parallel")
+        importlib.import_module("apex.fp16_utils")
     features = [feature for feature, _, _ in provider.unemulated]
     assert features == [
         "apex.amp.float_function (not emulated; only initialize, scale_loss, master_params, state_dict, load_state_dict are)",
-        "apex.parallel (not installed; ampfix emulates only apex.amp's O1)",
+        "apex.fp16_utils (not installed; ampfix emulates only apex.amp's O1 and apex.parallel)",
     ]
+    assert [feature for feature, _, _ in provider.emulated][-1] == (
+        "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)")

@@ -75,7 +75,11 @@ def test_verify_makes_the_cpu_rewrite_itself_and_custom_fwd_casts_in_the_runs_dt
     assert job.returncode == 0, job.stderr
     report = job.report
     assert report["equivalent"] is True and report["first_difference"] is None
-    assert "rewrite: ampfix's own --device cpu, run from a temporary copy" in report["notes"]
+    assert report["notes"][2:] == [
+        "rewrite: ampfix's own --device cpu of the script and the 0 local module(s) it imports, "
+        f"run from the rewrite side's copy of {FIXTURES}",
+        "files rewritten: explicit_float16.py",
+    ]
     assert _requested_devices(report["rewritten"]) == {"cpu"}
     # The original's custom_fwd asked CUDA for float16 and cast to bfloat16, the run's AMP dtype, as
     # its autocast regions ran; the rewrite asks the CPU for bfloat16 itself.
@@ -120,7 +124,11 @@ def test_keep_dtype_holds_the_rewrite_to_an_explicit_float16_kept(jobs: JobPool)
     assert job.returncode == 0, job.stderr
     report = job.report
     assert report["equivalent"] is True
-    assert "rewrite: ampfix's own --device cpu --keep-dtype, run from a temporary copy" in report["notes"]
+    assert report["notes"][2:] == [
+        "rewrite: ampfix's own --device cpu --keep-dtype of the script and the 0 local module(s) it imports, "
+        f"run from the rewrite side's copy of {FIXTURES}",
+        "files rewritten: explicit_float16.py",
+    ]
     # The explicit float16 (line 44) runs in float16 on both sides; the plain autocast() (line 51),
     # CUDA's default on the original's side, runs in the CPU's default.
     assert _region_dtypes(report["original"]) == [(44, "cuda", "float16", "float16"), (51, "cuda", "float16", "bfloat16")]

@@ -67,10 +67,10 @@ def _dtypes(job: Job) -> dict[str, str]:
 
 # What CUDA autocast gives for each probe in fixtures/run/op_dtypes.py, written from PyTorch's
 # "Autocast Op Reference" (CUDA ops that can autocast to float16 / to float32 / to the widest input
-# type; ops not listed run in their inputs' type), with float16 read as the run's autocast dtype
-# (bfloat16 here), and the aten op called. Ops in UNLISTED have no autocast kernel: type promotion
+# type; ops not listed run in their inputs' type), and the aten op called. The run's low precision is
+# bfloat16, which the script reads as float16 (runner.boundaries): the dtypes printed are a GPU's. Ops in UNLISTED have no autocast kernel: type promotion
 # decides, or the input's dtype, or (a composite) the kernels of its parts.
-LOW, F32 = "bfloat16", "float32"
+LOW, F32 = "float16", "float32"
 BCE_REFUSED = "error: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast."
 CUDA_EXPECTED: dict[str, tuple[str, str]] = {
     "matmul": ("matmul", LOW), "mm": ("mm", LOW), "bmm": ("bmm", LOW), "addmm": ("addmm", LOW),
@@ -190,7 +190,8 @@ def test_verify_shows_why_the_original_failed(stale_checkpoints: Job) -> None:
     assert job.returncode == 2
     assert job.report["error"] == (
         "the original exited with status 1 under the runner; nothing to compare against "
-        "(FileExistsError: [Errno 17] File exists: 'checkpoints')"
+        "(FileExistsError: [Errno 17] File exists: 'checkpoints'); no sign of the runner's emulation in the failure "
+        "(raised outside ampfix, no bfloat16 stand-in named): the script's own"
     )
     assert "--- original stderr (last lines) ---" in job.stderr
     assert "os.makedirs(args.out)" in job.stderr
@@ -338,13 +339,65 @@ def test_a_missing_private_name_disables_only_its_own_emulation() -> None:
         [sys.executable, "-c", WITHOUT_A_PRIVATE_NAME], capture_output=True, text=True, timeout=120, check=False
     )
     assert completed.returncode == 0, completed.stderr
-    # The CPU's policy instead of CUDA's (softmax in bfloat16); the device emulation still works.
-    assert json.loads(completed.stdout) == ["torch.bfloat16", True]
+    # The CPU's policy instead of CUDA's (softmax in bfloat16, which the script reads as float16, not
+    # CUDA's float32); the device emulation still works.
+    assert json.loads(completed.stdout) == ["torch.float16", True]
     assert (
         f"ampfix run: could not emulate CUDA's autocast op policy on torch {torch.__version__} (AttributeError: "
         in completed.stderr
     )
     assert completed.stderr.count("could not emulate") == 1
+
+
+def _cpu_lacks_low_precision() -> dict[str, tuple[str, ...]]:
+    """The ops the installed torch's OpInfo database declares CUDA, not CPU, support for in a low-precision
+    dtype, kept where the CPU kernel raises on OpInfo's own sample inputs in that dtype."""
+    if "expecttest" not in sys.modules:  # torch's test helpers import it for their TestCase only
+        import types
+        import unittest
+
+        stand_in = types.ModuleType("expecttest")
+        setattr(stand_in, "TestCase", unittest.TestCase)  # noqa: B010
+        sys.modules["expecttest"] = stand_in
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    low = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.complex32: "complex32"}
+    table: dict[str, set[str]] = {}
+    for op in op_db:
+        if op.name.startswith("torch.ops.") or _no_public_callable(op.name):
+            continue  # a CUDA-only kernel (flash attention), or no public name a torch call can reach us by
+        for dtype in set(op.dtypesIfCUDA or ()) - set(op.dtypes or ()):
+            if dtype in low and _cpu_refuses(op, dtype):
+                table.setdefault(op.name, set()).add(low[dtype])
+    return {name: tuple(sorted(dtypes)) for name, dtypes in sorted(table.items())}
+
+
+def _no_public_callable(name: str) -> bool:
+    """No ``torch.<name>`` to call (OpInfo's name of an internal or a lambda-made op)."""
+    value: object = torch
+    for part in name.split("."):
+        value = getattr(value, part, None)
+    return not callable(value)
+
+
+def _cpu_refuses(op, dtype) -> bool:
+    for sample in list(op.sample_inputs("cpu", dtype))[:8]:
+        try:
+            op.op(sample.input, *sample.args, **sample.kwargs)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return True
+    return False
+
+
+def test_the_ops_the_cpu_lacks_in_low_precision_are_the_installed_torchs() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        derived = _cpu_lacks_low_precision()
+    table = "".join(f'    "{name}": {dtypes!r},\n' for name, dtypes in derived.items()).replace("'", '"')
+    assert cuda_autocast.CPU_LACKS_LOW_PRECISION == derived, f"the table for this torch:\n{table}"
+    assert {"fft.rfft", "fft.irfft", "fft.fft"} <= set(derived)
 
 
 # -- the working-directory mirror and the options, without torch ---------------------------------------

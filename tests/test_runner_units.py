@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ampfix.runner import api, compare, cpu_target, launch, render
+from ampfix.runner import api, compare, cpu_target, failures, launch, project, render
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.model import RunReport
 from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, Site, event_what
@@ -409,3 +409,70 @@ def test_custom_fwd_sites_are_counted_with_what_ran_and_traced_as_requested() ->
     assert "custom_fwd           train.py:14 cuda cast_inputs=float16, ran as cpu cast_inputs=bfloat16 (×2)" in (
         console.file.getvalue()
     )
+
+
+# -- issue 16: a failure explained, a rewrite still deprecated, the local modules found ---------------
+
+
+def _failure(**fields) -> dict:
+    return {
+        "type": "RuntimeError", "message": "boom", "runner_module": None, "runner_function": None,
+        "gpu_too": False, "stand_in": False, **fields,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (
+            _failure(runner_module="cuda_autocast", runner_function="kernel"),
+            "the failure is inside the runner's emulation (CUDA's autocast op policy, run on the CPU, raised in "
+            "ampfix/runner/cuda_autocast.py); --autocast-policy cpu (CPU autocast's own op lists) changes that",
+        ),
+        (
+            # The device mode passes every torch call on: a torch error there is not the emulation's doing...
+            _failure(runner_module="device_mode", runner_function="call", message="mat1 and mat2 shapes cannot be multiplied"),
+            "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): "
+            "the script's own",
+        ),
+        (
+            # ...unless it names the bfloat16 that stands in for the script's float16.
+            _failure(runner_module="device_mode", runner_function="call", message="Got unsupported ScalarType BFloat16", stand_in=True),
+            "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked for) "
+            "reached code that refuses it; --amp-dtype keep runs float16 as asked",
+        ),
+        (_failure(gpu_too=True), "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"),
+        (None, None),
+    ],
+)
+def test_a_failure_says_whether_it_is_inside_the_emulation(failure: dict | None, expected: str | None) -> None:
+    assert failures.explain(failure) == expected
+
+
+def test_verify_explains_a_failed_original() -> None:
+    failed = _process(failure=_failure(runner_module="cuda_autocast", runner_function="kernel"))
+    report = api.compare_runs(_report(failed, exit_code=1), _report(_process()))
+    assert report.exit_code == 2
+    assert report.error.endswith("; --autocast-policy cpu (CPU autocast's own op lists) changes that")
+
+
+def test_a_rewrite_that_still_calls_a_deprecated_api_is_not_equivalent() -> None:
+    old = {"message": "`torch.cuda.amp.autocast(args...)` is deprecated.", "category": "FutureWarning",
+           "file": "/x/exp/model.py", "line": 7, "count": 3}  # fmt: skip
+    warned = {**old, "message": "some library's own deprecation", "api": False}
+    same = _process(trace=TRACE, deprecations=[{**old, "api": True}])
+    assert api.compare_runs(_report(same), _report(same)).first_difference == (
+        "the rewrite still calls a deprecated API at model.py:7 (`torch.cuda.amp.autocast(args...)` is deprecated.): "
+        "not migrated"
+    )
+    # A deprecation from the warnings machinery (another library's) does not count against the migration.
+    clean = _process(trace=TRACE, deprecations=[warned])
+    assert api.compare_runs(_report(same), _report(clean)).equivalent is True
+
+
+def test_local_imports_follow_the_script_into_its_own_modules_only() -> None:
+    root = FIXTURES / "project_amp"
+    found = project.local_imports(root / "run.py")
+    # `from exp.exp_main import ...` (exp/ has no __init__.py), then its `from .metrics import mae`;
+    # torch, numpy and sys are not the project's.
+    assert found == [root / "exp" / "exp_main.py", root / "exp" / "metrics.py"]

@@ -100,3 +100,19 @@ def test_the_hook_command_with_a_tool_ampfix_table_stays_light(tmp_path: Path):
     (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\nextend-exclude = ["legacy/"]\n')
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == 'MODULES ["pathspec"]'
+
+
+def test_a_project_torch_requirement_costs_a_file_without_amp_nothing(tmp_path: Path):
+    """The target torch is read from project metadata only for a file that reaches the engine: the hook on
+    a file without AMP, in a project declaring torch>=2.0, imports neither packaging nor tomllib for it."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "clean.py").write_text(CLEAN)
+    (tmp_path / "requirements.txt").write_text("torch>=2.0\n")
+    args = ["check", "--force-exclude", str(tmp_path / "clean.py")]
+    code = PROBE.format(args=args, entry="from ampfix.__main__ import main", heavy=HEAVY | {"packaging", "tomllib"})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "MODULES []"
+    (tmp_path / "old.py").write_text(DEPRECATED)  # the same probe on a file with AMP: the requirement is parsed
+    done = subprocess.run([sys.executable, "-c", code.replace("clean.py", "old.py")], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.splitlines()[-1] == 'MODULES ["packaging"]'

@@ -77,7 +77,8 @@ TargetOpt = Annotated[
     str | None,
     typer.Option("--target-torch", metavar="X.Y",
                  help="Oldest torch the code must run on: rules needing newer torch are only reported, and "
-                      "version tests are decided for it (default: the newest torch)."),
+                      "version tests are decided for it (default: `target-torch` in [tool.ampfix], else the torch "
+                      "requirement of each file's project, else the newest torch)."),
 ]
 SelectOpt = Annotated[str | None, typer.Option(
     "--select", metavar="CODES", help="Only these rules: codes or prefixes, comma-separated (AMP001,AMP01).")]
@@ -162,12 +163,30 @@ class TableFormat(str, enum.Enum):
 
 @app.command()
 def rules(output_format: Annotated[TableFormat, typer.Option("--output-format", help="text, or json.")]
-          = TableFormat.text) -> None:
-    """The rule table: code, old -> new, minimum torch, fix."""
+          = TableFormat.text,
+          target_torch: Annotated[str | None, typer.Option(
+              "--target-torch", metavar="X.Y",
+              help="Show what is held back at this torch (default: the current folder's `target-torch` in "
+                   "[tool.ampfix], else its project's torch requirement, else the newest).")] = None) -> None:
+    """The rule table: code, old -> new, minimum torch, fix; what is held back at the target torch."""
     from ampfix.cli import report
+    from ampfix.io.config import ConfigError
 
-    text = report.rules_json() if output_format is TableFormat.json else report.rules_text()
+    try:
+        target = _folder_target(Path.cwd(), _flags(target_torch=target_torch))
+    except ConfigError as error:
+        sys.stderr.write(f"ampfix: error: {error}\n")
+        raise typer.Exit(EXIT_ERROR) from None
+    text = report.rules_json(target=target) if output_format is TableFormat.json else report.rules_text(target=target)
     sys.stdout.write(text + "\n")
+
+
+def _folder_target(folder: Path, flags: dict[str, Any]):
+    """The target torch of a run in `folder`, as `check` would take it for a file there."""
+    from ampfix.io.config import load
+    from ampfix.io.files import targeted
+
+    return targeted(folder / "-", load([folder], flags).options)[1]
 
 
 def _version_callback(value: bool) -> None:

@@ -19,6 +19,7 @@ from ampfix.io.config import ConfigError, Settings, load
 if TYPE_CHECKING:
     from types import FrameType
 
+    from ampfix.io.declared_torch import Target
     from ampfix.io.files import FileResult
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -56,8 +57,12 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
     options = settings.options
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()
+    targets: set[Target] = set()
+    from ampfix.io.declared_torch import forget
+
+    forget()  # project metadata is read afresh by each run
     if reading_stdin:
-        results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude)
+        results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude, targets)
         terminal.scanned = 1
     else:
         from ampfix.io.files import process_paths
@@ -66,9 +71,10 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
             found = process_paths(paths, options, mode, exclusions=_exclusions(settings),
                                   force_exclude=force_exclude, on_discovered=terminal.discovered,
                                   stop=interrupts.seen)
-            results, failure = _collect(terminal.follow(found), interrupts)
+            results, failure = _collect(_noting_targets(terminal.follow(found), targets), interrupts)
         terminal.finish()
-    _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite")
+    _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite",
+          targets=_said(targets))
     stopped = _stopped(failure, interrupts)
     if stopped is not None:
         return stopped
@@ -87,7 +93,22 @@ def _exclusions(settings: Settings):
     return Exclusions(settings.root, settings.exclude, settings.extend_exclude)
 
 
-def _run_stdin(name: str, mode: str, options: Options, settings: Settings, force_exclude: bool) -> list:
+def _noting_targets(results, targets: set[Target]):
+    """The results, as they come; the target of each file the engine read is noted in `targets`."""
+    for result in results:
+        if result.target is not None:
+            targets.add(result.target)
+        yield result
+
+
+def _said(targets: set[Target]) -> list[Target]:
+    """The targets a report names, once each, by source: those that something set (a flag, a key,
+    project metadata); the newest torch by default goes unsaid."""
+    return sorted((t for t in targets if t.source is not None), key=lambda t: (t.source or "", t.version or ()))
+
+
+def _run_stdin(name: str, mode: str, options: Options, settings: Settings, force_exclude: bool,
+               targets: set[Target]) -> list:
     """`ampfix check -` / `ampfix rewrite -`: `rewrite` prints the new text (the input when nothing
     changes or the name is excluded), `--diff` the diff; the findings go to the report."""
     from ampfix.io.files import process_stdin
@@ -98,6 +119,8 @@ def _run_stdin(name: str, mode: str, options: Options, settings: Settings, force
             _write_bytes(data)
         return []
     result, new_data = process_stdin(name, data, options, mode)
+    if result.target is not None:
+        targets.add(result.target)
     if mode == "rewrite":
         _write_bytes(new_data)
     return [result] if result.findings or result.error or result.changed else []
@@ -206,7 +229,8 @@ def exit_code(results, mode: str) -> int:
     return EXIT_FINDINGS if any(r.changed or any(not f.fixed for f in r.findings) for r in results) else EXIT_CLEAN
 
 
-def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_to_stderr: bool = False) -> None:
+def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_to_stderr: bool = False,
+          targets: Sequence[Target] = ()) -> None:
     from ampfix.cli import report
 
     # With --diff the diff alone goes to stdout (it can be piped to `git apply`); so does the new
@@ -219,13 +243,14 @@ def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_
     elif output_format == "github":
         findings_out.write(report.github_annotations(results))
     elif output_format == "sarif":
-        findings_out.write(report.sarif(results) + "\n")
+        findings_out.write(report.sarif(results, targets) + "\n")
     else:
         colour = terminal.colour(findings_out)
         for result in results:
             for line in report.finding_lines(result, mode, colour):
                 findings_out.write(line + "\n")
         if not terminal.quiet:
+            findings_out.write("".join(target.describe() + "\n" for target in targets))
             findings_out.write(report.summary(results, mode) + "\n")
         if not terminal.quiet and _is_terminal(findings_out):
             summary = report.terminal_summary(results, mode, terminal.scanned, terminal.elapsed())

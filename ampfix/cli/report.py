@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: 
     from ampfix.engine import Finding
     from ampfix.io.files import FileResult
     from ampfix.core.rules import Rule, Target
+    from ampfix.io.declared_torch import Target as TorchTarget
 
 
 # Errors (internal, syntax, read, write) carry no rewrite to suggest.
@@ -119,6 +120,9 @@ def findings_json(results: Iterable[FileResult]) -> str:
             "unsafe": f.unsafe,
             "fixed": f.fixed,
             "suggestion": f.suggestion,
+            # The target torch the file was worked at ("2.0"; null: the newest) and what set it: "--target-torch",
+            # "pyproject.toml [tool.ampfix]", the project metadata file; null: nothing (docs/rules.md).
+            **_target_fields(r.target),
         }
         for r in results
         for f in r.findings
@@ -126,6 +130,13 @@ def findings_json(results: Iterable[FileResult]) -> str:
     import json
 
     return json.dumps(rows, indent=2)
+
+
+def _target_fields(target: TorchTarget | None) -> dict[str, object]:
+    if target is None:  # the file never reached the engine (an error reading it)
+        return {"target_torch": None, "target_source": None}
+    return {"target_torch": None if target.version is None else _version(target.version),
+            "target_source": target.source}
 
 
 def _version(version: tuple[int, int] | None) -> str:
@@ -154,8 +165,14 @@ RULES_LEGEND = (
 )
 
 
-def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, str]]:
-    rows = []
+def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
+    """Is the rule reported only at the target (its fix needs a newer torch)?"""
+    version = None if target is None else target.version
+    return version is not None and rule.min_torch is not None and rule.min_torch > version
+
+
+def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
+    rows: list[dict[str, str | bool]] = []
     for rule in rules:
         for old, target in rule.symbols.items():
             if target is None:
@@ -168,7 +185,8 @@ def _rule_rows(rules: Sequence[Rule]) -> list[dict[str, str]]:
                 if rule.device_target_only:
                     new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
-                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target)})
+                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target),
+                         "held_back": _held_back(rule, run_target)})
     return rows
 
 
@@ -178,19 +196,31 @@ def _all_rules() -> Sequence[Rule]:
     return ALL_RULES
 
 
-def rules_text(rules: Sequence[Rule] | None = None) -> str:
-    rows = _rule_rows(_all_rules() if rules is None else rules)
-    headers = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
+    """The table; with a target torch, a line naming it and the rules held back at it comes first."""
+    rows = _rule_rows(_all_rules() if rules is None else rules, target)
+    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
     lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
-    return "\n".join([*lines, "", RULES_LEGEND])
+    return "\n".join([*_target_lines(rows, target), *lines, "", RULES_LEGEND])
 
 
-def rules_json(rules: Sequence[Rule] | None = None) -> str:
+def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | None) -> list[str]:
+    if target is None or target.source is None:
+        return []
+    held = sorted({str(row["code"]) for row in rows if row["held_back"]})
+    if target.version is None:
+        return [target.describe(), ""]
+    said = ", ".join(held) if held else "none"
+    return [target.describe(), f"held back at torch {_version(target.version)} (reported, not rewritten): {said}", ""]
+
+
+def rules_json(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
+    """The rows; `held_back`: the rule's fix needs a newer torch than the target (false with no target)."""
     import json
 
-    return json.dumps(_rule_rows(_all_rules() if rules is None else rules), indent=2)
+    return json.dumps(_rule_rows(_all_rules() if rules is None else rules, target), indent=2)
 
 
 # GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
@@ -222,8 +252,9 @@ def github_annotations(results: Iterable[FileResult]) -> str:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def sarif(results: Iterable[FileResult]) -> str:
-    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding."""
+def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = ()) -> str:
+    """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding; the
+    targets set for the run (`targets`, as the text summary names them) in the run's properties."""
     import json
 
     from ampfix import __version__
@@ -263,6 +294,9 @@ def sarif(results: Iterable[FileResult]) -> str:
             # Finding columns count characters (code points), not SARIF's default UTF-16 units.
             "columnKind": "unicodeCodePoints",
             "results": sarif_results,
+            "properties": {"targetTorch": [
+                {"version": None if t.version is None else _version(t.version), "source": t.source,
+                 "problem": t.problem, "text": t.describe()} for t in targets]},
         }],
     }
     return json.dumps(log, indent=2)
@@ -275,7 +309,7 @@ def _sarif_rule(rule: Rule) -> dict[str, object]:
     return {
         "id": rule.code,
         "name": rule.title,
-        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({r["old"] for r in rows}))},
+        "shortDescription": {"text": f"deprecated {rule.title}: " + ", ".join(sorted({str(r["old"]) for r in rows}))},
         "fullDescription": {"text": f"{mappings} (needs torch >= {minimum})" if rule.min_torch else mappings},
         "defaultConfiguration": {"level": "error"},
         # What `rewrite` does, per old name (as `ampfix rules` says it).

@@ -80,6 +80,9 @@ class Options:
     # The rule codes to apply and report (from `select` / `ignore`); None: every rule. A rule left out
     # is held back like a rule newer than the target, so its names and their imports stay together.
     rules: frozenset[str] | None = None
+    # Where `target_torch` came from, for reports ("--target-torch", "pyproject.toml [tool.ampfix]", or the
+    # project metadata it was read from); None: not set. The engine does not read it.
+    target_source: str | None = None
 
     def __post_init__(self) -> None:
         parse_device(self.device)  # the one check of a device, for those who build Options in code

@@ -141,7 +141,10 @@ def written_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, fu
     missing = [(param, value) for param, value in target.old_defaults if param not in given]
     if not missing:
         return (), ""
-    why = "--explicit-autocast-defaults" if options.explicit_autocast_defaults else context.fact(module_nesting).reason(call)
+    if options.explicit_autocast_defaults:
+        why: str | None = "--explicit-autocast-defaults"
+    else:
+        why = context.fact(module_nesting).reason(call)
     if why is None:
         return (), ""
     if None in given:

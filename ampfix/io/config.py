@@ -145,10 +145,11 @@ def parse_flags(given: Mapping[str, object]) -> dict[str, Any]:
     return values
 
 
-def _settings(values: Mapping[str, Any], source: Path | None) -> Settings:
+def _settings(values: Mapping[str, Any], source: Path | None, target_source: str | None = None) -> Settings:
     """The values of keys and flags, parsed, as Settings: mapped to the one options type here."""
     options = Options(**{name: value for name, value in values.items() if name in _OPTION_NAMES},
-                      rules=enabled_rules(values.get("select"), values.get("ignore", ())))
+                      rules=enabled_rules(values.get("select"), values.get("ignore", ())),
+                      target_source=target_source if values.get("target_torch") is not None else None)
     return Settings(options, values.get("exclude"), values.get("extend_exclude", ()), source)
 
 
@@ -165,7 +166,22 @@ def load(paths: Sequence[Path], flags: Mapping[str, Any] = {}) -> Settings:
     """
     found = find_pyproject(common_path(paths))
     values = {} if found is None else _parsed(found[1], f"{found[0]}: ")
-    return _settings({**values, **flags}, None if found is None else found[0])
+    # Where the target torch came from, said in the report; unset, each file's project metadata decides it
+    # (`ampfix.io.declared_torch`).
+    if flags.get("target_torch") is not None:
+        target_source: str | None = "--target-torch"
+    else:
+        target_source = None if found is None else f"{display_path(found[0])} [tool.ampfix]"
+    return _settings({**values, **flags}, None if found is None else found[0], target_source)
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the current folder when it is below it, else as it is."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def enabled_rules(select: Sequence[str] | None, ignore: Sequence[str]) -> frozenset[str] | None:

@@ -13,12 +13,15 @@ The floor is the lowest release every specifier allows (`>=2.0,<3` -> 2.0, `~=2.
 marker, an extra) give the lowest of their floors: the code must run on each. A requirement with
 no lower bound (`torch`, `torch<3`) declares no floor. `packaging` parses the strings; it is
 imported only once a torch requirement is found.
+
+Read for every file that reaches the engine when neither `--target-torch` nor `target-torch` in
+`[tool.ampfix]` is set (`ampfix.io.files`): cached per folder, so a run reads each project's
+metadata once per process.
 """
 
 from __future__ import annotations
 
 import ast
-import configparser
 import re
 import sys
 from dataclasses import dataclass
@@ -54,21 +57,55 @@ class DeclaredTorch:
 NOTHING_DECLARED = DeclaredTorch(None, None)
 
 
+@dataclass(frozen=True)
+class Target:
+    """A file's target torch and where it came from, as reports say it."""
+
+    version: TorchVersion | None  # None: the newest torch
+    source: str | None  # "--target-torch", "pyproject.toml [tool.ampfix]", a metadata file; None: nothing set it
+    problem: str | None = None  # why the metadata named in `source` gave no target
+
+    def describe(self) -> str:
+        if self.version is not None:
+            return f"target torch {self.version[0]}.{self.version[1]}, from {self.source}"
+        if self.source is None:
+            return "target torch: the newest"
+        why = self.problem or "the torch requirement has no lower bound"
+        return f"target torch: the newest; {self.source}: {why}"
+
+
 def declared_torch(path: Path) -> DeclaredTorch:
     """What the project holding `path` (a file or a folder) declares of torch."""
     folder = path if path.is_dir() else path.parent
     return _for_folder(folder.resolve())
 
 
+def declared_torch_of_file(path: Path) -> DeclaredTorch:
+    """`declared_torch` for a file, cached by its folder as named (no stat, no resolve per file)."""
+    return _for_named_folder(str(path.parent))
+
+
+@cache
+def _for_named_folder(folder: str) -> DeclaredTorch:
+    return _for_folder(Path(folder).resolve())
+
+
+def forget() -> None:
+    """Forget what was read: a run in a long-lived process (tests, an editor) sees edited metadata."""
+    _for_named_folder.cache_clear()
+    _for_folder.cache_clear()
+
+
 @cache
 def _for_folder(folder: Path) -> DeclaredTorch:
-    for candidate in (folder, *folder.parents):
-        found = _project_requirement(candidate)
-        if found is not None:
-            return found
-        if any((candidate / marker).exists() for marker in REPOSITORY_MARKERS):
-            break
-    return NOTHING_DECLARED
+    # Recursive, so that each folder is looked at once per run: the folders of a tree share their
+    # ancestors, and each look lists the folder (requirements*.txt) and may parse a pyproject.toml.
+    found = _project_requirement(folder)
+    if found is not None:
+        return found
+    if folder.parent == folder or any((folder / marker).exists() for marker in REPOSITORY_MARKERS):
+        return NOTHING_DECLARED
+    return _for_folder(folder.parent)
 
 
 def _project_requirement(folder: Path) -> DeclaredTorch | None:
@@ -92,10 +129,17 @@ def _project_requirement(folder: Path) -> DeclaredTorch | None:
             if _mentions_torch(path):
                 return DeclaredTorch(None, path, f"cannot be read ({type(error).__name__}: {error})")
             continue
-        torch_lines = [line for line in lines if _NAMES_TORCH.match(line)]
-        if torch_lines:
-            return _floor_of(torch_lines, path)
+        found = floor_of_requirements(lines, path)
+        if found is not NOTHING_DECLARED:
+            return found
     return NOTHING_DECLARED
+
+
+def floor_of_requirements(lines: list[str], source: Path) -> DeclaredTorch:
+    """The torch floor of requirement strings (PEP 508, as in `dependencies` or a wheel's
+    Requires-Dist), read from `source`; NOTHING_DECLARED when none names torch."""
+    torch_lines = [line for line in lines if _NAMES_TORCH.match(line)]
+    return _floor_of(torch_lines, source) if torch_lines else NOTHING_DECLARED
 
 
 def _mentions_torch(path: Path) -> bool:
@@ -113,7 +157,9 @@ def _floor_of(lines: list[str], source: Path) -> DeclaredTorch:
         try:
             requirement = Requirement(line)
         except InvalidRequirement as error:
-            return DeclaredTorch(None, source, f"cannot parse the requirement {line.strip()!r} ({error})")
+            # packaging's message goes on with the line and a caret under the fault: one line is kept
+            why = str(error).splitlines()[0] if str(error) else type(error).__name__
+            return DeclaredTorch(None, source, f"cannot parse the requirement {line.strip()!r} ({why})")
         if requirement.name.lower() != "torch":
             continue
         floors.append(lowest_allowed(requirement.specifier))
@@ -224,6 +270,8 @@ def _literal_strings(node: ast.expr) -> list[str] | None:
 
 
 def _from_setup_cfg(text: str) -> list[str]:
+    import configparser
+
     parser = configparser.ConfigParser()
     try:
         parser.read_string(text)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ampfix.core.options import Options
 from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
+from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class FileResult:
     diff: str = ""
     changed: bool = False  # the new text differs (written, unless a dry run)
     error: str | None = None
+    target: Target | None = None  # the target torch the engine worked at; None: the file did not reach it
 
 
 def _is_virtualenv(path: Path) -> bool:
@@ -170,23 +172,68 @@ def process_stdin(name: str, data: bytes, options: Options, mode: str) -> tuple[
 def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
     """The one processing path: `data`, the bytes of `path`, through its codec and the engine;
     written back in "rewrite" mode. The result, and the file's new bytes (`data` when nothing
-    changed or nothing was written)."""
+    changed or nothing was written). Where `options` set no target torch, the file's project
+    metadata does (`targeted`)."""
     try:
         decoded = codec_for(path).decode(data, options.retargets)
     except DecodeError as error:
         return _error(path, error.message, error.code), data
+    inferred = options.target_torch is None
+    options, target = targeted(path, options)
     engine = check_source if mode == "check" else fix_source
     converted = decoded.converted(engine(decoded.source, options))
+    findings = converted.findings
+    if inferred and target.version is not None and findings:
+        findings = _with_raise_hint(findings, target)
     if converted.new_text is None or converted.new_text == decoded.text:
-        return FileResult(str(path), converted.findings, error=converted.error), data
+        return FileResult(str(path), findings, error=converted.error, target=target), data
     new_data = converted.new_text.encode(decoded.encoding)
     # Only --diff shows it; difflib costs more than the whole rewrite on a densely changed file.
     diff = "" if mode == "rewrite" else SourceResult(decoded.text, converted.new_text).diff(str(path))
     if mode == "rewrite":
         problem = _write_in_place(path, new_data)
         if problem is not None:
-            return _not_written(path, converted.findings, problem), data
-    return FileResult(str(path), converted.findings, diff, changed=True, error=converted.error), new_data
+            return dataclasses.replace(_not_written(path, findings, problem), target=target), data
+    return FileResult(str(path), findings, diff, changed=True, error=converted.error, target=target), new_data
+
+
+def targeted(path: Path, options: Options) -> tuple[Options, Target]:
+    """The options for `path`, and its target torch: `options` as they are when a flag or
+    `[tool.ampfix]` set the target; else the floor its project declares (`declared_torch`), or the
+    newest torch when it declares none."""
+    if options.target_torch is not None:
+        return options, Target(options.target_torch, options.target_source)
+    declared = declared_torch_of_file(path)
+    if declared.source is None:
+        return options, Target(None, None)
+    from ampfix.io.config import display_path
+
+    source = display_path(declared.source)
+    target = Target(declared.floor, source, declared.problem)
+    if declared.floor is None:
+        return options, target
+    return dataclasses.replace(options, target_torch=declared.floor, target_source=source), target
+
+
+def _with_raise_hint(findings: tuple[Finding, ...], target: Target) -> tuple[Finding, ...]:
+    """A finding held back by a floor read from project metadata says how to raise it."""
+    assert target.version is not None
+    held = held_back_at(target.version)
+    hint = f"; raise the torch requirement in {target.source} or pass --target-torch"
+    return tuple(dataclasses.replace(f, message=f.message + hint) if held(f) else f for f in findings)
+
+
+def held_back_at(version: tuple[int, int]) -> Callable[[Finding], bool]:
+    """Whether a finding is left because a fix needs a newer torch than the target `version`: its rule's
+    minimum is newer, or the engine's reason for holding it back says so (a use left with its import, whose
+    rule is newer: `torch_amp.autocast()` after `import torch.cuda.amp as torch_amp`, AMP001, held by
+    AMP010). The Finding carries no field for it: the reason is the end of its message, as
+    `ampfix.engine.analysis` (hold_back) words it."""
+    from ampfix.families import ALL_RULES
+
+    newer = {rule.code for rule in ALL_RULES if rule.min_torch is not None and rule.min_torch > version}
+    reason_end = f"; the target is torch {version[0]}.{version[1]}"
+    return lambda f: not f.fixed and (f.code in newer or f.message.endswith(reason_end))
 
 
 def _not_written(path: Path, findings: tuple[Finding, ...], problem: str) -> FileResult:

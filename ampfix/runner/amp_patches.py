@@ -17,6 +17,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +26,7 @@ import torch
 
 from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
-from ampfix.runner.patching import with_arguments_adjusted, with_call_bound
+from ampfix.runner.patching import replace, with_arguments_adjusted, with_call_bound
 from ampfix.runner.sites import find_site
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
@@ -47,6 +48,14 @@ class AmpPlan:
         self.cpu_default_for_defaulted = amp_dtype == "explicit"
         # Set when "cuda" regions run CUDA's op policy (--autocast-policy cuda); None: the CPU's.
         self.cuda_policy = cuda_policy
+        # True once float16 asked of "cuda" autocast has run as bfloat16 in this process: from then on
+        # a bfloat16 tensor is taken for the stand-in of a float16 one where it meets the outside
+        # world (see :mod:`boundaries`).
+        self.stand_in = False
+
+    def note_run(self, region: RegionKey) -> None:
+        if region.enabled_run and region.dtype_requested == "float16" and region.dtype_run == "bfloat16":
+            self.stand_in = True
 
     def runs_cuda_policy(self, region: RegionKey) -> bool:
         """A region the script asked for as "cpu" keeps the CPU's policy. An enabled region torch opens
@@ -84,7 +93,10 @@ class AmpPlan:
         that must run in full precision) and every other value stay as written."""
         if device_type != "cuda" or cast_inputs not in LOW_PRECISION_DTYPES:
             return cast_inputs
-        return self.forced_dtype or cast_inputs
+        run = self.forced_dtype or cast_inputs
+        if cast_inputs == torch.float16 and run == torch.bfloat16:
+            self.stand_in = True
+        return run
 
 
 class ActiveRegions:
@@ -105,6 +117,26 @@ class ActiveRegions:
         if not stack or not stack[-1].enabled_run:
             return None
         return stack[-1]
+
+
+def _enter_cuda_state(region: Any) -> Any:
+    """A "cuda" region runs as a CPU one, so torch never sets the CUDA autocast dtype that a nested
+    ``torch.amp.autocast("cuda")`` without a dtype inherits: set here as on a GPU (the requested,
+    effective dtype), restored on exit. Returns what to restore, or None."""
+    dtype = getattr(region, "_ampfix_cuda_dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        return None
+    previous = _original_get_autocast_dtype("cuda")
+    try:
+        torch.set_autocast_dtype("cuda", dtype)
+    except RuntimeError:  # a dtype CUDA autocast refuses: the region itself fails as on a GPU
+        return None
+    return previous
+
+
+def _restore_cuda_state(previous: Any) -> None:
+    if previous is not None:
+        torch.set_autocast_dtype("cuda", previous)
 
 
 @contextlib.contextmanager
@@ -157,6 +189,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         self, device_type, dtype = arguments["self"], arguments["device_type"], arguments["dtype"]
         dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
         request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
+        self._ampfix_cuda_dtype = plan.requested_dtype(device_type, dtype) if device_type == "cuda" else None
         arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
         unusual_dtype = device_type == "cuda" and arguments["dtype"] not in LOW_PRECISION_DTYPES
         try:
@@ -169,6 +202,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         self._ampfix_region = RegionKey(
             **request, device_run=self.device, dtype_run=dtype_name(self.fast_dtype), enabled_run=bool(self._enabled)
         )
+        plan.note_run(self._ampfix_region)
         recorder.region_created(self._ampfix_region)
 
     @functools.wraps(original_enter)
@@ -179,6 +213,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
                 at_step_boundary()
             recorder.region_entered(region, find_site())
         entered = original_enter(self)
+        self._ampfix_cuda_state_before = _enter_cuda_state(self)
         if plan.cuda_policy is not None and region is not None:
             self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
         if region is not None:
@@ -190,15 +225,16 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         try:
             return original_exit(self, *exc_info)
         finally:
+            _restore_cuda_state(getattr(self, "_ampfix_cuda_state_before", None))
             if plan.cuda_policy is not None:
                 plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
             region, stack = getattr(self, "_ampfix_region", None), active.stack()
             if region is not None and stack and stack[-1] is region:
                 stack.pop()
 
-    autocast.__init__ = with_call_bound(original_init, as_requested_for_the_cpu, fill_defaults=True)
-    autocast.__enter__ = __enter__
-    autocast.__exit__ = __exit__
+    replace(autocast, "__init__", with_call_bound(original_init, as_requested_for_the_cpu, fill_defaults=True))
+    replace(autocast, "__enter__", __enter__)
+    replace(autocast, "__exit__", __exit__)
     for device in ("cuda", "cpu"):
         deprecated = getattr(getattr(getattr(torch, device, None), "amp", None), "autocast", None)
         if isinstance(deprecated, type):  # a torch that dropped the class has nothing to note
@@ -209,14 +245,14 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
 _DTYPE_GIVEN = "_ampfix_dtype_given"
 
 
-def _note_whether_dtype_given(deprecated: type) -> None:
+def _note_whether_dtype_given(deprecated: Any) -> None:
     """``torch.cuda.amp.autocast()`` hands its own default dtype (float16) on to ``torch.autocast`` as
     if the script had given it; whether it did is known only at the script's call."""
 
     def note(arguments: dict[str, Any]) -> None:
         setattr(arguments["self"], _DTYPE_GIVEN, arguments.get("dtype") is not None)
 
-    deprecated.__init__ = with_arguments_adjusted(deprecated.__init__, note)
+    replace(deprecated, "__init__", with_arguments_adjusted(deprecated.__init__, note))
 
 
 def install_autocast_state_queries() -> None:
@@ -257,8 +293,8 @@ def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:
     custom_fwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_fwd, fwd_for_the_cpu)
     custom_bwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_bwd, bwd_for_the_cpu)
     for module in (torch.amp, torch.amp.autocast_mode):
-        module.custom_fwd = custom_fwd
-        module.custom_bwd = custom_bwd
+        replace(module, "custom_fwd", custom_fwd)
+        replace(module, "custom_bwd", custom_bwd)
 
 
 def _decorator_for_the_cpu(original, for_the_cpu) -> Any:
@@ -305,14 +341,14 @@ def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss
     _patch_scaler_state(scaler, recorder)
 
 
-def _patch_scaler_init(scaler: type, recorder: Recorder) -> None:
+def _patch_scaler_init(scaler: Any, recorder: Recorder) -> None:
     def for_the_cpu(arguments: dict[str, Any]) -> None:
         settings = {name: value for name, value in arguments.items() if name != "self"}
         recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
         if arguments["device"] == "cuda":
             arguments["device"] = "cpu"
 
-    scaler.__init__ = with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True)
+    replace(scaler, "__init__", with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True))
 
 
 def _current_scale(scaler: Any) -> float | None:
@@ -322,7 +358,7 @@ def _current_scale(scaler: Any) -> float | None:
     return float(scaler._scale)
 
 
-def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
+def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
     original_scale, original_unscale = scaler.scale, scaler.unscale_
     original_step, original_update = scaler.step, scaler.update
 
@@ -365,10 +401,11 @@ def _patch_scaler_calls(scaler: type, recorder: Recorder, at_step_boundary, reco
         self._ampfix_stepped = False
         return original_update(self, new_scale)
 
-    scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update
+    for name, patched in (("scale", scale), ("unscale_", unscale_), ("step", step), ("update", update)):
+        replace(scaler, name, patched)
 
 
-def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
+def _patch_scaler_state(scaler: Any, recorder: Recorder) -> None:
     """A checkpoint's scaler state: saved, restored, and with which scale (verify compares it)."""
     original_state_dict, original_load = scaler.state_dict, scaler.load_state_dict
 
@@ -387,4 +424,73 @@ def _patch_scaler_state(scaler: type, recorder: Recorder) -> None:
             recorder.scaler_state("load_state_dict", state_dict.get("scale"), site)
         return original_load(self, state_dict)
 
-    scaler.state_dict, scaler.load_state_dict = state_dict, load_state_dict
+    replace(scaler, "state_dict", state_dict)
+    replace(scaler, "load_state_dict", load_state_dict)
+
+
+# -- deprecated APIs, recorded by the runner itself ---------------------------------------------
+
+# Where torch keeps the AMP spellings ampfix migrates; each deprecated one carries ``__deprecated__``.
+DEPRECATED_AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+
+
+def record_deprecated_calls(recorder: Recorder) -> None:
+    """Each call of a deprecated AMP class or function is counted at the script's file:line here, not
+    through the warnings machinery, which a script may silence (``warnings.filterwarnings("ignore")``).
+    What is deprecated is what the installed torch marks so (``__deprecated__``)."""
+    import importlib
+
+    for module_name in DEPRECATED_AMP_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        bound_in = [module, *(value for value in vars(module).values() if isinstance(value, types.ModuleType))]
+        for name, value in list(vars(module).items()):
+            message = getattr(value, "__deprecated__", None)
+            constructor = vars(value).get("__init__") if isinstance(value, type) else None
+            init_message = getattr(constructor, "__deprecated__", None)
+            if isinstance(init_message, str):  # the constructor is what is marked (GradScaler)
+                replace(value, "__init__", _recorded_function(recorder, value.__init__, init_message))
+            elif not isinstance(message, str):
+                continue
+            elif isinstance(value, type):
+                _record_class(recorder, value, message)
+            else:
+                recorded = _recorded_function(recorder, value, message)
+                for holder in bound_in:
+                    if getattr(holder, name, None) is value:
+                        setattr(holder, name, recorded)
+
+
+def _category(function: Any) -> str:
+    """The warning class a ``@deprecated`` wrapper raises (kept in its closure)."""
+    for cell in getattr(function, "__closure__", None) or ():
+        content = cell.cell_contents
+        if isinstance(content, type) and issubclass(content, Warning):
+            return content.__name__
+    return DeprecationWarning.__name__
+
+
+def _record_class(recorder: Recorder, cls: type, message: str) -> None:
+    deprecated_new = cls.__new__
+    category = _category(deprecated_new)
+
+    def __new__(klass: type, *args: Any, **kwargs: Any) -> Any:
+        if klass is not cls:  # a subclass the script wrote: torch does not warn either
+            return deprecated_new(klass, *args, **kwargs)
+        with recorder.deprecated_call(message, category, find_site()):
+            return deprecated_new(klass, *args, **kwargs)
+
+    replace(cls, "__new__", staticmethod(__new__))
+
+
+def _recorded_function(recorder: Recorder, function: Any, message: str) -> Any:
+    category = _category(function)
+
+    @functools.wraps(function)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        with recorder.deprecated_call(message, category, find_site()):
+            return function(*args, **kwargs)
+
+    return recorded

@@ -44,7 +44,7 @@ import torch
 
 from ampfix.runner import amp_patches, harness, training_hooks
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import run_every_new_thread_through
+from ampfix.runner.patching import replace, run_every_new_thread_through
 from ampfix.runner.sites import find_site
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
@@ -175,7 +175,7 @@ class AmpState:
             """apex's patches are process-wide; autocast is per thread: each new thread enters it."""
             torch.set_autocast_enabled("cpu", True)
             torch.set_autocast_dtype("cpu", dtype)
-            if policy_on:
+            if policy_on and installed is not None:
                 installed.plan.cuda_policy.switch(True)
             if installed is not None and key is not None:
                 installed.active_regions.stack().append(key)
@@ -318,7 +318,8 @@ def _refuse_o1_options(cast_model_type, keep_batchnorm_fp32, master_weights) -> 
         )
     if master_weights:
         raise RuntimeError(
-            "It doesn't make sense to use master_weights with O1. With O1, your model weights themselves should be FP32."
+            "It doesn't make sense to use master_weights with O1. "
+            "With O1, your model weights themselves should be FP32."
         )
 
 
@@ -326,7 +327,9 @@ def _grad_scaler_twin(scaler: LossScaler, loss_scale, min_loss_scale, max_loss_s
     """The loss scaler as GradScaler arguments; what a GradScaler cannot express stays visible."""
     if not scaler.dynamic:
         # A static scale of 1 scales nothing (a disabled GradScaler); any other has no twin.
-        return DISABLED_TWIN if scaler.loss_scale() == 1.0 else {"static_loss_scale": float(loss_scale), "enabled": True}
+        if scaler.loss_scale() == 1.0:
+            return DISABLED_TWIN
+        return {"static_loss_scale": float(loss_scale), "enabled": True}
     arguments: dict[str, Any] = {**DISABLED_TWIN, "init_scale": scaler.loss_scale(), "enabled": True}
     if min_loss_scale:
         arguments["min_loss_scale"] = float(min_loss_scale)
@@ -389,4 +392,4 @@ def populate(module: ModuleType, recorder: Recorder) -> None:
         recorder.unemulated_use(f"apex.amp.{name} (not emulated; only {', '.join(EMULATED_NAMES)} are)", find_site())
         raise AttributeError(f"module 'apex.amp' has no attribute {name!r} (ampfix emulates only O1's API)")
 
-    module.__getattr__ = __getattr__
+    replace(module, "__getattr__", __getattr__)

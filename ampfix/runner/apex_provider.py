@@ -5,8 +5,10 @@ Runs in the child, torch-free (installed before the script starts). The finder s
 and win. When nothing provides ``apex``, an empty ``apex`` package stands in, with ``apex.amp``
 imported into it (``import apex; apex.amp.initialize(...)`` works as with the old apex); when an
 installed apex lacks ``amp`` (apex deleted it in 2025), ``from apex import amp`` and ``import
-apex.amp`` get the emulation. The rest of apex (``apex.parallel``, ``apex.fp16_utils``,
-``apex.optimizers``, ...) is not emulated: its import is recorded and fails as it would.
+apex.amp`` get the emulation; ``apex.parallel`` likewise gets its single-process stand-ins
+(:mod:`apex_parallel`: NVIDIA's own examples import it unconditionally). The rest of apex
+(``apex.fp16_utils``, ``apex.optimizers``, ...) is not emulated: its import is recorded and fails as it
+would.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from types import ModuleType
+from types import FrameType, ModuleType
 
 from ampfix.runner.observe import Recorder, Site
+from ampfix.runner.patching import replace
 
-PACKAGE, AMP = "apex", "apex.amp"
+PACKAGE, AMP, PARALLEL = "apex", "apex.amp", "apex.parallel"
 _RUNNER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -33,12 +36,13 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         sys.meta_path.append(cls(recorder))
 
     def find_spec(self, fullname, path, target=None):
-        if fullname in (PACKAGE, AMP):
+        if fullname in (PACKAGE, AMP, PARALLEL):
             return importlib.util.spec_from_loader(fullname, self, is_package=fullname == PACKAGE)
         if fullname.startswith(PACKAGE + "."):
             feature = fullname.split(".")[1]
             self._recorder.unemulated_use(
-                f"{PACKAGE}.{feature} (not installed; ampfix emulates only apex.amp's O1)", _importing_site()
+                f"{PACKAGE}.{feature} (not installed; ampfix emulates only apex.amp's O1 and apex.parallel)",
+                _importing_site(),
             )
         return None
 
@@ -47,8 +51,15 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         if module.__name__ == PACKAGE:
-            module.__doc__ = "Stand-in for NVIDIA apex (not installed): only apex.amp, emulated by ampfix run."
-            module.amp = importlib.import_module(AMP)
+            module.__doc__ = ("Stand-in for NVIDIA apex (not installed): only apex.amp and apex.parallel, "
+                              "emulated by ampfix run.")
+            replace(module, "amp", importlib.import_module(AMP))
+            return
+        if module.__name__ == PARALLEL:
+            from ampfix.runner import apex_parallel  # torch: only when the script asks for apex.parallel
+
+            self._recorder.emulated_use(apex_parallel.IMPORTED, _importing_site())
+            apex_parallel.populate(module, self._recorder)
             return
         from ampfix.runner import apex_amp  # torch: only when the script asks for apex.amp
 
@@ -57,7 +68,7 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _importing_site() -> Site:
     """The import statement's line: the first frame outside the import machinery and the runner."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(("<frozen", _RUNNER_DIR)) and "importlib" not in filename.split(os.sep)[-2:-1]:

@@ -16,8 +16,10 @@ from pathlib import Path
 from ampfix.runner.compare import first_difference
 from ampfix.runner.config import AMP_DTYPES, AUTOCAST_POLICIES
 from ampfix.runner.cpu_target import CPU_AMP_DTYPE, as_cpu_rewrite_promises
+from ampfix.runner.failures import explain
 from ampfix.runner.launch import LaunchedRun, precheck
 from ampfix.runner.model import RunReport, VerifyReport
+from ampfix.runner.rewrite import rewrite_project, still_deprecated_modules
 from ampfix.runner.workdir import mirror
 
 
@@ -49,8 +51,8 @@ def _launch(
     *,
     capture_output: bool,
     timeout: float | None,
-    extra_paths: Sequence[str] = (),
     cwd: Path | None = None,
+    extra_paths: Sequence[str] = (),
     verify_observations: bool = False,
 ) -> LaunchedRun:
     return LaunchedRun(
@@ -109,11 +111,11 @@ def verify_scripts(
     ``ampfix rewrite --device cpu`` promises them (:mod:`cpu_target`). ``keep_dtype``: as the
     rewrite's ``--keep-dtype`` (float16 kept on the CPU); it changes nothing for "cuda", as there.
 
-    Without ``rewritten``, ampfix's own rewrite of ``original`` is run from a temporary copy; the
-    original's folder stays importable so its neighbouring modules are found. The two sides share
-    no writable state: each runs in its own mirror of the current working directory (see
+    Without ``rewritten``, ampfix's own rewrite of ``original`` and of the local modules it imports
+    (:mod:`project`) is run from the rewrite side's own copy of the script's folder. The two sides
+    share no writable state: each runs in its own mirror of the current working directory (see
     :mod:`workdir`), so neither sees, nor races on, what the other writes, and the caller's folder
-    is not written to.
+    is not written to. A rewrite that still calls a deprecated AMP API is never "equivalent".
     """
     if device not in VERIFY_DEVICES:
         raise ValueError(f"device must be one of {', '.join(VERIFY_DEVICES)}, not {device!r}")
@@ -123,46 +125,48 @@ def verify_scripts(
     workspace = Path(tempfile.mkdtemp(prefix="ampfix-verify-"))
     runs: list[LaunchedRun] = []
     try:
-        if rewritten is None:
-            rewritten, problem = _write_engine_rewrite(original, workspace, notes, device, keep_dtype)
-            if problem is not None:
-                return VerifyReport(None, None, None, error=problem, notes=notes)
-        for script in (original, Path(rewritten)):
-            problem = precheck(script)
-            if problem is not None:  # do not start the other side for nothing
-                return VerifyReport(None, None, None, error=problem, notes=notes)
+        problem = precheck(original) or (precheck(Path(rewritten)) if rewritten is not None else None)
+        if problem is not None:  # do not start the other side for nothing
+            return VerifyReport(None, None, None, error=problem, notes=notes)
         original_cwd, rewrite_cwd = _side_working_directories(workspace, notes)
-        runs.append(
-            _launch(
-                original,
-                script_args,
-                options,
-                capture_output=True,
-                timeout=timeout,
-                cwd=original_cwd,
+        if rewritten is None:
+            rewrite = rewrite_project(original, _project_copy(original, workspace, rewrite_cwd), device, keep_dtype)
+            notes.extend(rewrite.notes)
+            if rewrite.error is not None:
+                return VerifyReport(None, None, None, error=rewrite.error, notes=notes)
+            rewritten = rewrite.script
+        assert rewritten is not None  # given, or written by rewrite_project (which else set its error)
+        # A hand migration kept in another folder still imports the original's neighbours.
+        folder = original.resolve().parent
+        neighbours = [str(folder)] if Path(rewritten).resolve().parent != folder else []
+        for script, cwd, paths in ((original, original_cwd, []), (Path(rewritten), rewrite_cwd, neighbours)):
+            launched = _launch(
+                script, script_args, options, capture_output=True, timeout=timeout, cwd=cwd, extra_paths=paths,
                 verify_observations=True,
             )
-        )
-        runs.append(
-            _launch(
-                Path(rewritten),
-                script_args,
-                options,
-                capture_output=True,
-                timeout=timeout,
-                extra_paths=[str(original.resolve().parent)],
-                cwd=rewrite_cwd,
-                verify_observations=True,
-            )
-        )
+            runs.append(launched)
         original_report, rewritten_report = (run.finish() for run in runs)
+        leftovers = still_deprecated_modules(rewritten_report, device, keep_dtype)  # before its copy is removed
     finally:
         for run in runs:  # Ctrl-C, SIGTERM, an error: neither side outlives verify
             run.abort()
         shutil.rmtree(workspace, ignore_errors=True)
     report = compare_runs(original_report, rewritten_report, device=device, keep_dtype=keep_dtype)
     report.notes.extend(notes)
+    report.notes.extend(leftovers)
     return report
+
+
+def _project_copy(original: Path, workspace: Path, rewrite_cwd: Path) -> Path:
+    """Where the rewrite side's copy of the script's folder is: inside its copy of the working directory
+    when the script lies there, else a mirror of its own."""
+    root, cwd = original.resolve().parent, Path.cwd().resolve()
+    if root == cwd or cwd in root.parents:
+        return rewrite_cwd / root.relative_to(cwd)
+    copy = workspace / "rewrite-project"
+    copy.mkdir()
+    mirror(root, copy, exclude=workspace)
+    return copy
 
 
 def _side_working_directories(workspace: Path, notes: list[str]) -> tuple[Path, Path]:
@@ -182,7 +186,8 @@ def compare_runs(
     original: RunReport, rewritten: RunReport, *, device: str = "cuda", keep_dtype: bool = False
 ) -> VerifyReport:
     """Equivalent, not, or (``equivalent=None``) not comparable because one side could not run.
-    ``device``, ``keep_dtype``: the rewrite's target, as for :func:`verify_scripts`."""
+    ``device``, ``keep_dtype``: the rewrite's target, as for :func:`verify_scripts`. A rewrite that
+    still calls a deprecated AMP API is not equivalent, whatever it computes: it is not migrated."""
     if not original.ran or not rewritten.ran:
         failed, report = ("original", original) if not original.ran else ("rewrite", rewritten)
         return VerifyReport(original, rewritten, None, error=f"the {failed} could not be run: {report.error}")
@@ -190,47 +195,36 @@ def compare_runs(
         # Without a run that works there is nothing to hold the rewrite to.
         error = f"the original exited with status {original.exit_code} under the runner; nothing to compare against"
         cause = _last_line(original.stderr)
-        return VerifyReport(original, rewritten, None, error=f"{error} ({cause})" if cause else error)
+        error = f"{error} ({cause})" if cause else error
+        why = explain(original.failure)
+        return VerifyReport(original, rewritten, None, error=f"{error}; {why}" if why else error)
+    notes = []
     if device == "cpu":
         dtypes = f"an explicit float16 kept, CUDA's default dtype the CPU's ({CPU_AMP_DTYPE})" if keep_dtype \
             else f"float16 -> {CPU_AMP_DTYPE}"
         flags = "--device cpu --keep-dtype" if keep_dtype else "--device cpu"
-        note = f'the original\'s "cuda" requests were compared as `ampfix rewrite {flags}` makes them ("cpu", ' \
+        notes.append(
+            f'the original\'s "cuda" requests were compared as `ampfix rewrite {flags}` makes them ("cpu", '
             f"{dtypes}); both sides ran the CPU's op policy"
+        )
         difference = first_difference(as_cpu_rewrite_promises(original, keep_dtype), rewritten)
-        return VerifyReport(original, rewritten, difference is None, difference, notes=[note])
-    difference = first_difference(original, rewritten)
-    return VerifyReport(original, rewritten, difference is None, difference)
+    else:
+        difference = first_difference(original, rewritten)
+    difference = difference or _still_deprecated(rewritten)
+    return VerifyReport(original, rewritten, difference is None, difference, notes=notes)
+
+
+def _still_deprecated(rewritten: RunReport) -> str | None:
+    calls = rewritten.deprecated_api_calls
+    if not calls:
+        return None
+    first = calls[0]
+    where = f"{Path(first['file']).name}:{first['line']}"
+    more = f" and {len(calls) - 1} other site(s)" if len(calls) > 1 else ""
+    return f"the rewrite still calls a deprecated API at {where}{more} ({first['message']}): not migrated"
 
 
 def _last_line(text: str | None) -> str | None:
     """The last line a failed script wrote to stderr: the exception, after its traceback."""
     lines = [line for line in (text or "").splitlines() if line.strip()]
     return lines[-1].strip() if lines else None
-
-
-def _write_engine_rewrite(
-    original: Path, workspace: Path, notes: list[str], device: str, keep_dtype: bool
-) -> tuple[Path | None, str | None]:
-    """ampfix's rewrite of ``original`` for ``device`` (and ``keep_dtype``), written under the same file
-    name in ``workspace``."""
-    from ampfix.engine import Options, fix_source  # libcst: only now, and only for this
-
-    try:
-        source = original.read_text(encoding="utf-8")
-    except OSError as error:
-        return None, f"cannot read {original}: {error}"
-    try:
-        result = fix_source(source, Options(device=device, keep_dtype=keep_dtype))
-    except Exception as error:  # the engine must not take verify down with it; say what happened
-        return None, f"ampfix's rewrite failed on {original}: {type(error).__name__}: {error}"
-    if result.error is not None:
-        return None, f"ampfix could not rewrite {original}: {result.error}"
-    if not result.changed:
-        notes.append("ampfix's rewrite left the script unchanged: both runs are of the same source")
-    target = workspace / "rewrite" / original.name
-    target.parent.mkdir()
-    target.write_text(result.new_source, encoding="utf-8")
-    target_flag = ("" if device == "cuda" else f" --device {device}") + (" --keep-dtype" if keep_dtype else "")
-    notes.append(f"rewrite: ampfix's own{target_flag}, run from a temporary copy")
-    return target, None

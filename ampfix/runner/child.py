@@ -29,7 +29,7 @@ from typing import Any
 from ampfix.runner.apex_provider import ApexProvider
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import with_arguments_adjusted
+from ampfix.runner.patching import replace, with_arguments_adjusted
 
 _DEPRECATIONS = (DeprecationWarning, FutureWarning)
 
@@ -48,6 +48,8 @@ def start() -> None:
     _this_process = (recorder, config)
     random.seed(config.seed)
     _capture_deprecations(recorder)
+    if role == "main":
+        _record_failure(recorder)
     _AfterImport.install(
         {
             "torch": lambda torch: _install_harness(torch, recorder, config),
@@ -78,12 +80,54 @@ def _capture_deprecations(recorder: Recorder) -> None:
     original_show = warnings.showwarning
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
+        running = recorder.deprecated_call_running()
+        if running is not None and issubclass(category, _DEPRECATIONS) and str(message) == running[0]:
+            # Counted by the runner itself (see amp_patches.record_deprecated_calls), shown at the script's line.
+            _, _, site, count = running
+            if count == 1:
+                original_show(message, category, site.file, site.line, file, None)
+            return
         if issubclass(category, _DEPRECATIONS):
             if recorder.deprecation(str(message), category.__name__, filename, lineno) > 1:
                 return
         original_show(message, category, filename, lineno, file, line)
 
     warnings.showwarning = showwarning
+
+
+def _record_failure(recorder: Recorder) -> None:
+    """The exception the script dies of, with where it was raised: ``verify`` and ``run`` say whether
+    that was inside the runner's emulation (see failures.explain)."""
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        try:
+            recorder.failure = _failure(kind, value, tb)
+        finally:
+            previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+
+def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[str, Any]:
+    import traceback
+
+    from ampfix.runner import harness
+
+    frames = traceback.extract_tb(tb)
+    innermost = frames[-1] if frames else None
+    runner_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    raised_in_runner = innermost is not None and os.path.abspath(innermost.filename).startswith(runner_dir)
+    runner_frame = innermost if raised_in_runner else None
+    return {
+        "type": kind.__name__,
+        "message": str(value),
+        # The runner module and function the exception was raised from (its innermost frame), else None.
+        "runner_module": os.path.splitext(os.path.basename(runner_frame.filename))[0] if runner_frame else None,
+        "runner_function": runner_frame.name if runner_frame else None,
+        "gpu_too": bool(getattr(value, "fails_on_the_gpu_too", False)),
+        "stand_in": bool(harness.current is not None and harness.current.plan.stand_in),
+    }
 
 
 def _start_forked_child(recorder: Recorder, config: RunnerConfig) -> None:
@@ -103,8 +147,8 @@ def _write_before_forked_exit(recorder: Recorder, config: RunnerConfig) -> None:
         _write_observation(recorder, config)
         exit_without_cleanup(status)
 
-    _exit._ampfix_original = exit_without_cleanup
-    os._exit = _exit
+    replace(_exit, "_ampfix_original", exit_without_cleanup)
+    replace(os, "_exit", _exit)
 
 
 def _pool_workers_report_when_terminated(pool_module: ModuleType) -> None:
@@ -219,10 +263,35 @@ def _process_label(recorder: Recorder) -> str:
 def _write_observation(recorder: Recorder, config: RunnerConfig) -> None:
     if recorder.role != "main" and recorder.is_empty():
         return  # a worker that saw nothing worth reporting
+    if recorder.role == "main":
+        recorder.local_modules = _local_modules()
     try:
         recorder.write(config.out_dir, _process_label(recorder))
     except OSError as error:  # the parent is gone or its folder was removed: nothing to report to
         print(f"ampfix run: could not write the observation: {error}", file=sys.stderr)
+
+
+def _local_modules() -> list[str]:
+    """The files of the modules this process loaded from the script's folder or the working directory,
+    outside the interpreter's own and its site-packages (a virtual environment inside the project)."""
+    import site
+    import sysconfig
+
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    roots = [os.path.join(os.getcwd(), "")] + ([os.path.join(os.path.dirname(script), "")] if script else [])
+    site_packages: list[str] = getattr(site, "getsitepackages", list)()  # absent in some virtualenv versions
+    installed = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values(), *site_packages}
+    ampfix_package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a checkout run in place
+    excluded = tuple(os.path.join(os.path.abspath(path), "") for path in (*installed, ampfix_package) if path)
+    files = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file or not file.endswith(".py"):
+            continue
+        file = os.path.abspath(file)
+        if file != script and file.startswith(tuple(roots)) and not file.startswith(excluded):
+            files.add(file)
+    return sorted(files)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

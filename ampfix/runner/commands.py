@@ -59,12 +59,14 @@ _AUTOCAST_POLICY_HELP = (
 )
 AutocastPolicyOption = Annotated[AutocastPolicy, typer.Option("--autocast-policy", help=_AUTOCAST_POLICY_HELP)]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for torch, random, numpy and PYTHONHASHSEED.")]
-ThreadsOption = Annotated[int, typer.Option("--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
+ThreadsOption = Annotated[int, typer.Option(
+    "--threads", min=1, help="Torch / OpenMP thread count (fixed for reproducibility).")]
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON to this file.")]
 
 
 TimeoutOption = Annotated[
-    float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Stop the script after this long and exit 2; 0: never.")
+    float, typer.Option("--timeout", min=0, metavar="SECONDS",
+                        help="Stop the script after this long and exit 2; 0: never.")
 ]
 
 
@@ -72,7 +74,8 @@ def _options(
     max_steps: int | None, amp_dtype: AmpDtype, autocast_policy: AutocastPolicy, seed: int, threads: int
 ) -> api.RunOptions:
     return api.RunOptions(
-        max_steps=max_steps, amp_dtype=amp_dtype.value, autocast_policy=autocast_policy.value, seed=seed, threads=threads
+        max_steps=max_steps, amp_dtype=amp_dtype.value, autocast_policy=autocast_policy.value, seed=seed,
+        threads=threads
     )
 
 
@@ -82,7 +85,8 @@ def _check_json_path(command: str, path: Path | None) -> None:
         return
     problem = _json_path_problem(path)
     if problem is not None:
-        Console(stderr=True).print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red", highlight=False)
+        Console(stderr=True).print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red",
+                                   highlight=False)
         raise typer.Exit(2)
 
 

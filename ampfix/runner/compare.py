@@ -100,7 +100,8 @@ def _comparable(event: dict[str, Any]) -> tuple[Any, ...]:
 def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
     for before, after in zip(original, rewritten):
         if _comparable(before) != _comparable(after):
-            return f"step {before['step']}: original {_describe(before)}; rewrite {_describe(after)}"
+            return (f"step {before['step']}: original {_describe(before)}; "
+                    f"rewrite {_describe(after)}{_why(before, after)}")
     if len(original) > len(rewritten):
         event = original[len(rewritten)]
         return f"step {event['step']}: the rewrite stopped before {_describe(event)}"
@@ -108,6 +109,25 @@ def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, 
         event = rewritten[len(original)]
         return f"step {event['step']}: the original stopped before the rewrite's {_describe(event)}"
     return None
+
+
+# What an autocast takes from the enclosing state when the call does not give it.
+INHERITED_SETTINGS = ("dtype", "cache_enabled")
+
+
+def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """For one autocast region whose effective dtype or cache setting alone differs: why that happens."""
+    if before["kind"] != after["kind"] or before["kind"] not in ("autocast", "autocast_enter"):
+        return ""
+    old, new = before.get("fields") or {}, after.get("fields") or {}
+    differing = [name for name in old if old.get(name) != new.get(name)]
+    if not differing or any(name not in INHERITED_SETTINGS for name in differing):
+        return ""
+    return (
+        f" (the region's effective {' and '.join(differing)} differ: an autocast that does not give them takes the "
+        "enclosing region's, where the deprecated torch.cuda.amp.autocast() and torch.cpu.amp.autocast() give their "
+        "own defaults)"
+    )
 
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
@@ -137,7 +157,8 @@ _MESSAGES = {
     "optimizer_step_on_scaled_gradients": (
         "optimizer.step() on gradients still scaled by {what} (the GradScaler never steps: no scaler.step(optimizer))"
     ),
-    "scaler.update_without_step": "GradScaler.update() with no scaler.step() since the last update (update per micro-step?)",
+    "scaler.update_without_step": (
+        "GradScaler.update() with no scaler.step() since the last update (update per micro-step?)"),
     "scaler.state_dict": "loss scaler state saved ({what})",
     "scaler.load_state_dict": "loss scaler state loaded ({what})",
     "scaler.skipped_step": "optimizer step skipped (inf/NaN gradients)",

@@ -34,15 +34,10 @@ class RunnerConfig:
     # wrappers installed a Ctrl-C that lands in the first training step was seen to be lost under
     # load, cause not found: plain runs go without both).
     verify_observations: bool = False
-    # Folders put on sys.path after the script's own (verify runs a rewritten copy from a
-    # temporary folder and still needs the original's neighbours to import).
-    extra_paths: tuple[str, ...] = ()
 
     def to_env_value(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
     def from_env_value(cls, value: str) -> RunnerConfig:
-        data = json.loads(value)
-        data["extra_paths"] = tuple(data.get("extra_paths", ()))
-        return cls(**data)
+        return cls(**json.loads(value))

@@ -104,6 +104,66 @@ CPU_KERNEL_IS_CUDA_POLICY = frozenset({
     "cat", "stack", "index_copy",
 })  # fmt: skip
 
+# Ops whose CPU kernel refuses a low-precision dtype that CUDA's accepts (the FFT family: cuFFT runs
+# half precision, the CPU's FFT has no float16 kernel; ops on the complex32 an FFT gives). Found from the
+# installed torch, not by hand: each op its OpInfo database declares CUDA but not CPU support for, kept
+# where the CPU kernel raises on OpInfo's own sample inputs in that dtype. tests/test_runner_policy.py
+# derives it again and prints the table to paste when torch changes. Keyed by the name under ``torch``;
+# the runner runs them in float32 (complex64) and casts the result back to the dtype CUDA gives
+# (see :mod:`ampfix.runner.boundaries`). A "float16" entry also covers the bfloat16 stand-in.
+CPU_LACKS_LOW_PRECISION: dict[str, tuple[str, ...]] = {
+    "acos": ("complex32",),
+    "acosh": ("complex32",),
+    "angle": ("complex32",),
+    "asin": ("complex32",),
+    "asinh": ("complex32",),
+    "atan": ("complex32",),
+    "atanh": ("complex32",),
+    "cos": ("complex32",),
+    "cosh": ("complex32",),
+    "div": ("complex32",),
+    "exp": ("complex32",),
+    "fft.fft": ("complex32", "float16"),
+    "fft.fft2": ("complex32", "float16"),
+    "fft.fftn": ("complex32", "float16"),
+    "fft.hfft": ("complex32", "float16"),
+    "fft.hfft2": ("complex32", "float16"),
+    "fft.hfftn": ("complex32", "float16"),
+    "fft.ifft": ("complex32", "float16"),
+    "fft.ifft2": ("complex32", "float16"),
+    "fft.ifftn": ("complex32", "float16"),
+    "fft.ihfft": ("float16",),
+    "fft.ihfft2": ("float16",),
+    "fft.ihfftn": ("float16",),
+    "fft.irfft": ("complex32", "float16"),
+    "fft.irfft2": ("complex32", "float16"),
+    "fft.irfftn": ("complex32", "float16"),
+    "fft.rfft": ("float16",),
+    "fft.rfft2": ("float16",),
+    "fft.rfftn": ("float16",),
+    "lerp": ("complex32",),
+    "log": ("complex32",),
+    "logaddexp": ("complex32",),
+    "nanmean": ("complex32",),
+    "nansum": ("complex32",),
+    "nn.functional.avg_pool3d": ("bfloat16", "float16"),
+    "nn.functional.multi_margin_loss": ("bfloat16", "float16"),
+    "nn.functional.multilabel_margin_loss": ("bfloat16", "float16"),
+    "nn.functional.rrelu": ("float16",),
+    "pow": ("complex32",),
+    "prod": ("complex32",),
+    "rsqrt": ("complex32",),
+    "sigmoid": ("complex32",),
+    "sin": ("complex32",),
+    "sinh": ("complex32",),
+    "sqrt": ("complex32",),
+    "sum": ("complex32",),
+    "tan": ("complex32",),
+    "tanh": ("complex32",),
+    "trace": ("complex32",),
+    "true_divide": ("complex32",),
+}
+
 # The key CUDA's policy runs at: above AutocastCPU in the dispatcher's order, carried by no CPU tensor.
 EMULATION_KEY_NAME = "AutocastIPU"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,11 +24,13 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import run_every_new_thread_through
+from ampfix.runner.patching import replace, run_every_new_thread_through
 from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to
+# The getter torch calls a torch function mode with when the script reads ``x.is_cuda``.
+_IS_CUDA: Any = inspect.getattr_static(_Tensor, "is_cuda").__get__
 
 
 def is_cuda_device(device: Any) -> bool:
@@ -91,13 +94,21 @@ class CudaOnCpuMode(TorchFunctionMode):
             _Tensor.pin_memory: self._pin_memory,
             _Tensor.is_pinned: self._is_pinned,
             _Tensor.type: self._type,
-            _Tensor.is_cuda.__get__: self._is_cuda,
+            _IS_CUDA: self._is_cuda,
         }
+
+    def add_handlers(self, handlers: dict[Any, Callable[[tuple, dict], Any]]) -> None:
+        """More calls handled by their own code (see :mod:`boundaries`); the device handlers stay first."""
+        self._handlers = {**handlers, **self._handlers}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         handler = self._handlers.get(func)
         if handler is not None:
             return handler(args, kwargs or {})
+        return self.call(func, args, kwargs)
+
+    def call(self, func: Any, args: tuple, kwargs: dict | None) -> Any:
+        """A torch call as the mode runs it: devices mapped, output dtypes counted inside autocast."""
         if kwargs:  # every torch call passes here: the common call without keywords does no more
             result = func(*args, **_map_keyword_devices(kwargs))
             if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)
@@ -161,7 +172,7 @@ class CudaOnCpuMode(TorchFunctionMode):
         site = find_site()
         if site.origin == "script":
             self._recorder.unemulated_use("x.is_cuda (False on CPU: the script's is_cuda branch is not taken)", site)
-        return _Tensor.is_cuda.__get__(*args, **kwargs)
+        return _IS_CUDA(*args, **kwargs)
 
 
 def _cpu_twin_of_cuda_type(wanted: Any) -> Any:
@@ -211,7 +222,7 @@ def _reenter_in_custom_backward(mode: CudaOnCpuMode) -> None:
         with mode_active(mode):
             return original_apply(self, *args)
 
-    backward_node.apply = apply
+    replace(backward_node, "apply", apply)
 
 
 def _with_mode(mode: CudaOnCpuMode, hook: Callable[..., Any]) -> Callable[..., Any]:
@@ -230,7 +241,7 @@ def _reenter_in_tensor_hooks(mode: CudaOnCpuMode) -> None:
     def register_hook(self, hook):
         return original_register_hook(self, _with_mode(mode, hook))
 
-    _Tensor.register_hook = register_hook
+    replace(_Tensor, "register_hook", register_hook)
 
 
 def _reenter_in_module_backward_hooks(mode: CudaOnCpuMode) -> None:
@@ -241,7 +252,7 @@ def _reenter_in_module_backward_hooks(mode: CudaOnCpuMode) -> None:
         def register(self, hook, *args, _original=original, **kwargs):
             return _original(self, _with_mode(mode, hook), *args, **kwargs)
 
-        setattr(module, name, functools.wraps(original)(register))
+        replace(module, name, functools.wraps(original)(register))
 
 
 def _reenter_in_saved_tensor_unpacking(mode: CudaOnCpuMode) -> None:
@@ -253,4 +264,4 @@ def _reenter_in_saved_tensor_unpacking(mode: CudaOnCpuMode) -> None:
     def __init__(self, pack_hook, unpack_hook):
         original_init(self, pack_hook, _with_mode(mode, unpack_hook))
 
-    hooks.__init__ = __init__
+    replace(hooks, "__init__", __init__)

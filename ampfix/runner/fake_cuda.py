@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import replace
 from ampfix.runner.sites import find_site
 
 DEVICE_NAME = "ampfix emulated CUDA device (runs on CPU)"
@@ -275,6 +276,7 @@ class _LegacyCudaType(type):
     """Stands in for torch.cuda.FloatTensor & co: notes the use, then behaves as on a CPU build."""
 
     recorder: Recorder
+    original: type  # the CPU build's own class, which refuses to construct
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         cls.recorder.unemulated_use(f"torch.cuda.{cls.__name__} constructor", find_site())
@@ -331,7 +333,8 @@ def install(recorder: Recorder) -> None:
     for name in CUDA_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.cuda.{name}", replacements[name])
     for name in CUDA_GRAPH_NAMES:
-        replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})", getattr(cuda, name, None))
+        replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})",
+                                                  getattr(cuda, name, None))
     for name in LEGACY_TENSOR_TYPES:
         if hasattr(cuda, name):
             replacements[name] = _legacy_type(recorder, name, getattr(cuda, name))
@@ -352,7 +355,7 @@ def _record_stream_takes_fake_streams() -> None:
     def record_stream(self: torch.Tensor, stream: Any) -> None:
         return None
 
-    torch.Tensor.record_stream = record_stream
+    replace(torch.Tensor, "record_stream", record_stream)
 
 
 def _accelerator_functions() -> dict[str, Any]:
@@ -397,7 +400,8 @@ def install_accelerator(recorder: Recorder) -> None:
     for name in ACCELERATOR_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.accelerator.{name}", replacements[name])
     if hasattr(accelerator, "Graph"):
-        replacements["Graph"] = _unemulated_callable(recorder, "CUDA graphs (torch.accelerator.Graph)", accelerator.Graph)
+        replacements["Graph"] = _unemulated_callable(recorder, "CUDA graphs (torch.accelerator.Graph)",
+                                                     accelerator.Graph)
     for name, value in replacements.items():
         if hasattr(accelerator, name):
             _set_everywhere(accelerator, name, value, submodules)

@@ -35,10 +35,11 @@ current: Installed | None = None
 
 
 def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
-    sites.configure(os.path.dirname(torch.__file__))
+    sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, cuda_autocast, device_mode, fake_cuda, process_patches, training_hooks
+    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches
+    from ampfix.runner import training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
@@ -47,17 +48,30 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     scaling = training_hooks.GradientScaling()
     active = amp_patches.ActiveRegions()
     current = Installed(recorder, plan, scaling, active, limit)
+    stand_in, gaps = boundaries.StandIn(recorder, plan), boundaries.CpuGaps(recorder, plan)
+    modes: list[Any] = []  # the device mode, once its step has made it (it reads private torch names)
+
+    def install_device_mode() -> None:
+        modes.append(device_mode.CudaOnCpuMode(recorder))
+        device_mode.install(modes[0])
+
+    def add_handlers(make: Callable[[Any], dict[Any, Any]]) -> None:
+        for mode in modes:  # none when the device mapping could not be installed
+            mode.add_handlers(make(mode))
+
     steps = [
         ("torch.cuda", lambda: fake_cuda.install(recorder)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
+        ("the record of deprecated AMP calls", lambda: amp_patches.record_deprecated_calls(recorder)),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary, active)),
         ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder, plan)),
         (
             "GradScaler",
-            lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss, scaling),
+            lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss,
+                                                    scaling),
         ),
         ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit, scaling)),
         ("backward", lambda: training_hooks.install_backward_hook(recorder, limit, scaling)),
@@ -70,8 +84,11 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
             else []
         ),
         *process_patches.installers(recorder),
+        ("torch.save of the bfloat16 stand-in", stand_in.install_save),
         # Last: the mode would otherwise watch the installation itself.
-        ("device mapping", lambda: device_mode.install(device_mode.CudaOnCpuMode(recorder))),
+        ("device mapping", install_device_mode),
+        ("the bfloat16 stand-in at numpy and dtype reads", lambda: add_handlers(lambda mode: stand_in.handlers())),
+        ("ops the CPU lacks in low precision", lambda: add_handlers(lambda mode: gaps.handlers(mode.call))),
     ]
     for name, install_step in steps:
         _install_step(torch, name, install_step)

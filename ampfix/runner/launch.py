@@ -34,7 +34,11 @@ AMPFIX_ROOT = Path(ampfix.__file__).resolve().parent.parent
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def child_environment(base: Mapping[str, str], config: RunnerConfig, extra_paths: Sequence[str] = ()) -> dict[str, str]:
+def child_environment(
+    base: Mapping[str, str], config: RunnerConfig, extra_paths: Sequence[str] = ()
+) -> dict[str, str]:
+    """``extra_paths``: folders importable after the script's own (a hand migration kept elsewhere still
+    imports the original's neighbours)."""
     env = dict(base)
     paths = [str(BOOTSTRAP_DIR), *extra_paths]
     if env.get("PYTHONPATH"):
@@ -170,6 +174,8 @@ class LaunchedRun:
 
     def _stop(self) -> None:
         """Ask the script to stop as Ctrl-C would, then kill it if it does not within the grace time."""
+        if self._process is None:
+            return
         self._signal_group(signal.SIGINT)
         try:
             self._process.wait(timeout=STOP_GRACE_S)
@@ -178,6 +184,8 @@ class LaunchedRun:
             self._process.wait()
 
     def _signal_group(self, signal_number: int) -> None:
+        if self._process is None:
+            return
         try:
             if OWN_PROCESS_GROUP:
                 os.killpg(self._process.pid, signal_number)  # its session leader: the group's id is its pid

@@ -81,6 +81,28 @@ class RunReport:
         return _merge_counted(self.processes, "emulated", ("feature", "file", "line"))
 
     @property
+    def deprecated_api_calls(self) -> list[dict[str, Any]]:
+        """Calls of a deprecated AMP API, as the runner counted them (a script cannot silence these)."""
+        return [item for item in self.deprecations if item.get("api")]
+
+    @property
+    def local_modules(self) -> list[str]:
+        """The script's own modules (not the standard library's, not site-packages') the main process loaded."""
+        main = self.main
+        return list(main.get("local_modules", ())) if main is not None else []
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """The exception the main process died of, where it passed (see child._record_failure)."""
+        main = self.main
+        return main.get("failure") if main is not None else None
+
+    @property
+    def stand_in(self) -> list[dict[str, Any]]:
+        """Each place the bfloat16 stand-in was shown to the script as float16 (see runner.boundaries)."""
+        return _merge_counted(self.processes, "stand_in", ("what", "file", "line"))
+
+    @property
     def device_queries(self) -> list[dict[str, Any]]:
         return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
 
@@ -104,6 +126,7 @@ class RunReport:
             "deprecations": self.deprecations,
             "unemulated": self.unemulated,
             "emulated": self.emulated,
+            "stand_in": self.stand_in,
             "device_queries": self.device_queries,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,
@@ -141,10 +164,11 @@ def _without_trace(process: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in process.items() if key != "trace"}
 
 
-def _merge_counted(processes: list[dict[str, Any]], field_name: str, key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def _merge_counted(processes: list[dict[str, Any]], field_name: str,
+                   key_fields: tuple[str, ...]) -> list[dict[str, Any]]:
     merged: dict[tuple, dict[str, Any]] = {}
     for process in processes:
-        for item in process[field_name]:
+        for item in process.get(field_name, ()):
             key = tuple(item[name] for name in key_fields)
             if key in merged:
                 merged[key]["count"] += item["count"]

@@ -18,9 +18,11 @@ that dtype. Other events (a loss's hex, a clipping) carry their text as ``what``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +44,11 @@ class Site:
 
 @dataclass(frozen=True)
 class RegionKey:
-    """One autocast construction site with what was asked for and what actually ran."""
+    """One autocast construction site with what was asked for and what actually ran.
+
+    The requested dtype and cache setting are the effective ones: where the call gives none, the
+    value current at construction (an enclosing region's, ``torch.set_autocast_dtype``'s), as torch
+    takes it; the old ``torch.cuda.amp.autocast()`` passes float16 and True itself."""
 
     site: Site
     device_requested: str
@@ -91,6 +97,7 @@ class Recorder:
         self.role = role
         # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
         self.pool_worker = False
+        self._calls = threading.local()  # the deprecated call running in each thread (see deprecated_call)
         self.reset()
 
     def reset(self) -> None:
@@ -103,8 +110,13 @@ class Recorder:
         self.optimizer_steps = 0
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
+        self.deprecated_apis: set[tuple[str, str, str, int]] = set()  # the deprecations the runner counted itself
+        # Set when the process ends: the script's own modules it loaded, and the exception it died of.
+        self.local_modules: list[str] = []
+        self.failure: dict[str, Any] | None = None
         self.unemulated: dict[tuple[str, str, int], int] = {}
         self.emulated: dict[tuple[str, str, int], int] = {}
+        self.stand_in: dict[tuple[str, str, int], int] = {}
         self.device_queries: dict[tuple[str, str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
@@ -210,6 +222,23 @@ class Recorder:
         self.deprecations[key] = count = self.deprecations.get(key, 0) + 1
         return count
 
+    @contextlib.contextmanager
+    def deprecated_call(self, message: str, category: str, site: Site) -> Iterator[int]:
+        """A call of a deprecated API, counted here whatever warning filters the script set; while it runs,
+        :meth:`deprecated_call_running` names it, so the warning it raises (if shown) is not counted twice.
+        Yields how many times this one has been seen."""
+        count = self.deprecation(message, category, site.file, site.line)
+        self.deprecated_apis.add((message, category, site.file, site.line))
+        outer = getattr(self._calls, "running", None)
+        self._calls.running = (message, category, site, count)
+        try:
+            yield count
+        finally:
+            self._calls.running = outer
+
+    def deprecated_call_running(self) -> tuple[str, str, Site, int] | None:
+        return getattr(self._calls, "running", None)
+
     def unemulated_use(self, feature: str, site: Site) -> None:
         key = (feature, site.file, site.line)
         self.unemulated[key] = self.unemulated.get(key, 0) + 1
@@ -219,6 +248,11 @@ class Recorder:
         key = (feature, site.file, site.line)
         self.emulated[key] = self.emulated.get(key, 0) + 1
 
+    def stand_in_use(self, what: str, site: Site) -> None:
+        """A place where the bfloat16 stand-in was shown to the script as the float16 it stands for."""
+        key = (what, site.file, site.line)
+        self.stand_in[key] = self.stand_in.get(key, 0) + 1
+
     def device_query(self, query: str, answer: str, site: Site) -> None:
         """A question the script can branch on (``torch.cuda.is_available()``) and what it was told."""
         key = (query, answer, site.file, site.line)
@@ -226,8 +260,10 @@ class Recorder:
 
     def is_empty(self) -> bool:
         return not (
-            self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values()) or self.optimizer_steps
-            or self.losses or self.deprecations or self.unemulated or self.emulated or self.device_queries or self.trace
+            self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values())
+            or self.optimizer_steps
+            or self.losses or self.deprecations or self.unemulated or self.emulated or self.stand_in
+            or self.device_queries or self.trace
         )  # fmt: skip
 
     # -- output ----------------------------------------------------------------------------
@@ -246,9 +282,14 @@ class Recorder:
             "optimizer_steps": self.optimizer_steps,
             "losses": self.losses,
             "deprecations": [
-                {"message": m, "category": c, "file": f, "line": n, "count": count}
+                {
+                    "message": m, "category": c, "file": f, "line": n, "count": count,
+                    "api": (m, c, f, n) in self.deprecated_apis,
+                }
                 for (m, c, f, n), count in self.deprecations.items()
             ],
+            "local_modules": self.local_modules,
+            "failure": self.failure,
             "unemulated": [
                 {"feature": feature, "file": f, "line": n, "count": count}
                 for (feature, f, n), count in self.unemulated.items()
@@ -256,6 +297,9 @@ class Recorder:
             "emulated": [
                 {"feature": feature, "file": f, "line": n, "count": count}
                 for (feature, f, n), count in self.emulated.items()
+            ],
+            "stand_in": [
+                {"what": what, "file": f, "line": n, "count": count} for (what, f, n), count in self.stand_in.items()
             ],
             "device_queries": [
                 {"query": query, "answer": answer, "file": f, "line": n, "count": count}
@@ -280,6 +324,7 @@ def _region_dict(key: RegionKey, entered: int) -> dict[str, Any]:
         "device_requested": key.device_requested,
         "dtype_requested": key.dtype_requested,
         "enabled_requested": key.enabled_requested,
+        "cache_enabled_requested": key.cache_enabled_requested,
         "device_run": key.device_run,
         "dtype": key.dtype_run,
         "enabled": key.enabled_run,

@@ -48,6 +48,13 @@ def with_call_bound(
     return bound_call
 
 
+def replace(owner: Any, name: str, value: Any) -> None:
+    """Install a patch: ``owner.name = value``. Every patch of a torch class or module goes through here
+    (a type checker would refuse to see a method or a module function reassigned, and rightly: only the
+    runner's child does this, on purpose)."""
+    setattr(owner, name, value)
+
+
 def run_every_new_thread_through(around_run: Callable[[Callable[[], None]], None]) -> None:
     """Each thread started from now on runs ``around_run(run)`` instead of its ``run()``: a state torch
     keeps per thread (autocast, a TorchFunctionMode) is entered again there."""
@@ -55,8 +62,8 @@ def run_every_new_thread_through(around_run: Callable[[Callable[[], None]], None
 
     @functools.wraps(original_start)
     def start(self: threading.Thread) -> None:
-        run = self.run
-        self.run = functools.partial(around_run, run)  # an instance attribute: a subclass's run() is covered too
+        # An instance attribute: a subclass's run() is covered too.
+        replace(self, "run", functools.partial(around_run, self.run))
         original_start(self)
 
-    threading.Thread.start = start
+    replace(threading.Thread, "start", start)

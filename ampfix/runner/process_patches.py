@@ -17,7 +17,7 @@ import torch
 
 from ampfix.runner.device_mode import is_cuda_device
 from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import with_arguments_adjusted
+from ampfix.runner.patching import replace, with_arguments_adjusted
 from ampfix.runner.sites import find_site
 
 
@@ -61,7 +61,8 @@ def _data_parallel_as_one_replica(recorder: Recorder) -> None:
         with torch.autograd.profiler.record_function("DataParallel.forward"):
             return self.module(*inputs, **kwargs)
 
-    data_parallel.__init__, data_parallel.forward = __init__, forward
+    replace(data_parallel, "__init__", __init__)
+    replace(data_parallel, "forward", forward)
 
 
 def _cpu_map_location(map_location: Any) -> Any:
@@ -91,9 +92,10 @@ def _default_device_on_cpu() -> None:
 
 def _generators_on_cpu() -> None:
     """torch.Generator(device="cuda") is a CPU generator; isinstance() still accepts every generator."""
-    base = torch._C.Generator
+    base: Any = torch._C.Generator
+    base_type: Any = type(base)
 
-    class GeneratorType(type(base)):
+    class GeneratorType(base_type):
         def __instancecheck__(cls, instance: Any) -> bool:
             return isinstance(instance, base)
 
@@ -102,7 +104,7 @@ def _generators_on_cpu() -> None:
             return super().__new__(cls, "cpu" if is_cuda_device(device) else device)
 
     Generator.__module__, Generator.__qualname__ = "torch", "Generator"
-    torch.Generator = Generator
+    replace(torch, "Generator", Generator)
 
 
 def _nccl_runs_as_gloo(recorder: Recorder) -> None:
@@ -116,7 +118,7 @@ def _nccl_runs_as_gloo(recorder: Recorder) -> None:
         if is_cuda_device(arguments.get("device_id")):
             arguments["device_id"] = None
 
-    distributed.init_process_group = with_arguments_adjusted(distributed.init_process_group, gloo_for_nccl)
+    replace(distributed, "init_process_group", with_arguments_adjusted(distributed.init_process_group, gloo_for_nccl))
 
 
 def _ddp_device_ids_on_cpu() -> None:
@@ -128,4 +130,4 @@ def _ddp_device_ids_on_cpu() -> None:
             if arguments.get(name) is not None:
                 arguments[name] = None
 
-    ddp.__init__ = with_arguments_adjusted(ddp.__init__, without_devices)
+    replace(ddp, "__init__", with_arguments_adjusted(ddp.__init__, without_devices))

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ampfix.runner.compare import uses_apex_emulation
+from ampfix.runner.failures import explain
 from ampfix.runner.model import RunReport, VerifyReport
 
 LOSSES_SHOWN = 8
@@ -35,6 +36,8 @@ def _regions_table(report: RunReport) -> Table:
         if multi_process:
             where = f"[{region['process']}] {where}"
         requested = _region_text(region["device_requested"], region["dtype_requested"], region["enabled_requested"])
+        if region.get("cache_enabled_requested", True) is not True:
+            requested += f" cache_enabled={region['cache_enabled_requested']}"
         ran = _region_text(region["device_run"], region["dtype"], region["enabled"])
         table.add_row(where, requested, ran, str(region["entered"]))
     return table
@@ -101,10 +104,19 @@ def _findings(report: RunReport) -> list[Text]:
             )
         )
     for item in report.emulated:
-        lines.append(Text.assemble(("emulated ", "cyan"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})"))
+        lines.append(Text.assemble(("emulated ", "cyan"),
+                                   f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})"))
+    for item in report.stand_in:
+        lines.append(
+            Text.assemble(
+                ("stand-in ", "cyan"),
+                f"{_where(item['file'], item['line'])} {item['what']} (bfloat16 ran for float16) (×{item['count']})",
+            )
+        )
     for item in report.unemulated:
         lines.append(
-            Text.assemble(("not emulated ", "red"), f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
+            Text.assemble(("not emulated ", "red"),
+                          f"{_where(item['file'], item['line'])} {item['feature']} (×{item['count']})")
         )
     return lines
 
@@ -122,6 +134,9 @@ def _status_line(report: RunReport) -> Text:
 
 def render_run(report: RunReport, console: Console) -> None:
     console.print(_status_line(report))
+    why = explain(report.failure) if report.exit_code not in (0, None) else None
+    if why is not None:
+        console.print(Text.assemble(("why: ", "bold"), why))
     if not report.processes:
         return
     if report.autocast_regions:
@@ -161,7 +176,8 @@ def render_verify(report: VerifyReport, console: Console) -> None:
             )
         )
     elif report.equivalent:
-        console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)", "bold green"))
+        console.print(Text("equivalent: same autocast requests, GradScaler arguments and losses (bit for bit)",
+                           "bold green"))
     else:
         console.print(Text.assemble(("NOT equivalent", "bold red"), f" — first difference: {report.first_difference}"))
         _print_failure_output(report, console)

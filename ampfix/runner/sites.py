@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import sys
+from types import FrameType
 
 from ampfix.runner.observe import Site
 
@@ -18,10 +19,12 @@ _PLUMBING, _TORCH, _SCRIPT = 0, 1, 2
 _kind_by_file: dict[str, int] = {}
 _torch_dir: str | None = None
 _plumbing_prefixes: tuple[str, ...] = ()
+# The runner's own files and the decorator helpers: frames no code of torch's or the script's is in.
+_helper_prefixes: tuple[str, ...] = ()
 
 
 def configure(torch_dir: str) -> None:
-    global _torch_dir, _plumbing_prefixes
+    global _torch_dir, _plumbing_prefixes, _helper_prefixes
     _torch_dir = os.path.join(torch_dir, "")
     amp_modules = [
         os.path.join(torch_dir, "amp", ""),
@@ -34,10 +37,11 @@ def configure(torch_dir: str) -> None:
         os.path.join(torch_dir, "nn", "modules", "module.py"),
     ]
     helpers = [os.path.dirname(__file__) + os.sep, contextlib.__file__, functools.__file__]
-    typing_extensions = sys.modules.get("typing_extensions")
-    if typing_extensions is not None and getattr(typing_extensions, "__file__", None):
-        helpers.append(typing_extensions.__file__)
+    typing_extensions_file = getattr(sys.modules.get("typing_extensions"), "__file__", None)
+    if typing_extensions_file:
+        helpers.append(typing_extensions_file)
     _plumbing_prefixes = tuple(amp_modules + helpers)
+    _helper_prefixes = tuple(helpers)
     _kind_by_file.clear()
 
 
@@ -56,7 +60,7 @@ def _kind(filename: str) -> int:
 
 def find_site() -> Site:
     """The first frame outside torch and the harness, and whether torch stood in between."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     origin = "script"
     while frame is not None:
         kind = _kind(frame.f_code.co_filename)
@@ -66,3 +70,17 @@ def find_site() -> Site:
             origin = "torch"
         frame = frame.f_back
     return Site("<unknown>", 0, origin)
+
+
+def read_by_script() -> Site | None:
+    """The code that made the current call (the first frame outside the runner and its helpers), when it
+    is not torch's own: the place where the script, one of its modules or a library reads a value."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_helper_prefixes):
+            if _torch_dir is not None and filename.startswith(_torch_dir):
+                return None
+            return Site(filename, frame.f_lineno)
+        frame = frame.f_back
+    return None

@@ -3,10 +3,11 @@
 Runs in the child. Whether the gradients are still multiplied by a loss scale is followed per
 process (:class:`GradientScaling`): a scaled loss's backward scales them, ``unscale_`` (inside
 ``scaler.step`` too) or apex's ``scale_loss`` exit unscales them. Clipping them or stepping the
-optimizer while they are scaled is recorded, as the classic mistakes of a migration are. A *step boundary* is a place where the next training step begins: entering
-an autocast region the script asked for, ``scaler.scale``, ``backward`` and the optimizer's
-pre-step hook. Once the script has taken ``--max-steps`` optimizer steps, the next boundary
-ends it with exit status 0, so the counts of one step's calls stay whole (N steps, N updates).
+optimizer while they are scaled is recorded, as the classic mistakes of a migration are. A *step
+boundary* is a place where the next training step begins: entering an autocast region the script
+asked for, ``scaler.scale``, ``backward`` and the optimizer's pre-step hook. Once the script has
+taken ``--max-steps`` optimizer steps, the next boundary ends it with exit status 0, so the counts
+of one step's calls stay whole (N steps, N updates).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def install_clipping_hooks(recorder: Recorder, scaling: GradientScaling) -> None
 def _recorded_clipping(original, name: str, limit_name: str, recorder: Recorder, scaling: GradientScaling):
     def record(arguments: dict[str, Any]) -> None:
         limit = arguments[limit_name]
-        limit_text = repr(float(limit)) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else repr(limit)
+        numeric = isinstance(limit, (int, float)) and not isinstance(limit, bool)
+        limit_text = repr(float(limit)) if numeric else repr(limit)
         what = f"{name} {limit_name}={limit_text}"
         if scaling.scale is not None:
             what += f" on gradients still scaled by {scaling.scale!r}"

@@ -91,3 +91,22 @@ def _copied(entry: os.DirEntry, destination: Path) -> bool:
         elif destination.exists():
             destination.unlink()
         return False
+
+
+def writable_path(root: Path, relative: Path) -> Path:
+    """``root / relative``, made safe to write in a mirror: a linked folder on the way becomes a real
+    folder of links to its entries, and a linked file is removed, so that writing there never reaches
+    the folder the mirror was made from."""
+    current = root
+    for part in relative.parts:
+        current = current / part
+        if not current.is_symlink():
+            continue
+        target = Path(os.path.realpath(current))
+        current.unlink()
+        if target.is_dir():
+            current.mkdir()
+            for entry in os.scandir(target):
+                os.symlink(entry.path, current / entry.name, target_is_directory=entry.is_dir())
+    current.parent.mkdir(parents=True, exist_ok=True)
+    return current

@@ -142,7 +142,8 @@ class GuardJudge:
             return UNKNOWN
         return Comparison(parsers.pop(), versions, tuple(ops))
 
-    def version_operand(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> tuple[Parser, Literal | None] | None:
+    def version_operand(self, expr: ast.expr, scope: Scope,
+                        seen: frozenset[int]) -> tuple[Parser, Literal | None] | None:
         """(its parser, the literal or None for the installed version) for `V("1.6")`, `V(torch.__version__)`,
         or a module-level name bound once to one of them; else None."""
         if not isinstance(expr, ast.Call):

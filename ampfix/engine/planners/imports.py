@@ -176,7 +176,8 @@ def _plan_import(context: ModuleContext, sink: Sink, imp: ImportRef, plain_impor
         sink.add_finding(alias, MODULE_PATH_CODE, f"`import {alias.name}` -> `import {new_name}`",
                              fixable=True, will_fix=True)
     if renamed or removed:
-        sink.add_edit(sink.edit(node, "Import", "", ImportEdit(renamed_aliases=renamed, removed_aliases=tuple(removed))))
+        change = ImportEdit(renamed_aliases=renamed, removed_aliases=tuple(removed))
+        sink.add_edit(sink.edit(node, "Import", "", change))
 
 
 def _existing_plain_imports(context: ModuleContext, scope: Scope) -> set[str]:

@@ -83,8 +83,9 @@ def _string_annotation(context: ModuleContext, sink: Sink, ref: StringRef) -> No
     for use, decision in decided:
         written = ".".join(use.ref.parts)
         if reason:
-            findings.append(sink.finding(ref.node, decision.code, f"string annotation names `{written}`; left: {reason}",
-                                         fixable=False, suggestion=decision.suggestion))
+            message = f"string annotation names `{written}`; left: {reason}"
+            findings.append(sink.finding(ref.node, decision.code, message, fixable=False,
+                                         suggestion=decision.suggestion))
         else:
             assert decision.edit is not None
             findings.append(sink.finding(ref.node, decision.code,

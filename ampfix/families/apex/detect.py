@@ -13,8 +13,9 @@ from __future__ import annotations
 import ast
 
 from ampfix.families.apex.module import ApexModule
+from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
-from ampfix.families.apex.rewrite import AmpUse, plan_rewrite
+from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -23,13 +24,14 @@ from ampfix.core.rules import Rule
 
 # The engine, as apex's detection reaches it (through `ApexModule`, its view of the planner context and sink):
 # the calls that are not reads of the walk, and the binding lookup.
-def _report(analysis: ApexModule, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "") -> None:
+def _report(analysis: ApexModule, node: ast.AST, rule: Rule, advice: rules.Advice, detail: str = "",
+            unsafe_fix: bool = False) -> None:
     message = advice.reason + (f"; {detail}" if detail else "")
-    analysis.add_finding(node, rule.code, message, fixable=False, suggestion=advice.native)
+    analysis.add_finding(node, rule.code, message, fixable=unsafe_fix, unsafe=unsafe_fix, suggestion=advice.native)
 
 
-def _report_fixed(analysis: ApexModule, node: ast.AST, rule: Rule, message: str) -> None:
-    analysis.add_finding(node, rule.code, message, fixable=True, will_fix=True)
+def _report_fixed(analysis: ApexModule, node: ast.AST, rule: Rule, message: str, unsafe: bool = False) -> None:
+    analysis.add_finding(node, rule.code, message, fixable=True, unsafe=unsafe, will_fix=True)
 
 
 def _held_back(analysis: ApexModule, reported: list[tuple[int, Rule, Guards]]) -> str | None:
@@ -81,25 +83,34 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
+        parallel = _plan_parallel(analysis, uses)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
-        for ref, _, full, rule in uses:
-            if isinstance(rewritten, dict):
-                _report_fixed(analysis, ref.node, rule, rewritten[id(ref)])
-            else:
-                not_rewritten = rewritten if rule is says_why else ""
-                _report_use(analysis, ref, rule, full, not_rewritten)
-        _report_imports(analysis, used, rewritten if isinstance(rewritten, dict) else {})
+        left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
+        for ref, binding, full, rule in uses:
+            if isinstance(rewritten, Rewritten) and id(ref) in rewritten.messages:
+                _report_fixed(analysis, ref.node, rule, rewritten.messages[id(ref)], rewritten.unsafe)
+            elif isinstance(parallel, dict) and id(ref) in parallel:
+                _report_fixed(analysis, ref.node, rule, parallel[id(ref)])
+            else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
+                left.add(id(binding))
+                not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
+                if rule in (rules.DISTRIBUTED, rules.SYNC_BATCH_NORM) and isinstance(parallel, str):
+                    not_rewritten = parallel
+                unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
+                _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
+        _report_imports(analysis, used, left, rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False))
     if apex_imported or _may_hold_settings(analysis):
         _report_settings(analysis)
 
 
-def _plan_rewrite(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+def _plan_rewrite(analysis: ApexModule,
+                  uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str:
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [binding for _, binding, _ in amp_uses])
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
     # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
     reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
     if isinstance(found, OptionalImport):
@@ -113,15 +124,31 @@ def _plan_rewrite(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str,
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
 
 
-def _amp_import(analysis: ApexModule, bindings_used: list[Binding]) -> ast.ImportFrom | OptionalImport | str:
-    """The one module-level `from apex import amp` the uses go through (plain, or the optional import), or why
-    there is none."""
-    bindings = {id(binding): binding for binding in bindings_used}
+def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+    """AMP110/AMP111 (`ampfix.families.apex.parallel`), where every apex.parallel use is one of theirs: the message
+    of each use by id() of its ref, or why nothing is rewritten (each use is then reported, with it)."""
+    parallel = [(ref, rule, full) for ref, _, full, rule in uses
+                if full == "apex.parallel" or full.startswith("apex.parallel.")]
+    if not parallel:
+        return {}
+    held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, rule, _ in parallel])
+    return held or plan_parallel(analysis, [(ref, full) for ref, _, full in parallel])
+
+
+def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:
+    """The one `from apex import amp` the uses go through (plain at module level, the optional import, or plain in
+    the function that uses it: the rewrite checks where in it), or why there is none."""
+    bindings = {id(binding): binding for _, binding in uses}
     binding = next(iter(bindings.values()), None)
-    not_plain = ("apex.amp is not reached through one plain `from apex import amp` at module level (a local import, "
-                 "or a name also bound otherwise)")
+    not_plain = ("apex.amp is not reached through one `from apex import amp` (at module level, or in the function "
+                 "of its uses), or its name is also bound otherwise")
     if binding is None or len(bindings) != 1 or binding.qname != rules.AMP_MODULE:
         return not_plain
+    scope, found = uses[0][0].scope.lookup(binding.name)
+    node = binding.imported_by.node if binding.imported_by is not None else None
+    if scope is not None and scope.kind == "function" and found == [binding] \
+            and isinstance(node, ast.ImportFrom) and imports_amp_alone(node):
+        return node  # a local import (a function body, an `if`/`try` in it)
     module_bindings = analysis.walker.module_scope.bindings.get(binding.name, [])
     if module_bindings == [binding]:
         node = binding.imported_by.node if binding.imported_by is not None else None
@@ -140,7 +167,8 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
     return [f"{node.module}.{alias.name}" for alias in node.names]
 
 
-def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "") -> None:
+def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "",
+                unsafe_fix: bool = False) -> None:
     notes = []
     call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
     if rule is rules.INITIALIZE and call is not None:
@@ -149,7 +177,7 @@ def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_
         notes.append(_scale_loss_detail(call))
     if not_rewritten:
         notes.append(f"not rewritten: {not_rewritten}")
-    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n))
+    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n), unsafe_fix)
 
 
 def _argument(call: ast.Call, name: str, params: tuple[str, ...]) -> ast.expr | None:
@@ -203,24 +231,28 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: ApexModule, used: set[int], rewritten: dict[int, str]) -> None:
-    """An apex import is reported where it alone shows the problem: no use of what it binds is reported,
-    or it is the optional import whose handler silently turns mixed precision off (fixed where the rewrite
-    removes it: `rewritten` holds its message by id() of the import)."""
+def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewritten: Rewritten) -> None:
+    """Every apex import the rewrite does not remove is reported at its line (it fails on current apex): the
+    optional import says its handler silently turns mixed precision off, an import with a use left through it
+    (`left`, id() of bindings) says the uses are reported too. Fixed where the rewrite removes the optional import
+    (`rewritten` holds its message by id() of the import); a plain one whose every use is rewritten goes silently
+    with them."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
             rule = rules.rule_of(qname) if _owned(qname) else None
             if rule is None:
                 continue
             advice = _advice(qname)
-            if id(imp.node) in rewritten:
-                _report_fixed(analysis, imp.node, rule, rewritten[id(imp.node)])
+            if id(imp.node) in rewritten.messages:
+                _report_fixed(analysis, imp.node, rule, rewritten.messages[id(imp.node)], rewritten.unsafe)
             elif imp.optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")
             elif not _binding_used(imp.scope, imp.node, qname, used):
                 _report(analysis, imp.node, rule, advice)
+            elif _binding_used(imp.scope, imp.node, qname, left):  # it fails on current apex too
+                _report(analysis, imp.node, rule, advice, "the uses of what it imports are reported at their lines")
 
 
 def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, used: set[int]) -> bool:

@@ -32,9 +32,10 @@ class ApexModule:
     def device_text(self, target: Target) -> str:
         return device_text(self.context, target)
 
-    def add_finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, will_fix: bool = False,
-                    suggestion: str | None = None) -> None:
-        self.sink.add_finding(node, code, message, fixable=fixable, will_fix=will_fix, suggestion=suggestion)
+    def add_finding(self, node: ast.AST, code: str, message: str, *, fixable: bool, unsafe: bool = False,
+                    will_fix: bool = False, suggestion: str | None = None) -> None:
+        self.sink.add_finding(node, code, message, fixable=fixable, unsafe=unsafe, will_fix=will_fix,
+                              suggestion=suggestion)
 
     def add_edit(self, edit: Edit) -> None:
         self.sink.add_edit(edit)

@@ -40,8 +40,7 @@ from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, flag_reason, is_availability_test
 from ampfix.syntax.bindings import ChainRef, Scope
 
-# The engine, as this rewrite reaches it (the plan vocabulary and apex's view of the module, the same planner
-# protocol as torch's rules): these imports and `_Engine` are the only places that touch it.
+# The engine, as this rewrite reaches it: these imports and `_Engine` are the only places that touch it.
 from ampfix.core.plan import Edit, Splice, free_name
 from ampfix.families.apex.module import ApexModule
 
@@ -83,6 +82,14 @@ class _Engine:
             self._analysis.add_edit(Edit(start, end, line, "Splice", "", Splice(text)))
 
 
+Engine = _Engine  # the adapter's type, for the family's other rewrites
+
+
+def engine_of(analysis: ApexModule) -> _Engine:
+    """The adapter, for the apex family's other rewrites (`ampfix.families.apex.parallel`)."""
+    return _Engine(analysis)
+
+
 _NATIVE = rules.NATIVE
 SCALER = _NATIVE.scaler
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -97,12 +104,25 @@ class AmpUse:
     full: str
 
 
+@dataclass(frozen=True)
+class Rewritten:
+    """The message of each use rewritten, by id() of its ChainRef (and, for the optional import, of the import);
+    `unsafe`: the rewrite changes the numerics where opt_level is not O1 (--unsafe-fixes)."""
+
+    messages: dict[int, str]
+    unsafe: bool
+
+
+class UnsafeOnly(str):
+    """Why the rewrite is not made, where --unsafe-fixes makes it (the uses are reported fixable, unsafe)."""
+
+
 class NotMechanical(Exception):
     """A condition of the rewrite fails: every use is reported instead."""
 
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
-                 optional: OptionalImport | None = None) -> dict[int, str] | str:
+                 optional: OptionalImport | None = None) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
     by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
     mechanical shape."""
@@ -115,9 +135,12 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
         _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)
+    opt_level = rewrite.shape.opt_level
+    if opt_level.unsafe and not engine.options.unsafe_fixes:
+        return UnsafeOnly(f"{opt_level.note} (an unsafe fix exists: --unsafe-fixes)")
     _initialize_message(rewrite)
     engine.add_splices(rewrite.splices)
-    return rewrite.messages
+    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe)
 
 
 # The module's tree, with what the stages ask of it ------------------------------------------------------------
@@ -194,6 +217,12 @@ class _Shape:
     newline: str
     import_node: ast.ImportFrom
     optional: OptionalImport | None
+    # what removing the import removes: the import, the optional import's `try`, or a local import's `try` whose
+    # handlers only raise; None where it goes with initialize's `if` (a local import in it)
+    import_statement: ast.stmt | None = None
+    condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
+    opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
+    scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
 
     @property
     def scope(self) -> Scope:
@@ -210,7 +239,7 @@ class _Shape:
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
-    inits, scale_losses, clips, states, availability = _uses_by_rule(uses, optional)
+    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(uses, optional)
     init_use = inits[0]
     amp = init_use.ref.parts[0]
     init_call = _call_of(init_use)
@@ -218,7 +247,24 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
-    init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+    opt_level = _opt_level(tree, init_call)
+    local = optional is None and import_node not in tree.engine.tree.body
+    import_statement = _local_import_statement(tree, import_node) if local else (
+        optional.statement if optional is not None else import_node)
+    condition = None
+    if local:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled)
+        flags: tuple[str, ...] = ()
+        if tree.parent(import_statement) is init_statement:
+            import_statement_kept: ast.stmt | None = None  # it goes with initialize's `if`
+        elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
+            import_statement_kept = import_statement
+        else:
+            raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
+                                "nor in the `if` that guards initialize")
+    else:
+        init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+        import_statement_kept = import_statement
     function = tree.parent(init_statement)  # a function, or the module of a script
     if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
         raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
@@ -229,13 +275,18 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
             raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
     torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
+    if local and not torch_bound:
+        raise NotMechanical("torch is not imported where the local `from apex import amp` is")
+    if condition is not None:
+        _stable(condition, function)
     comments = _comment_lines(tree.index.text)
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional)
+                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
+                  scale_reads)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -249,6 +300,10 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
     scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
     clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
     states = by_rule.pop(rules.STATE.code, [])
+    internals = by_rule.get(rules.INTERNALS.code, [])
+    scale_reads = [use for use in internals if use.full == rules.LOSS_SCALERS]
+    if len(scale_reads) == len(internals):
+        by_rule.pop(rules.INTERNALS.code, None)
     availability = by_rule.pop(rules.OPTIONAL_IMPORT.code, []) if optional is not None else []
     if not inits:
         raise NotMechanical(f"no `{rules.INITIALIZE.title}` in this module: mixed precision is switched on "
@@ -260,7 +315,7 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
     if by_rule:
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
-    return inits, scale_losses, clips, states, availability
+    return inits, scale_losses, clips, states, availability, scale_reads
 
 
 def _availability_tests(availability: list[AmpUse], amp: str,
@@ -292,6 +347,59 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,)
+
+
+def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
+    """A local `from apex import amp`, or the `try` holding it alone whose handlers only raise (the import failing
+    was an error, and torch.amp, which takes its place, is always there): what removing it removes."""
+    parent = tree.parent(import_node)
+    if isinstance(parent, ast.Try) and parent.body == [import_node]:
+        if parent.orelse or parent.finalbody or not all(
+                len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
+            raise NotMechanical("the `try` around the local `from apex import amp` does more than raise")
+        return parent
+    return import_node
+
+
+def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt,
+                 enabled: ast.expr | None) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
+    """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
+    chain): COND goes to `enabled=` of the scaler and of autocast. The statement initialize becomes the scaler of,
+    the `enabled` expression, the condition."""
+    guard = tree.parent(init)
+    if not isinstance(guard, ast.If):
+        return init, enabled, None
+    if guard.body not in ([init], [import_statement, init]) or guard.orelse:
+        raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
+    if not _chain(guard.test):
+        raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
+    if enabled is not None:
+        raise NotMechanical("initialize under a condition has an `enabled=` of its own")
+    return guard, guard.test, guard.test
+
+
+def _chain(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _stable(condition: ast.expr, function: ast.AST) -> None:
+    """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
+    the `if` that tests it (nor, for an attribute chain, the name it starts from)."""
+    root = condition
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    dumps = {ast.dump(condition), ast.dump(root)}
+    for node in ast.walk(function):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
+                        and part.lineno > condition.lineno \
+                        and ast.dump(part).replace("Store()", "Load()") in dumps:
+                    raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
 
 def _bound_names(target: ast.expr) -> tuple[str, str]:
@@ -346,12 +454,10 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr 
                             "hand)")
     enabled = None
     for keyword in call.keywords:
-        if keyword.arg not in rules.PATTERN_KEYWORDS:
-            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity and loss_scale")
+        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS:
+            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
+                                "keep_batchnorm_fp32 and master_weights")
         value = keyword.value
-        if keyword.arg == "opt_level" and not (isinstance(value, ast.Constant)
-                                               and value.value == rules.NATIVE_OPT_LEVEL):
-            raise NotMechanical(f'opt_level is not the literal "{rules.NATIVE_OPT_LEVEL}"')
         if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
                                                 and value.value == rules.DYNAMIC_LOSS_SCALE):
             raise NotMechanical(f'loss_scale is not "{rules.DYNAMIC_LOSS_SCALE}"')
@@ -361,6 +467,78 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr 
                 raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
             enabled = value
     return model, optimizer, enabled
+
+
+@dataclass(frozen=True)
+class _OptLevel:
+    """What initialize's opt_level (and the keywords that belong to O2/O3) means for the rewrite."""
+
+    level: str  # for the message: "O1", "O2", or the expression's text
+    note: str  # what the finding adds: what O2/O3 users lose ("" for O1)
+    unsafe: bool  # the rewrite changes the numerics where the level is not O1: --unsafe-fixes only
+
+
+def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
+    """A literal O1 (or none) as before; an argparse option in the module whose default is O1: rewritten, the note
+    saying what a run with O2/O3 loses; a literal O2/O3, an option with another default, or a value that cannot be
+    read: rewritten under --unsafe-fixes only, with the note."""
+    value = next((k.value for k in call.keywords if k.arg == "opt_level"), None)
+    if value is None and len(call.args) > 3:
+        raise NotMechanical("opt_level is passed by position")
+    extras = [rules.INITIALIZE_KEYWORDS[k.arg] for k in call.keywords if k.arg in rules.UNSAFE_KEYWORDS]
+    if value is None or (isinstance(value, ast.Constant) and value.value == rules.NATIVE_OPT_LEVEL):
+        if extras:
+            raise NotMechanical("keep_batchnorm_fp32/master_weights are given with O1")
+        return _OptLevel(rules.NATIVE_OPT_LEVEL, "", False)
+    if isinstance(value, ast.Constant):
+        if value.value not in rules.UNSAFE_OPT_LEVELS:
+            raise NotMechanical(f"opt_level is {value.value!r} (O1 is rewritten; O2 and O3 under --unsafe-fixes)")
+        return _unsafe_level(tree, value.value, [rules.UNSAFE_OPT_LEVELS[value.value], *extras])
+    text = tree.text(value)
+    option = _argparse_option(tree, value)
+    if option is None:
+        return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
+    flag, default, choices = option
+    said = f"opt_level `{text}` is the option {flag} (default {default!r}" + (
+        f", choices {', '.join(choices)})" if choices else ")")
+    if default == rules.NATIVE_OPT_LEVEL and not extras:
+        return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
+    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *extras])
+
+
+def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:
+    return _OptLevel(level, "; ".join(notes), True)
+
+
+def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
+    """`X.name` read from the one `add_argument("--name", default="O1", choices=[...])` of the module whose
+    destination is `name`: the flag, its literal default, its literal choices; else None."""
+    if not isinstance(value, ast.Attribute):
+        return None
+    found = []
+    for node in ast.walk(tree.engine.tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        longs = [f for f in flags if f.startswith("--")]
+        dest = keywords.get("dest")
+        name = dest.value if isinstance(dest, ast.Constant) else (longs[0][2:].replace("-", "_") if longs else None)
+        if name == value.attr:
+            found.append((longs[0] if longs else name, keywords))
+    if len(found) != 1:
+        return None
+    flag, keywords = found[0]
+    default = keywords.get("default")
+    choices = keywords.get("choices")
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+        return None
+    listed = [c.value for c in choices.elts if isinstance(c, ast.Constant) and isinstance(c.value, str)] \
+        if isinstance(choices, (ast.List, ast.Tuple)) else []
+    if choices is not None and (len(listed) != len(getattr(choices, "elts", [])) or not listed):
+        return None
+    return str(flag), default.value, listed
 
 
 def _availability_guard(guard: ast.If, optional: OptionalImport, scope: Scope, what: str) -> None:
@@ -406,14 +584,23 @@ class _Rewrite:
         self.flags.extend(self.shape.flags)
 
     @property
+    def enabled(self) -> str | None:
+        """The `enabled=` of the scaler and autocast: initialize's own, a flag, or `bool(COND)` for the `if COND:`
+        that guarded initialize (an `if` tests truthiness; torch.autocast takes a bool only, not `args.fp16 = 1`)."""
+        shape = self.shape
+        if shape.enabled is None:
+            return None
+        text = self.tree.text(shape.enabled)
+        return f"bool({text})" if shape.enabled is shape.condition else text
+
+    @property
     def scaler_args(self) -> str:
-        enabled = self.shape.enabled
-        return self.shape.device + (f", enabled={self.tree.text(enabled)}" if enabled is not None else "")
+        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "")
 
     @property
     def autocast(self) -> str:
         shape = self.shape
-        enabled = f", enabled={self.tree.text(shape.enabled)})" if shape.enabled is not None else ")"
+        enabled = f", enabled={self.enabled})" if self.enabled is not None else ")"
         return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
 
     def line_splice(self, before: ast.stmt | int, text: str) -> None:
@@ -487,7 +674,9 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     if id(block) in rw.forward_blocks or position <= begin:
         raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
     rw.forward_blocks.add(id(block))
-    _whole_lines_only(rw, statement)
+    kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
+    if guard is None:
+        _whole_lines_only(rw, statement)
     # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
     # loss and the arguments stay where they are (another rule may edit inside them)
     loss_start, loss_end = index.span(loss)
@@ -495,7 +684,7 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
                        f"{tree.indent(statement.lineno)}{SCALER}.scale("))
     rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
     if guard is not None:  # the `else:` and its `loss.backward()` go
-        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline))
+        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
     first, last = _put_under_autocast(rw, block[begin:position])
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     amp = shape.amp
@@ -509,7 +698,10 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     """The `if flag:` around a scale_loss, its `else` the plain backward; None where the `if` is one of its own
     (`if i % k == 0:`), a block like any other."""
     guard = rw.tree.parent(with_node)
-    optional = rw.shape.optional
+    optional, condition = rw.shape.optional, rw.shape.condition
+    if condition is not None and isinstance(guard, ast.If) and ast.dump(guard.test) == ast.dump(condition):
+        _plain_backward_else(guard, with_node, loss, backward)  # initialize's own condition
+        return guard
     if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
             and guard.body == [with_node]):
         return None
@@ -517,6 +709,28 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     _plain_backward_else(guard, with_node, loss, backward)
     rw.flags.append(guard.test.id)
     return guard
+
+
+def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
+    """Is `node` an `if` testing the condition that guarded initialize?"""
+    condition = rw.shape.condition
+    return condition is not None and isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(condition)
+
+
+def _comments_after_the_with(rw: _Rewrite, guard: ast.If, with_node: ast.With) -> str:
+    """The lines that go with the `else:` of a collapsed `if COND: scale_loss ... else: loss.backward()` may hold
+    comments on lines of their own (commented-out clipping, say): those lines are kept as they are, after the
+    rebuilt statement. Any other comment in the `if` holds the rewrite back."""
+    _ends_its_line(rw, guard)
+    lines, comments = rw.tree.lines, rw.shape.comments
+    kept = []
+    for number in range(first_line(guard), _last_line(guard) + 1):
+        if number not in comments:
+            continue
+        if number <= _last_line(with_node) or not lines[number - 1].lstrip().startswith("#"):
+            raise NotMechanical("a comment sits on a line that would be rebuilt")
+        kept.append(lines[number - 1])
+    return "".join(kept)
 
 
 def _put_under_autocast(rw: _Rewrite, forward: list[ast.stmt]) -> tuple[int, int]:
@@ -588,6 +802,13 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             raise NotMechanical("master_params is not the first argument of a clipping statement")
         block, position = tree.block_of(statement)
         following = block[position + 1] if position + 1 < len(block) else None
+        guard = tree.parent(statement)
+        if following is None and _tests_condition(rw, guard) and isinstance(guard, ast.If) \
+                and guard.body[-1] is statement:
+            # `if COND: clip(master_params(opt)) else: clip(model.parameters())`, then the step: the `if` stays
+            # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
+            block, position = tree.block_of(guard)
+            following = block[position + 1] if position + 1 < len(block) else None
         if following is None or following.lineno not in step_lines:
             raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
                                 "partial, scaled gradients)")
@@ -689,6 +910,31 @@ def _scaler_state_helper(rw: _Rewrite, scope: Scope) -> tuple[str, bool]:
     return name, True
 
 
+def _rewrite_scale_reads(rw: _Rewrite) -> None:
+    """apex's private loss scale read, `amp._amp_state.loss_scalers[0]._loss_scale` (or `.loss_scale()`), ->
+    `scaler.get_scale()`, the GradScaler's twin (one scaler: index 0 only). Anything else of `_amp_state`, a
+    write included, holds the rewrite back."""
+    tree, index = rw.tree, rw.tree.index
+    for use in rw.shape.scale_reads:
+        subscript = use.ref.parent
+        read = tree.parent(subscript)
+        if not (isinstance(subscript, ast.Subscript) and subscript.value is use.ref.node
+                and isinstance(subscript.slice, ast.Constant) and subscript.slice.value == 0
+                and isinstance(read, ast.Attribute) and isinstance(read.ctx, ast.Load)
+                and read.attr in rules.LOSS_SCALE_READS):
+            raise NotMechanical("apex's private `_amp_state` is used otherwise than reading loss_scalers[0]'s scale")
+        whole: ast.expr = read
+        if read.attr == "loss_scale":
+            call = tree.parent(read)
+            if not (isinstance(call, ast.Call) and call.func is read and not call.args and not call.keywords):
+                raise NotMechanical("loss_scalers[0].loss_scale is not called")
+            whole = call
+        start, end = index.span(whole)
+        rw.splices.append((start, end, f"{SCALER}.get_scale()"))
+        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{SCALER}.get_scale()` "
+                                    "(the GradScaler updates its scale in update(), apex did in scale_loss)")
+
+
 def _rewrite_evaluation(rw: _Rewrite) -> None:
     """Evaluation after initialize in the function: its `with torch.no_grad():` blocks get the autocast too."""
     rw.evaluation = _evaluation_blocks(rw)
@@ -726,9 +972,11 @@ def _rewrite_import(rw: _Rewrite) -> None:
     shape, index, lines = rw.shape, rw.tree.index, rw.tree.lines
     newline, optional = shape.newline, shape.optional
     replacement = "" if shape.torch_bound else f"import {_NATIVE.package}{newline}"
+    if shape.import_statement is None:
+        return  # a local import in initialize's `if`: gone with it
     if optional is None:
-        _whole_lines_only(rw, shape.import_node)
-        removed: ast.stmt = shape.import_node
+        _whole_lines_only(rw, shape.import_statement)
+        removed: ast.stmt = shape.import_statement
     else:
         removed = optional.statement
         _ends_its_line(rw, removed)
@@ -782,17 +1030,19 @@ def _initialize_message(rw: _Rewrite) -> None:
             "of their own)")
     opt_name = shape.opt_name
     rw.messages[id(shape.init_use.ref)] = (
-        f"`{shape.amp}.initialize` (O1) -> `{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
+        f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
+        f"`{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
         f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{SCALER}.step({opt_name})` and "
         f"`{SCALER}.update()`"
         + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
-           "unscaled them when scale_loss exited)" if rw.unscaled_at else "") + note)
+           "unscaled them when scale_loss exited)" if rw.unscaled_at else "")
+        + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
 
 
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
     _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses, _rewrite_clipping,
-    _unscale_before_gradient_reads, _rewrite_state, _rewrite_evaluation, _rewrite_import)
+    _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import)
 
 
 # What the stages ask of statements ------------------------------------------------------------------------

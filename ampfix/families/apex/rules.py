@@ -191,11 +191,63 @@ PARALLEL = Rule(
     min_torch=None,
     symbols={"apex.parallel": None},
     examples=(
-        Example("import apex\nmodel = apex.parallel.DistributedDataParallel(model)\n", reported="AMP108"),
-        Example("from apex.parallel import convert_syncbn_model\nmodel = convert_syncbn_model(model)\n",
-                reported="AMP108"),
+        Example("import apex\nreducer = apex.parallel.Reducer(model)\n", reported="AMP108"),
+        Example("from apex.parallel.LARC import LARC\noptimizer = LARC(optimizer)\n", reported="AMP108"),
     ),
 )
+
+PARALLEL_FIX = ("where the module imports torch and the names come from `from apex.parallel import ...`; else "
+                "report only")
+
+DISTRIBUTED = Rule(
+    code="AMP110",
+    title="apex.parallel.DistributedDataParallel",
+    min_torch=None,
+    symbols={"apex.parallel.DistributedDataParallel": None, "apex.parallel.distributed.DistributedDataParallel": None},
+    fix_note=PARALLEL_FIX + " (the local rank in scope: a `local_rank` name, or an `X.local_rank` read there)",
+    examples=(
+        # The local rank in scope: torch's DDP on this process's GPU.
+        Example("import torch\nfrom apex.parallel import DistributedDataParallel\n\n\ndef wrap(model, local_rank):\n"
+                "    return DistributedDataParallel(model)\n",
+                "import torch\n\n\ndef wrap(model, local_rank):\n"
+                "    return torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])\n"),
+        # No local rank in scope: reported with the suggestion.
+        Example("import torch\nfrom apex.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n",
+                reported="AMP110"),
+        # apex's communication options have no twin: reported.
+        Example("import torch\nfrom apex.parallel import DistributedDataParallel\nlocal_rank = 0\n"
+                "model = DistributedDataParallel(model, delay_allreduce=True)\n", reported="AMP110"),
+    ),
+)
+
+SYNC_BATCH_NORM = Rule(
+    code="AMP111",
+    title="apex.parallel sync batch norm",
+    min_torch=None,
+    symbols={"apex.parallel.convert_syncbn_model": None, "apex.parallel.SyncBatchNorm": None,
+             "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm": None},
+    fix_note=PARALLEL_FIX,
+    examples=(
+        Example("import torch\nfrom apex.parallel import convert_syncbn_model\nmodel = convert_syncbn_model(model)\n",
+                "import torch\nmodel = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)\n"),
+        Example("import torch\nfrom apex import parallel\nbn = parallel.SyncBatchNorm(64, channel_last=True)\n",
+                reported="AMP111"),
+    ),
+)
+
+# apex.parallel's names and what they become (`ampfix.families.apex.parallel`): the torch name, the keywords kept
+# as they are (apex's and torch's share them), and how many leading positional arguments mean the same.
+PARALLEL_TWINS: dict[str, tuple[str, frozenset[str], int]] = {
+    "apex.parallel.DistributedDataParallel": ("torch.nn.parallel.DistributedDataParallel", frozenset(), 1),
+    "apex.parallel.distributed.DistributedDataParallel": ("torch.nn.parallel.DistributedDataParallel", frozenset(), 1),
+    "apex.parallel.convert_syncbn_model": ("torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+                                           frozenset({"process_group"}), 2),
+    "apex.parallel.SyncBatchNorm": ("torch.nn.SyncBatchNorm", frozenset(
+        {"num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"}), 6),
+    "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm": ("torch.nn.SyncBatchNorm", frozenset(
+        {"num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"}), 6),
+}
+LOCAL_RANK = "local_rank"  # the name (or attribute) that holds this process's GPU index, by convention and launchers
 
 FRAMEWORK_CONFIG = Rule(
     code="AMP109",
@@ -218,7 +270,7 @@ FRAMEWORK_CONFIG = Rule(
 )
 
 APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_PARAMS, STATE, CASTING_FUNCTIONS,
-                                INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG)
+                                INTERNALS, FP16_UTILS, PARALLEL, FRAMEWORK_CONFIG, DISTRIBUTED, SYNC_BATCH_NORM)
 
 # Each rule by the names it lists (the longest listed prefix of a use's qualified name decides).
 _RULE_OF_NAME: dict[str, Rule] = {name: rule for rule in APEX_RULES for name in rule.symbols}
@@ -304,6 +356,7 @@ ADVICE: dict[str, Advice] = {
     "mmengine.optim.ApexOptimWrapper": Advice(
         "mmengine's ApexOptimWrapper needs apex.amp, " + REMOVED, "mmengine.optim.AmpOptimWrapper"),
 }
+ADVICE["apex.parallel.optimized_sync_batchnorm.SyncBatchNorm"] = ADVICE["apex.parallel.SyncBatchNorm"]
 for _name in ("register_float_function", "register_promote_function"):
     ADVICE[f"apex.amp.{_name}"] = ADVICE["apex.amp.register_half_function"]
 ADVICE["apex.amp.handle.scale_loss"] = ADVICE["apex.amp.scale_loss"]
@@ -311,6 +364,11 @@ ADVICE["apex.amp.frontend.initialize"] = ADVICE["apex.amp.initialize"]
 for _name in ("mmengine.optim.optimizer.ApexOptimWrapper",
               "mmengine.optim.optimizer.apex_optimizer_wrapper.ApexOptimWrapper"):
     ADVICE[_name] = ADVICE["mmengine.optim.ApexOptimWrapper"]
+
+# apex's private loss scalers (`amp._amp_state.loss_scalers[0]`) and the reads of their scale that become the
+# GradScaler's `get_scale()`.
+LOSS_SCALERS = "apex.amp._amp_state.loss_scalers"
+LOSS_SCALE_READS = frozenset({"_loss_scale", "loss_scale"})
 
 # An attribute apex set on optimizers it wrapped (`optimizer._amp_stash`); reported in files importing apex.
 AMP_STASH = "_amp_stash"
@@ -380,6 +438,17 @@ INITIALIZE_KEYWORDS: dict[str, str] = {
     "min_loss_scale": "min_loss_scale: GradScaler has no floor for its scale",
     "max_loss_scale": "max_loss_scale: GradScaler has no ceiling for its scale",
     "num_losses": "num_losses gives each loss its own scale: one GradScaler serves every loss with one scale",
+}
+# The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
+# an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
+UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
+# What an O2/O3 run loses when it becomes native AMP (the note of an unsafe or option-read rewrite).
+OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master copies of the weights); native AMP "
+                  "keeps float32 weights and runs the forward pass under autocast: the numerics and the memory use "
+                  "change (NVIDIA's deprecation notice points O1 and O2 users to native AMP)")
+UNSAFE_OPT_LEVELS: dict[str, str] = {
+    "O2": f"opt_level O2 becomes native AMP: {OPT_LEVEL_LOSS}",
+    "O3": f"opt_level O3 (pure float16, no master weights) becomes native AMP: {OPT_LEVEL_LOSS}",
 }
 OPT_LEVELS: dict[str, str] = {
     "O1": "O1 patched torch for the whole process from here on; autocast is scoped, so every forward pass "

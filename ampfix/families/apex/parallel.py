@@ -1,0 +1,120 @@
+"""AMP110/AMP111: apex.parallel's DistributedDataParallel, convert_syncbn_model and SyncBatchNorm -> torch's.
+
+Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
+uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
+own, no comment on them) and called directly; `torch` is imported at module level; each call passes only what
+means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
+one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
+`X.local_rank` read in the call's scope where `X` is seen from the call; without one it is reported. The imports
+are removed. One process or several, torch's DDP averages the gradients as apex's did (apex's `delay_allreduce`,
+`message_size`, ... change only communication and are reported, not dropped).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.families.apex import rules
+from ampfix.families.apex.module import ApexModule
+from ampfix.families.apex.rewrite import Engine, NotMechanical, engine_of
+from ampfix.syntax.bindings import ChainRef
+
+
+def plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, str]]) -> dict[int, str] | str:
+    """The message of each use (id() of its ref) and of each import removed (id() of the statement), or why not."""
+    engine = engine_of(analysis)
+    try:
+        splices, messages = _plan(engine, uses)
+    except NotMechanical as reason:
+        return str(reason)
+    engine.add_splices(splices)
+    return messages
+
+
+Splices = list[tuple[int, int, str]]
+
+
+def _plan(engine: Engine, uses: list[tuple[ChainRef, str]]) -> tuple[Splices, dict[int, str]]:
+    index, tree = engine.index, engine.tree
+    _, torch_bindings = engine.module_scope.lookup(rules.NATIVE.package)
+    if not torch_bindings or not all(b.kind == "import" and b.qname == rules.NATIVE.package for b in torch_bindings):
+        raise NotMechanical("the module does not import torch by its own name")
+    splices: Splices = []
+    messages: dict[int, str] = {}
+    imports: set[int] = set()
+    for ref, full in uses:
+        twin = rules.PARALLEL_TWINS.get(full)
+        call = ref.parent
+        if twin is None or ref.role != "call" or not isinstance(call, ast.Call) or call.func is not ref.node:
+            raise NotMechanical(f"`{full}` is not called directly, or has no rewrite")
+        _, bindings = ref.scope.lookup(ref.parts[0])
+        statement = bindings[0].imported_by.node if len(bindings) == 1 and bindings[0].imported_by else None
+        if not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and statement in tree.body
+                and len(ref.parts) == 1):
+            raise NotMechanical("an apex.parallel name does not come from `from apex.parallel import ...` at module "
+                                "level")
+        imports.add(id(statement))
+        new, keywords, positional = twin
+        if len(call.args) > positional or any(isinstance(a, ast.Starred) for a in call.args) \
+                or any(k.arg not in keywords for k in call.keywords):
+            raise NotMechanical(f"`{ref.parts[0]}(...)` passes arguments torch's {new} does not take alike "
+                                "(apex's communication options have no twin)")
+        start, end = index.span(ref.node)
+        splices.append((start, end, new))
+        extra = ""
+        if new == "torch.nn.parallel.DistributedDataParallel":
+            rank = _local_rank(engine, ref)
+            if rank is None:
+                raise NotMechanical("no local rank in scope for device_ids (a `local_rank` name, or `X.local_rank`)")
+            at = index.span(call.args[-1])[1] if call.args else None
+            if at is None or call.keywords:
+                raise NotMechanical("DistributedDataParallel is not given the module alone")
+            splices.append((at, at, f", device_ids=[{rank}]"))
+            extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
+        messages[id(ref)] = f"`{ref.parts[0]}` -> `{new}`{extra}"
+    for top in tree.body:
+        if id(top) in imports:
+            assert isinstance(top, ast.ImportFrom)
+            _remove(engine, top, splices, messages)
+    for edit_start, edit_end in engine.edit_spans():
+        if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):
+            raise NotMechanical("another rewrite edits a statement this one changes")
+    return splices, messages
+
+
+def _remove(engine: Engine, statement: ast.ImportFrom, splices: Splices, messages: dict[int, str]) -> None:
+    """The import goes when every name it binds is one of the names rewritten (and used only through them)."""
+    index = engine.index
+    rewritten = {f"apex.parallel.{alias.name}" for alias in statement.names}
+    if not rewritten <= set(rules.PARALLEL_TWINS):
+        raise NotMechanical("the apex.parallel import also imports a name with no rewrite")
+    start, end = index.line_start(statement.lineno), index.line_end(statement.end_lineno or statement.lineno)
+    text = index.text[start:end]
+    if text.strip() != index.text[index.span(statement)[0]:index.span(statement)[1]].strip() or "#" in text:
+        raise NotMechanical("the apex.parallel import shares its lines (or a comment)")
+    splices.append((start, end, ""))
+    messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place"
+
+
+def _local_rank(engine: Engine, ref: ChainRef) -> str | None:
+    """`local_rank` seen from the call; an `X.local_rank` read in the call's scope (`X` seen from it); or, where the
+    module declares the option (`add_argument("--local_rank", ...)`), `X.local_rank` of the one `X = ....parse_args()`
+    seen from the call."""
+    if ref.scope.lookup(rules.LOCAL_RANK)[1]:
+        return rules.LOCAL_RANK
+    root = ref.scope.node if ref.scope.node is not None else engine.tree
+    for node in ast.walk(root):
+        if isinstance(node, ast.Attribute) and node.attr == rules.LOCAL_RANK and isinstance(node.ctx, ast.Load) \
+                and isinstance(node.value, ast.Name) and ref.scope.lookup(node.value.id)[1]:
+            return f"{node.value.id}.{rules.LOCAL_RANK}"
+    declared = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr == "add_argument" and node.args and isinstance(node.args[0], ast.Constant)
+                   and node.args[0].value in (f"--{rules.LOCAL_RANK}", f"--{rules.LOCAL_RANK.replace('_', '-')}")
+                   for node in ast.walk(engine.tree))
+    parsed = [node.targets[0].id for node in ast.walk(engine.tree)
+              if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+              and node.value.func.attr == "parse_args"]
+    if declared and len(set(parsed)) == 1 and ref.scope.lookup(parsed[0])[1]:
+        return f"{parsed[0]}.{rules.LOCAL_RANK}"
+    return None

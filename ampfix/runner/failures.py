@@ -1,0 +1,51 @@
+"""Why a script failed under the runner: inside the runner's emulation, or the script's own. Parent side; pure.
+
+The child records the exception the script died of and where it was raised (``child._failure``);
+this turns it into the sentence ``run`` and ``verify`` print, with the option that changes the
+emulation involved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A runner module an exception can be raised from while it emulates, what it emulates there, and
+# the option that runs it otherwise (None: none does).
+EMULATING_MODULES: dict[str, tuple[str, str | None]] = {
+    "cuda_autocast": (
+        "CUDA's autocast op policy, run on the CPU",
+        "--autocast-policy cpu (CPU autocast's own op lists)",
+    ),
+    "boundaries": (
+        "an op the CPU lacks in low precision, run in float32, or the bfloat16 stand-in",
+        "--amp-dtype keep (the dtype the script asks for; the CPU lacks some float16 kernels too)",
+    ),
+    "amp_patches": ("autocast or GradScaler, moved to the CPU", "--amp-dtype keep (the dtype the script asks for)"),
+    "apex_amp": ("apex.amp, emulated with torch.amp", None),
+    "fake_cuda": ("torch.cuda, answered by a fake CUDA device", None),
+}
+# Runner frames that only pass a call on (the device mode runs every torch call): not the emulation's doing.
+PASS_THROUGH = {("device_mode", "call"), ("device_mode", "__torch_function__")}
+STAND_IN_NAMES = ("BFloat16", "bfloat16")
+
+
+def explain(failure: dict[str, Any] | None) -> str | None:
+    """A sentence on whether the failure is inside the runner's emulation, or None when nothing was recorded."""
+    if failure is None:
+        return None
+    if failure.get("gpu_too"):
+        return "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"
+    module, function = failure.get("runner_module"), failure.get("runner_function")
+    if module is not None and (module, function) not in PASS_THROUGH:
+        what, option = EMULATING_MODULES.get(module, ("its own code", None))
+        fix = f"; {option} changes that" if option else "; no option changes that: please report it"
+        return f"the failure is inside the runner's emulation ({what}, raised in ampfix/runner/{module}.py){fix}"
+    if failure.get("stand_in") and any(name in failure.get("message", "") for name in STAND_IN_NAMES):
+        return (
+            "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked "
+            "for) reached code that refuses it; --amp-dtype keep runs float16 as asked"
+        )
+    return (
+        "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): "
+        "the script's own"
+    )

@@ -1,0 +1,187 @@
+"""The apex migration on real code: old releases on PyPI whose trainers and examples trained with NVIDIA apex.
+
+    python benchmarks/apex_corpus.py                  # download what is missing, unpack, measure
+    python benchmarks/apex_corpus.py --offline        # the cache only
+    python benchmarks/apex_corpus.py --details        # every file that trains with apex, what is left and why
+
+Releases are fetched as benchmarks/corpus.py fetches them (`pip download --no-deps`), into
+/work/cache/apex-corpus (`--cache`), never into the repository. apex's own canonical example
+(examples/simple/distributed/distributed_data_parallel.py, not on PyPI) is measured too when a copy lies in
+`<cache>/extra/` (any .py file there).
+
+What is measured, on every .py file that uses one of apex's removed modules (`apex.amp`, `apex.parallel`,
+`apex.fp16_utils`), found by the oracle of benchmarks/corpus.py (stdlib `ast`, no code shared with the engine)
+given those modules:
+
+- **trains with apex**: the file calls `apex.amp.initialize` or `apex.amp.scale_loss`.
+- **no apex.amp left**: after `fix_source` (default options, then --unsafe-fixes) the oracle finds no use of
+  `apex.amp` in the output (imports included). The rest are counted by the reason the engine gave: the
+  `not rewritten: ...` part of the initialize (or scale_loss) finding.
+- **unreported**: lines of the output where the oracle finds a use of a removed apex module and `check_source` on
+  the output gives no AMP1xx finding on that line. Target 0.
+- **AMP900** (internal errors) and **broken** outputs (`ast.parse` rejects them). Target 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from corpus import DeprecatedUses, fetch
+
+DEFAULT_CACHE = Path("/work/cache/apex-corpus")
+
+# (requirement, "wheel" | "sdist"): releases checked (grep of what was downloaded) to train with apex.amp.
+PACKAGES: tuple[tuple[str, str], ...] = (
+    ("transformers==3.0.2", "sdist"),  # trainer.py, examples/ (run_glue, run_language_modeling, ...)
+    ("transformers==2.11.0", "sdist"),
+    ("simpletransformers==0.40.0", "wheel"),
+    ("allennlp==1.0.0", "wheel"),
+    ("pytorch-lightning==1.2.10", "wheel"),
+    ("nemo_toolkit==0.10.1", "wheel"),
+    ("flair==0.4.5", "wheel"),
+    ("espnet==0.9.0", "wheel"),
+    ("farm==0.4.9", "wheel"),
+    ("pytorch-lightning==0.9.0", "wheel"),
+    ("catalyst==20.2.4", "wheel"),
+)
+
+AMP = ("apex.amp",)
+REMOVED = ("apex.amp", "apex.parallel", "apex.fp16_utils")
+TRAINING = ("apex.amp.initialize", "apex.amp.scale_loss")
+_MASK = re.compile(r"`[^`]*`")
+_AMP_CODES = ("AMP100", "AMP101", "AMP102", "AMP103", "AMP104")
+
+
+@dataclass
+class Result:
+    name: str
+    apex_files: int = 0  # files using a removed apex module
+    training: int = 0  # ... that train with apex.amp
+    clean: dict[str, int] = field(default_factory=lambda: {"default": 0, "unsafe": 0})
+    unreported: int = 0
+    amp900: int = 0
+    broken: int = 0
+    reasons: dict[str, Counter] = field(default_factory=lambda: {"default": Counter(), "unsafe": Counter()})
+    details: list[str] = field(default_factory=list)
+
+
+def _uses(source: str, modules: tuple[str, ...]) -> DeprecatedUses | None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    uses = DeprecatedUses(modules)
+    uses.scan(tree)
+    return uses
+
+
+def _why_left(findings) -> str:
+    """The reason the engine gave for not rewriting: the `not rewritten: ...` of a finding, names masked."""
+    amp_first = sorted(findings, key=lambda f: f.code not in _AMP_CODES)  # the pattern's reason, not apex.parallel's
+    for finding in amp_first:
+        _, found, why = finding.message.partition("not rewritten: ")
+        if found and not finding.fixed:
+            return _MASK.sub("`X`", why)
+    codes = sorted({f.code for f in findings if not f.fixed and f.code.startswith("AMP1")})
+    return "no pattern reason given; open: " + ", ".join(codes)
+
+
+def measure(path: Path, rel: str, result: Result) -> None:
+    from ampfix.core.options import Options
+    from ampfix.engine import INTERNAL_ERROR_CODE, check_source, fix_source
+
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return
+    uses = _uses(source, REMOVED)
+    if uses is None or not uses.lines:
+        return
+    result.apex_files += 1
+    training = any(q.startswith(TRAINING) for names in uses.qnames.values() for q in names)
+    result.training += training
+    for mode, options in (("default", Options()), ("unsafe", Options(unsafe_fixes=True))):
+        try:  # the CLI turns an exception into AMP900 per file; the engine called directly raises it
+            fixed = fix_source(source, options)
+            internal = [f.message for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
+        except Exception as error:  # noqa: BLE001 - any internal error is what is counted
+            internal = [f"{type(error).__name__}: {error}"]
+        if internal:
+            result.amp900 += 1
+            result.details.append(f"AMP900 {rel} ({mode}): {internal[0]}")
+            continue
+        output = fixed.new_source
+        after = _uses(output, REMOVED)
+        if after is None:
+            result.broken += 1
+            result.details.append(f"broken {rel} ({mode})")
+            continue
+        open_lines = {f.line for f in check_source(output, options).findings if f.code.startswith("AMP1")}
+        for line in sorted(after.lines - open_lines):
+            result.unreported += 1
+            result.details.append(f"unreported {rel}:{line} ({mode}): {output.splitlines()[line - 1].strip()}")
+        if not training:
+            continue
+        amp_after = _uses(output, AMP)
+        if amp_after is not None and not amp_after.lines:
+            result.clean[mode] += 1
+            result.details.append(f"clean {rel} ({mode})")
+        else:
+            why = _why_left(fixed.findings)
+            result.reasons[mode][why] += 1
+            result.details.append(f"left {rel} ({mode}): {why}")
+
+
+def measure_tree(name: str, tree: Path) -> Result:
+    result = Result(name)
+    for path in sorted(tree.rglob("*.py")):
+        measure(path, str(path.relative_to(tree)), result)
+    return result
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--details", action="store_true")
+    args = parser.parse_args(argv)
+    trees = [(req, fetch(req, kind, args.cache / kind, args.offline)) for req, kind in PACKAGES]
+    if (args.cache / "extra").is_dir():
+        trees.append(("apex examples (extra/)", args.cache / "extra"))
+    results = [measure_tree(name, tree) for name, tree in trees]
+    print("| release | apex files | train with apex.amp | no apex.amp left (default) | (--unsafe-fixes) "
+          "| unreported | AMP900 | broken |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    total = Result("**total**")
+    for r in [*results, total]:
+        if r is not total:
+            for attr in ("apex_files", "training", "unreported", "amp900", "broken"):
+                setattr(total, attr, getattr(total, attr) + getattr(r, attr))
+            for mode in ("default", "unsafe"):
+                total.clean[mode] += r.clean[mode]
+                total.reasons[mode].update(r.reasons[mode])
+            total.details.extend(f"{r.name}: {d}" for d in r.details)
+        print(f"| {r.name} | {r.apex_files} | {r.training} | {_percent(r.clean['default'], r.training)} "
+              f"| {_percent(r.clean['unsafe'], r.training)} | {r.unreported} | {r.amp900} | {r.broken} |")
+    for mode in ("default", "unsafe"):
+        print(f"\nwhy apex.amp is left ({mode}), files:")
+        for why, count in total.reasons[mode].most_common():
+            print(f"  {count:3d}  {why}")
+    if args.details:
+        print()
+        print("\n".join(sorted(total.details)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""The target torch read from the project holding each file, driven through the CLI: which target each
+project gets, what the summary says, what the rewrite writes (docs/rules.md, "The target torch")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ampfix.cli.app import app
+
+# One use per floor that matters: autocast (torch 1.10), GradScaler (2.3), custom_fwd (2.4).
+LIBRARY = (
+    "import torch\n"
+    "scaler = torch.cuda.amp.GradScaler()\n"
+    "with torch.cuda.amp.autocast():\n"
+    "    pass\n"
+    "@torch.cuda.amp.custom_fwd\n"
+    "def forward(ctx, x):\n"
+    "    return x\n"
+)
+AUTOCAST_ONLY = LIBRARY.replace("with torch.cuda.amp.autocast():", 'with torch.amp.autocast("cuda"):')
+UP_TO_2_3 = AUTOCAST_ONLY.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
+EVERYTHING = UP_TO_2_3.replace("@torch.cuda.amp.custom_fwd", '@torch.amp.custom_fwd(device_type="cuda")')
+
+SUMMARY = "rewrote {files} ({fixes}); {left} left."
+
+
+def run(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
+    monkeypatch.chdir(root)
+    return CliRunner().invoke(app, list(args))
+
+
+def project(root: Path, files: dict[str, str]) -> Path:
+    (root / ".git").mkdir(parents=True)  # the search for metadata stops at a repository root
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def held(path: str, line: int, col: int, code: str, name: str, need: str, target: str, source: str,
+         suggestion: str) -> str:
+    return (f"{path}:{line}:{col}: {code} left: `{name}` left: needs torch >= {need}; the target is torch {target}; "
+            f"raise the torch requirement in {source} or pass --target-torch; suggested: {suggestion}")
+
+
+def held_scaler(path: str, target: str, source: str) -> str:
+    return held(path, 2, 10, "AMP002", "torch.cuda.amp.GradScaler", "2.3", target, source,
+                'torch.amp.GradScaler("cuda", ...)')
+
+
+def held_custom_fwd(path: str, target: str, source: str) -> str:
+    return held(path, 5, 2, "AMP003", "torch.cuda.amp.custom_fwd", "2.4", target, source,
+                'torch.amp.custom_fwd(..., device_type="cuda")')
+
+
+def test_pyproject_dependencies_floor_holds_back_what_torch_2_0_lacks(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.0,<3"]\n',
+                              "lib/model.py": LIBRARY})
+    result = run(root, monkeypatch, "rewrite", "lib")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        held_scaler("lib/model.py", "2.0", "pyproject.toml"),
+        "lib/model.py:3:6: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "
+        '"cuda"',
+        held_custom_fwd("lib/model.py", "2.0", "pyproject.toml"),
+        "target torch 2.0, from pyproject.toml",
+        SUMMARY.format(files="1 file", fixes="1 fix", left="2 findings"),
+    ]
+    assert (root / "lib/model.py").read_text() == AUTOCAST_ONLY
+
+
+def test_requirements_txt_pin(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"requirements.txt": "numpy\ntorch==2.3.1  # cu121\n", "train.py": LIBRARY})
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-3:] == [
+        held_custom_fwd("train.py", "2.3", "requirements.txt"),
+        "target torch 2.3, from requirements.txt",
+        SUMMARY.format(files="1 file", fixes="2 fixes", left="1 finding"),
+    ]
+    assert (root / "train.py").read_text() == UP_TO_2_3
+
+
+def test_setup_py_literal_install_requires(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.4'])\n",
+                              "pkg/m.py": LIBRARY})
+    result = run(root, monkeypatch, "rewrite", "pkg")
+    assert result.exit_code == 1  # changed
+    assert result.stdout.splitlines()[-2:] == ["target torch 2.4, from setup.py",
+                                               SUMMARY.format(files="1 file", fixes="3 fixes", left="0 findings")]
+    assert (root / "pkg/m.py").read_text() == EVERYTHING
+
+
+def test_setup_cfg_install_requires(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"setup.cfg": "[options]\ninstall_requires =\n    torch~=2.2\n", "m.py": LIBRARY})
+    result = run(root, monkeypatch, "check", "m.py")
+    assert result.exit_code == 1
+    # `check` marks no "left:" before the message
+    assert result.stdout.splitlines()[0] == held_scaler("m.py", "2.2", "setup.cfg").replace(" left:", "", 1)
+    assert result.stdout.splitlines()[-2:] == [
+        "target torch 2.2, from setup.cfg",
+        "3 findings (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
+    ]
+
+
+def test_a_monorepo_gets_a_target_per_project_and_names_each_once(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {
+        "old/pyproject.toml": '[project]\nname = "old"\ndependencies = ["torch>=2.0"]\n',
+        "old/a.py": LIBRARY, "old/sub/b.py": LIBRARY,
+        "new/pyproject.toml": '[project]\nname = "new"\ndependencies = ["torch>=2.4"]\n',
+        "new/c.py": LIBRARY,
+    })
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-3:] == [
+        "target torch 2.4, from new/pyproject.toml",
+        "target torch 2.0, from old/pyproject.toml",
+        SUMMARY.format(files="3 files", fixes="5 fixes", left="4 findings"),
+    ]
+    assert (root / "new/c.py").read_text() == EVERYTHING
+    assert (root / "old/a.py").read_text() == (root / "old/sub/b.py").read_text() == AUTOCAST_ONLY
+
+
+def test_no_metadata_is_the_newest_torch_and_goes_unsaid(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"m.py": LIBRARY})
+    result = run(root, monkeypatch, "rewrite", "m.py")
+    assert result.stdout.splitlines() == [
+        "m.py:2:10: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device \"cuda\"",
+        "m.py:3:6: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device \"cuda\"",
+        "m.py:5:2: AMP003 fixed: `@torch.cuda.amp.custom_fwd` -> `@torch.amp.custom_fwd(device_type=\"cuda\")`",
+        SUMMARY.format(files="1 file", fixes="3 fixes", left="0 findings"),
+    ]
+    assert (root / "m.py").read_text() == EVERYTHING
+
+
+def test_an_unparsable_requirement_is_said_with_its_file_and_the_target_is_the_newest(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"requirements.txt": "torch >= two\n", "m.py": LIBRARY})
+    result = run(root, monkeypatch, "rewrite", "m.py")
+    assert result.exit_code == 1
+    # pip cannot install from that requirement: it promises no torch, so nothing is held back; the summary says why.
+    assert result.stdout.splitlines()[-2] == (
+        "target torch: the newest; requirements.txt: cannot parse the requirement 'torch >= two' "
+        "(Expected semicolon (after name with no version specifier) or end)")
+    assert (root / "m.py").read_text() == EVERYTHING
+
+
+def test_a_requirement_without_a_lower_bound_is_said(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"requirements.txt": "torch<3\n", "m.py": LIBRARY})
+    result = run(root, monkeypatch, "check", "m.py")
+    assert result.stdout.splitlines()[-2] == (
+        "target torch: the newest; requirements.txt: the torch requirement has no lower bound")
+
+
+def test_the_flag_then_the_key_win_over_the_metadata(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.0"]\n',
+                              "m.py": LIBRARY})
+    flagged = run(root, monkeypatch, "check", "--target-torch", "2.3", "m.py")
+    assert flagged.stdout.splitlines()[-2] == "target torch 2.3, from --target-torch"
+    # Held back by the flag: the message stays as it was (no metadata to raise).
+    assert flagged.stdout.splitlines()[-3] == (
+        "m.py:5:2: AMP003 `torch.cuda.amp.custom_fwd` left: needs torch >= 2.4; the target is torch 2.3; "
+        'suggested: torch.amp.custom_fwd(..., device_type="cuda")')
+    (root / "pyproject.toml").write_text('[project]\nname = "lib"\ndependencies = ["torch>=2.0"]\n'
+                                         '[tool.ampfix]\ntarget-torch = "2.4"\n')
+    keyed = run(root, monkeypatch, "check", "m.py")
+    assert keyed.stdout.splitlines()[-2] == "target torch 2.4, from pyproject.toml [tool.ampfix]"
+
+
+def test_quiet_says_no_target_and_json_carries_it_per_finding(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.0"]\n',
+                              "m.py": LIBRARY})
+    quiet = run(root, monkeypatch, "check", "--quiet", "m.py")
+    assert not any(line.startswith("target torch") for line in quiet.stdout.splitlines())
+    rows = json.loads(run(root, monkeypatch, "check", "--output-format", "json", "m.py").stdout)
+    assert {(row["target_torch"], row["target_source"]) for row in rows} == {("2.0", "pyproject.toml")}
+    sarif = json.loads(run(root, monkeypatch, "check", "--output-format", "sarif", "m.py").stdout)
+    assert sarif["runs"][0]["properties"]["targetTorch"] == [
+        {"version": "2.0", "source": "pyproject.toml", "problem": None,
+         "text": "target torch 2.0, from pyproject.toml"}]
+
+
+def test_stdin_takes_the_target_of_the_stdin_filename(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"lib/pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.3"]\n'})
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(app, ["rewrite", "--stdin-filename", "lib/m.py", "-"], input=LIBRARY)
+    assert result.stdout == UP_TO_2_3
+
+
+def test_rules_shows_what_is_held_back_at_the_folders_target(tmp_path: Path, monkeypatch):
+    root = project(tmp_path / "lib", {"pyproject.toml": '[project]\nname = "lib"\ndependencies = ["torch>=2.3"]\n'})
+    lines = run(root, monkeypatch, "rules").stdout.splitlines()
+    assert lines[:3] == [
+        "target torch 2.3, from pyproject.toml",
+        "held back at torch 2.3 (reported, not rewritten): AMP003, AMP004, AMP005",
+        "",
+    ]
+    assert lines[3].split() == ["code", "old", "new", "torch", "fix"]
+    flagged = run(root, monkeypatch, "rules", "--target-torch", "2.4").stdout.splitlines()
+    assert flagged[:2] == ["target torch 2.4, from --target-torch",
+                           "held back at torch 2.4 (reported, not rewritten): none"]
+    rows = json.loads(run(root, monkeypatch, "rules", "--output-format", "json").stdout)
+    assert {row["code"] for row in rows if row["held_back"]} == {"AMP003", "AMP004", "AMP005"}
+    bare = project(tmp_path / "bare", {})
+    assert run(bare, monkeypatch, "rules").stdout.startswith("code ")  # no metadata: the newest, unsaid
+
+
+# A library at torch>=2.0, rewritten with no flag: fixtures/projects/library_torch20 (its expected output beside
+# it). The same proof `--target-torch` has: the output runs under the torch oracle with the original's AMP objects,
+# and every torch.amp name it uses is one whose rule minimum is at or below the declared floor.
+LIBRARY_20 = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "library_torch20"
+RECORDER = Path(__file__).resolve().parent / "amp_recorder.py"
+
+
+def _new_api_names(source: str) -> set[str]:
+    """The dotted torch.amp names `source` uses: attribute chains (each prefix below torch.amp) and from-imports."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch.amp"):
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Attribute):
+            parts, current = [], node
+            while isinstance(current, ast.Attribute):
+                parts.append(current.attr)
+                current = current.value
+            if isinstance(current, ast.Name):
+                dotted = ".".join([current.id, *reversed(parts)])
+                if dotted.startswith("torch.amp."):
+                    names.add(dotted)
+    return names
+
+
+def _minimums() -> dict[str, tuple[int, int]]:
+    """Each torch.amp name the rules write, with the oldest torch it exists in (the rule's minimum)."""
+    from ampfix.families import ALL_RULES
+
+    return {target.new: rule.min_torch for rule in ALL_RULES if rule.min_torch is not None
+            for target in rule.symbols.values() if target is not None}
+
+
+def test_a_library_at_torch_2_0_rewritten_with_no_flag_runs_on_torch_2_0s_api(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "library_torch20"
+    shutil.copytree(LIBRARY_20, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-2:] == ["target torch 2.0, from pyproject.toml",
+                                               SUMMARY.format(files="1 file", fixes="3 fixes", left="5 findings")]
+    written = (root / "lib" / "amp_utils.py").read_text()
+    assert written == (LIBRARY_20.parent / "library_torch20_amp_utils.expected.py").read_text()
+
+    used = _new_api_names(written)
+    minimums = _minimums()
+    assert used == {"torch.amp.autocast"}  # the check below must have something to check
+    for name in used:  # a name no rule writes is a KeyError: unknown to the table, so unproven
+        assert minimums[name] <= (2, 0), f"{name} needs torch {minimums[name]}"
+
+    out_json = tmp_path / "records.json"
+    original = LIBRARY_20 / "lib" / "amp_utils.py"
+    for script in (original, root / "lib" / "amp_utils.py"):  # one process each: they must not see each other
+        subprocess.run([sys.executable, str(RECORDER), str(out_json.with_suffix(f".{script == original}.json")),
+                        str(script)], check=True, timeout=300, capture_output=True)
+    before = json.loads(out_json.with_suffix(".True.json").read_text())[str(original)]
+    after = json.loads(out_json.with_suffix(".False.json").read_text())[str(root / "lib" / "amp_utils.py")]
+    assert before["error"] is None and after["error"] is None, (before["error"], after["error"])
+    assert before["records"] and after["records"] == before["records"]
+
+
+def test_a_use_held_back_with_its_newer_import_says_how_to_raise_the_floor_too(tmp_path: Path, monkeypatch):
+    """allennlp's shape: `amp.autocast` is AMP001 (torch 1.10), but its module import is AMP010 (2.3)."""
+    root = project(tmp_path, {"requirements.txt": "torch>=1.10\n",
+                              "m.py": "from torch.cuda import amp\nwith amp.autocast():\n    pass\n"})
+    result = run(root, monkeypatch, "check", "m.py")
+    hint = "raise the torch requirement in requirements.txt or pass --target-torch"
+    assert result.stdout.splitlines() == [
+        f"m.py:1:24: AMP010 `torch.cuda.amp` import left: needs torch >= 2.3; the target is torch 1.10; {hint}",
+        f"m.py:2:6: AMP001 `torch.cuda.amp.autocast` left: needs torch >= 2.3; the target is torch 1.10; {hint}; "
+        'suggested: torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        "target torch 1.10, from requirements.txt",
+        "2 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
+    ]
