@@ -36,8 +36,11 @@ What is measured, per package:
   fixed and none says left (a rewrite report that overstates). Target 0.
 - **check != fix**: files where `check_source` and `fix_source` disagree on the findings'
   (line, code, fixable) — `check` promises what `rewrite` does.
-- cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp` or
-  `cuda import amp`; `code miss` counts those among them whose match lies in code (not in a
+- the autocast state functions (`torch.get_autocast_gpu_dtype()` and the other 13 names torch 2.4
+  deprecated, `DEPRECATED_STATE_FUNCTIONS`): found through the same resolution, and counted again apart
+  (found, fixed, left by reason, unreported) below each table, beside the namespace figures.
+- cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp`,
+  `cuda import amp` or a state function's name; `code miss` counts those among them whose match lies in code (not in a
   comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
   Files the engine (AMP901) or the oracle cannot parse are counted as `unparsable`.
 
@@ -92,9 +95,16 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("allennlp==2.10.1", "wheel"),
 )
 
-DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
-_TEXT_MATCH = re.compile(r"\b(?:cuda|cpu)\s*\.\s*amp\b|\bcuda\s+import\s+amp\b")
-_CODE_MATCH = re.compile(r"(?:cuda|cpu)\.amp\b|cuda import amp\b")
+# The autocast state functions torch 2.4 deprecated (each warns a DeprecationWarning on torch 2.13), written
+# here from torch's warnings, not taken from the engine's rules (the oracle stays independent).
+DEPRECATED_STATE_FUNCTIONS = tuple(
+    [f"torch.{verb}_autocast_{device}_dtype" for verb in ("get", "set") for device in ("gpu", "cpu", "xla", "ipu")]
+    + [f"torch.{verb}_autocast_{device}_enabled" for verb in ("is", "set") for device in ("cpu", "xla", "ipu")])
+# What is deprecated: everything below the two modules, and the state functions (and anything below them).
+DEPRECATED_MODULES = ("torch.cuda.amp", "torch.cpu.amp", *DEPRECATED_STATE_FUNCTIONS)
+_STATE = r"(?:get|set)_autocast_(?:gpu|cpu|xla|ipu)_dtype|(?:is|set)_autocast_(?:cpu|xla|ipu)_enabled"
+_TEXT_MATCH = re.compile(rf"\b(?:cuda|cpu)\s*\.\s*amp\b|\bcuda\s+import\s+amp\b|\b(?:{_STATE})\b")
+_CODE_MATCH = re.compile(rf"(?:cuda|cpu)\.amp\b|cuda import amp\b|\b(?:{_STATE})\b")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 
 
@@ -187,6 +197,10 @@ def _is_deprecated(qname: str | None, modules: tuple[str, ...] = DEPRECATED_MODU
     return qname is not None and any(qname == m or qname.startswith(m + ".") for m in modules)
 
 
+def _is_state_function(qname: str | None) -> bool:
+    return _is_deprecated(qname, DEPRECATED_STATE_FUNCTIONS)
+
+
 class DeprecatedUses(ast.NodeVisitor):
     """Lines with a deprecated use. Scopes: the module and each function (classes and
     comprehensions are not scopes here); a name bound in a function is local to it, as in Python.
@@ -197,6 +211,7 @@ class DeprecatedUses(ast.NodeVisitor):
         self.modules = modules  # what counts as deprecated (benchmarks/apex_corpus.py: apex's removed modules)
         self.qnames: dict[int, set[str]] = defaultdict(set)  # line -> the deprecated names used on it
         self.lines: set[int] = set()
+        self.state_lines: set[int] = set()  # those with an autocast state function (a subset of `lines`)
         self.via_import: dict[int, set[int]] = defaultdict(set)  # use line -> its import's line(s)
         self._scopes: list[dict[str, set[tuple[str | None, int | None]]]] = []
 
@@ -239,7 +254,12 @@ class DeprecatedUses(ast.NodeVisitor):
             return
         for alias in node.names:
             if _is_deprecated(f"{node.module}.{alias.name}", self.modules):
-                self.lines.add(alias.lineno)
+                self._add(alias.lineno, f"{node.module}.{alias.name}")
+
+    def _add(self, line: int, qname: str | None) -> None:
+        self.lines.add(line)
+        if _is_state_function(qname):
+            self.state_lines.add(line)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if self._found(node):
@@ -255,25 +275,28 @@ class DeprecatedUses(ast.NodeVisitor):
         if not _is_deprecated(qname, self.modules):
             return False
         assert qname is not None
-        self.lines.add(node.lineno)
+        self._add(node.lineno, qname)
         self.qnames[node.lineno].add(qname)
         self.via_import[node.lineno].update(import_lines)
         return True
 
     def visit_Constant(self, node: ast.Constant) -> None:
-        if not isinstance(node.value, str) or "amp" not in node.value:
+        if not isinstance(node.value, str) or ("amp" not in node.value and "_autocast_" not in node.value):
             return
         text = node.value.strip()
         if _DOTTED.fullmatch(text) and _is_deprecated(text, self.modules):  # "torch.cuda.amp.autocast"
-            self.lines.add(node.lineno)
+            self._add(node.lineno, text)
             return
         try:  # a string annotation: "Optional[amp.GradScaler]" with `from torch.cuda import amp`
             expression = ast.parse(text, mode="eval") if len(text) < 300 else None
         except (SyntaxError, ValueError):
             return
         chains = [n for n in ast.walk(expression) if isinstance(n, ast.Attribute)] if expression else []
-        if any(_is_deprecated(self._resolve(chain)[0], self.modules) for chain in chains):
+        qnames = [self._resolve(chain)[0] for chain in chains]
+        if any(_is_deprecated(q, self.modules) for q in qnames):
             self.lines.add(node.lineno)
+            if any(_is_state_function(q) for q in qnames):
+                self.state_lines.add(node.lineno)
 
     def _resolve(self, node: ast.expr) -> tuple[str | None, list[int]]:
         """The dotted name the chain resolves to, and the lines of the imports it goes through."""
@@ -418,6 +441,12 @@ class PackageResult:
     floor: str = "newest"  # the target torch measured at
     reasons: Counter = field(default_factory=Counter)
     details: list[dict] = field(default_factory=list)
+    # The same figures for the lines with an autocast state function (counted in the columns above too).
+    state_found: int = 0
+    state_fixed: int = 0
+    state_left: int = 0
+    state_unreported: int = 0
+    state_reasons: Counter = field(default_factory=Counter)
 
 
 def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
@@ -482,6 +511,8 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
             detail("changed by a second run", 1, diff=again.diff(rel)[:2000])
 
     result.found += len(found)
+    state = uses.state_lines if uses is not None else set()
+    result.state_found += len(state)
     if internal:
         return
     if fixed.changed:
@@ -500,6 +531,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         at_import = [f for i in sorted(uses.via_import.get(line, ())) for f in open_findings.get(i, ())]
         if not any(n in after for n in mapping.get(line, ())):
             result.fixed += 1
+            result.state_fixed += line in state
             continue
         claimed = [f for f in fixed.findings if f.line == line and f.fixed]
         if claimed and not open_findings.get(line):
@@ -515,9 +547,13 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
             result.left += 1
             reason = ("" if open_findings.get(line) else "(at its import) ") + reason_of(finding)
             result.reasons[reason] += 1
+            if line in state:
+                result.state_left += 1
+                result.state_reasons[reason] += 1
             detail(f"left: {reason}", line, message=finding.message)
         else:
             result.unreported += 1
+            result.state_unreported += line in state
             detail("unreported", line, findings=[f"{f.code} fixed={f.fixed} {f.message}"
                                                  for f in fixed.findings if f.line == line])
 
@@ -591,6 +627,7 @@ def totals(results: list[PackageResult]) -> PackageResult:
             if isinstance(value, (int, float)) and attr != "name":
                 setattr(total, attr, getattr(total, attr) + value)
         total.reasons.update(r.reasons)
+        total.state_reasons.update(r.state_reasons)
         total.details.extend({"package": r.name, **d} for d in r.details)
     return total
 
@@ -637,6 +674,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("left and reported, by reason (code, message with names masked):")
         for reason, count in total.reasons.most_common():
+            print(f"  {count:4d}  {reason}")
+        print(f"of which the autocast state functions (torch.get_autocast_gpu_dtype() and siblings): found "
+              f"{total.state_found}, fixed {total.state_fixed}, left and reported {total.state_left}, "
+              f"unreported {total.state_unreported}; left by reason:")
+        for reason, count in total.state_reasons.most_common():
             print(f"  {count:4d}  {reason}")
     newest_total = passes["newest"][1]
     if args.details:

@@ -185,7 +185,48 @@ def _patch_cast() -> None:
     torch.amp.autocast_mode._cast = _cast
 
 
+# The autocast state functions (AMP007-AMP009): each old per-device name and each device-generic one, as
+# (operation, device or None: the device is the first argument, or "cuda" when the call gives none).
+_STATE_FUNCTIONS = {
+    **{f"get_autocast_{d}_dtype": ("get_dtype", dev) for d, dev in
+       (("gpu", "cuda"), ("cpu", "cpu"), ("xla", "xla"), ("ipu", "ipu"))},
+    **{f"set_autocast_{d}_dtype": ("set_dtype", dev) for d, dev in
+       (("gpu", "cuda"), ("cpu", "cpu"), ("xla", "xla"), ("ipu", "ipu"))},
+    **{f"is_autocast_{d}_enabled": ("is_enabled", d) for d in ("cpu", "xla", "ipu")},
+    **{f"set_autocast_{d}_enabled": ("set_enabled", d) for d in ("cpu", "xla", "ipu")},
+    "get_autocast_dtype": ("get_dtype", None),
+    "set_autocast_dtype": ("set_dtype", None),
+    "is_autocast_enabled": ("is_enabled", None),
+    "set_autocast_enabled": ("set_enabled", None),
+}
+# The DeprecationWarning each old one gives (from C++): `torch.get_autocast_gpu_dtype() is deprecated. ...`
+_STATE_DEPRECATED = re.compile(r"torch\.\w+\(\w*\) is deprecated\. Please use torch\.")
+
+
+def _patch_state_functions() -> None:
+    """Record the state read and written: the operation, the device it is for, the value set or returned."""
+    for name, (op, device) in _STATE_FUNCTIONS.items():
+        original = getattr(torch, name)
+
+        def wrapper(*args, _original=original, _op=op, _device=device):
+            result = _original(*args)
+            caller = sys._getframe(1).f_globals
+            if caller is globals() or caller.get("__name__") != "__main__":
+                return result  # torch's own (autocast's __enter__) and the recorder's probes: not the script's
+            rest = list(args)
+            dev = _device
+            if dev is None:  # the generic name: the device first, or CUDA with none (the one-argument forms)
+                has_device = len(rest) == (1 if _op in ("get_dtype", "is_enabled") else 2)
+                dev = rest.pop(0) if has_device else "cuda"
+            value = rest[0] if _op.startswith("set") else result
+            RECORDS.append({"api": "autocast_state", "op": _op, "device_type": dev, "value": _jsonable(value)})
+            return result
+
+        setattr(torch, name, wrapper)
+
+
 def install() -> None:
+    _patch_state_functions()
     _patch_autocast()
     _patch_grad_scaler()
     _patch_decorator_factory("custom_fwd", "fwd")
@@ -206,9 +247,9 @@ def _reset_torch_state() -> None:
 
 
 def run_one(path: str) -> dict:
-    RECORDS.clear()
-    PROBES.clear()
     _reset_torch_state()
+    RECORDS.clear()  # after the reset, whose state calls are not the script's
+    PROBES.clear()
     sink = io.StringIO()
     error = None
     argv = sys.argv
@@ -230,7 +271,8 @@ def run_one(path: str) -> dict:
         {
             str(w.message)
             for w in caught
-            if issubclass(w.category, FutureWarning) and any(d in str(w.message) for d in _DEPRECATED)
+            if (issubclass(w.category, FutureWarning) and any(d in str(w.message) for d in _DEPRECATED))
+            or (issubclass(w.category, DeprecationWarning) and _STATE_DEPRECATED.search(str(w.message)))
         }
     )
     return {

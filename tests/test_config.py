@@ -100,7 +100,8 @@ def test_the_most_specific_selector_wins():
     assert enabled_rules(["AMP"], ["AMP00"]) == {"AMP010", "AMP011", "AMP012", "AMP013", *apex}
     assert enabled_rules(["AMP001"], ["AMP00"]) == {"AMP001"}
     assert enabled_rules(["AMP001"], ["AMP001"]) == frozenset()
-    assert enabled_rules(None, ["AMP01"]) == {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", *apex}
+    assert enabled_rules(None, ["AMP01"]) == {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", "AMP007",
+                                              "AMP008", "AMP009", *apex}
     assert enabled_rules(["AMP1"], []) == apex
 
 

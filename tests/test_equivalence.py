@@ -141,6 +141,9 @@ def _on_the_cpu(record: dict, mode: str) -> dict:
     moved[key] = "cpu"
     if record["api"] == "autocast" and moved["dtype"] == "torch.float16":
         moved["dtype"] = "torch.bfloat16"
+    if record["api"] == "autocast_state" and record["op"] in ("get_dtype", "set_dtype") and (
+            mode == "cpu" or record["op"] == "get_dtype") and moved["value"] == "torch.float16":
+        moved["value"] = "torch.bfloat16"  # set: rewritten so under --device cpu; read: the CPU's default
     if record["api"] == "custom_fwd" and mode == "cpu" and moved["cast_inputs"] == "torch.float16":
         moved["cast_inputs"] = "torch.bfloat16"
     return moved

@@ -15,10 +15,15 @@ from ampfix.engine.pipeline import analyze
 from ampfix.engine import check_source
 from ampfix.io.files import process_file
 from ampfix.core.options import Options
-from ampfix.syntax.prefilter import could_hold_deprecated_use
-from ampfix.families import ALL_RULES
+from ampfix.syntax import prefilter
+from ampfix.families import ALL_RULES, SPELLED_NAMES, TORCH_AMP
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def could_hold_deprecated_use(source: str | bytes) -> bool:
+    """The pre-filter with the words the engine hands it (the rules' own)."""
+    return prefilter.could_hold_deprecated_use(source, SPELLED_NAMES)
 
 SPELLINGS = [
     "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
@@ -52,6 +57,14 @@ SPELLINGS = [
     # Identifiers are NFKC-normalised by Python: this is torch.cuda.amp.
     "import torch\nwith torch.cuda.\uff41\uff4d\uff50.autocast():\n    pass\n",
     "from torch.cuda import \U0001d41a\U0001d426\U0001d429\nx = \U0001d41a\U0001d426\U0001d429.GradScaler()\n",
+    # Deprecated names outside torch.cuda.amp / torch.cpu.amp (AMP007): spelled by their own name.
+    "import torch\nx = x.to(torch.get_autocast_gpu_dtype())\n",
+    "import torch as th\nth.set_autocast_cpu_enabled(False)\n",
+    "from torch import is_autocast_xla_enabled as on\nx = on()\n",
+    "import torch\nf = torch.set_autocast_ipu_dtype\n",
+    "import torch\nx = torch.\\\n    get_autocast_cpu_dtype()\n",
+    # NFKC: the fullwidth `ｇ` is `g`.
+    "import torch\nx = torch.\uff47et_autocast_gpu_dtype()\n",
 ]
 
 NOT_CANDIDATES = [
@@ -63,7 +76,18 @@ NOT_CANDIDATES = [
     "from mypackage import autocast, GradScaler, custom_fwd\n",
     "def example(ampere): return ampere.amps\n",
     "x = 'caf\u00e9'  # non-ASCII, no AMP\n",
+    # Not deprecated, and no device target: the names a device target looks at are not searched.
+    "import torch\non = torch.is_autocast_enabled()\nd = torch.get_autocast_dtype('cuda')\n",
+    # The words only as parts of other identifiers.
+    "my_get_autocast_gpu_dtype = 1\nx = get_autocast_gpu_dtype_cache\n",
 ]
+
+
+def test_the_words_are_the_rules():
+    # One source of truth: each deprecated name outside the roots, by its last part, and the part they share.
+    names = {name.rpartition(".")[2] for name in TORCH_AMP.deprecated_names}
+    assert set(SPELLED_NAMES.names) == names and len(names) == 14
+    assert SPELLED_NAMES.anchor == "_autocast_"
 
 
 def _rule_examples() -> list[str]:

@@ -196,7 +196,7 @@ def test_rules_shows_what_is_held_back_at_the_folders_target(tmp_path: Path, mon
     lines = run(root, monkeypatch, "rules").stdout.splitlines()
     assert lines[:3] == [
         "target torch 2.3, from pyproject.toml",
-        "held back at torch 2.3 (reported, not rewritten): AMP003, AMP004, AMP005",
+        "held back at torch 2.3 (reported, not rewritten): AMP003, AMP004, AMP005, AMP007, AMP008, AMP009",
         "",
     ]
     assert lines[3].split() == ["code", "old", "new", "torch", "fix"]
@@ -204,7 +204,8 @@ def test_rules_shows_what_is_held_back_at_the_folders_target(tmp_path: Path, mon
     assert flagged[:2] == ["target torch 2.4, from --target-torch",
                            "held back at torch 2.4 (reported, not rewritten): none"]
     rows = json.loads(run(root, monkeypatch, "rules", "--output-format", "json").stdout)
-    assert {row["code"] for row in rows if row["held_back"]} == {"AMP003", "AMP004", "AMP005"}
+    assert {row["code"] for row in rows if row["held_back"]} == {"AMP003", "AMP004", "AMP005", "AMP007", "AMP008",
+                                                                    "AMP009"}
     bare = project(tmp_path / "bare", {})
     assert run(bare, monkeypatch, "rules").stdout.startswith("code ")  # no metadata: the newest, unsaid
 

@@ -43,6 +43,8 @@ class ImportEdit:
     # stay with the old module (a split: they move to a new statement after this one).
     new_module: str | None = None
     kept_aliases: tuple[int, ...] = ()
+    # `from M import old as y`: the names imported instead, per alias index (the `as` name stays).
+    renamed_names: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -125,16 +126,51 @@ class Family:
     def is_new_api(self, qname: str | None) -> bool:
         return qname is not None and any(qname == n or qname.startswith(n + ".") for n in self.new_api)
 
+    @cached_property
+    def deprecated_names(self) -> frozenset[str]:
+        """The deprecated names the rules list outside the roots (`torch.get_autocast_gpu_dtype`): each is
+        a root of its own, for itself and what lies below it."""
+        return frozenset(name for rule in self.rules if not rule.device_target_only for name in rule.symbols
+                         if not any(name == root or name.startswith(root + ".") for root in self.roots))
+
+    def spelled_names(self, *, device_target_only: bool = False) -> tuple[str, ...]:
+        """The identifiers a use of the rules' names must spell where no deprecated root is spelled (the
+        pre-filter's words): the last part of each deprecated name outside the roots, or with
+        `device_target_only`, of each name those rules list that no `amp` component spells (`torch.autocast`)."""
+        if device_target_only:
+            names: Iterable[str] = (name for rule in self.rules if rule.device_target_only for name in rule.symbols
+                                    if "amp" not in name.split("."))
+        else:
+            names = self.deprecated_names
+        return tuple(sorted({name.rpartition(".")[2] for name in names}))
+
     def deprecated_root(self, qname: str) -> str | None:
         for root in self.roots:
             if qname == root or qname.startswith(root + "."):
                 return root
+        names = self.deprecated_names
+        if names:
+            parts = qname.split(".")
+            for n in range(len(parts), 1, -1):
+                prefix = ".".join(parts[:n])
+                if prefix in names:
+                    return prefix
         return None
 
+    def imported_twin_name(self, qname: str) -> str | None:
+        """The name to import instead of the imported `qname`, where its twin has another one
+        (`get_autocast_gpu_dtype` -> `get_autocast_dtype`); None where it keeps its name (`autocast`)."""
+        symbol = self.symbol(qname)
+        if symbol is None or symbol[0] != qname or symbol[2] is None:
+            return None
+        new = symbol[2].new.rpartition(".")[2]
+        return None if new == qname.rpartition(".")[2] else new
+
     def renamed(self, qname: str) -> str:
-        """`qname` with its deprecated root replaced by the new one (unchanged outside the roots)."""
+        """`qname` with its deprecated root replaced by the new one (unchanged outside the roots, and for a
+        deprecated name outside them, whose twin is its rule's)."""
         root = self.deprecated_root(qname)
-        return qname if root is None else self.roots[root] + qname[len(root):]
+        return qname if root is None or root not in self.roots else self.roots[root] + qname[len(root):]
 
     def symbol(self, qname: str) -> tuple[str, Rule, Target | None] | None:
         """The longest prefix of `qname` that a rule names: (that name, its rule, its target)."""

@@ -488,6 +488,13 @@ class _Applier(cst.CSTTransformer):
         edit = self.import_edit(original_node)
         if edit is None or edit.new_module is None:
             return updated_node
+        if edit.renamed_names:
+            if isinstance(updated_node.names, cst.ImportStar):
+                raise PlanMismatch("a star import names nothing to rename", self.located[id(original_node)].line)
+            renamed = list(updated_node.names)
+            for i, new_name in edit.renamed_names.items():
+                renamed[i] = renamed[i].with_changes(name=cst.Name(new_name))
+            updated_node = updated_node.with_changes(names=renamed)
         if not edit.kept_aliases:
             return updated_node.with_changes(module=_dotted_node(edit.new_module))
         if isinstance(updated_node.names, cst.ImportStar):

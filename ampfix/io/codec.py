@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
+from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
 from ampfix.syntax.prefilter import could_hold_use
 
 READ_ERROR_CODE = "AMP902"  # a file or folder that cannot be read (or is not a regular file)
@@ -91,7 +92,7 @@ class PythonText:
 
 class PythonCodec:
     def could_hold(self, data: bytes, retargets: bool) -> bool:
-        return could_hold_use(data, retargets)
+        return could_hold_use(data, retargets, SPELLED_NAMES, RETARGET_NAMES)
 
     def decode(self, data: bytes, retargets: bool = False) -> PythonText:
         try:

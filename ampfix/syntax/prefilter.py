@@ -28,6 +28,11 @@ NVIDIA apex (`ampfix.families.apex.rules`): `import apex` / `from apex...` spell
 that select it spell `"apex"` or `ApexOptimWrapper`, so a file holding `apex` or `Apex` is kept too. (DeepSpeed's
 config key `"amp"` spells the name `amp`.)
 
+Deprecated names outside those namespaces (`torch.get_autocast_gpu_dtype`, AMP007) are spelled by their own
+last part: `torch.X`, `th.X`, `from torch import X as Y` all spell `X`. Those words are the rules' own
+(`Family.spelled_names`, handed in as `SpelledNames`): one search for the part they share (`_autocast_`),
+at memchr speed, then the words themselves as identifiers.
+
 Deliberately not caught (and not caught by `ampfix.engine.check_source`, which applies the same
 test): a string literal whose value contains `amp` only through escapes or implicit concatenation
 (`"torch.cuda.\\x61mp"`, `"torch.cuda.a" "mp"`). These are not spellings a person writes.
@@ -49,16 +54,57 @@ _WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
 
 
-def could_hold_deprecated_use(source: str | bytes) -> bool:
-    """False only if the source cannot hold a deprecated use (see the module's docstring)."""
+class SpelledNames:
+    """Identifiers that a use spells where it spells no deprecated root, and the longest part they all share."""
+
+    __slots__ = ("names", "anchor", "_anchor_bytes", "_patterns")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.anchor = _shared_part(names)
+        self._anchor_bytes = self.anchor.encode("ascii")
+        # Compiled on the first file that holds the anchor: most runs (a commit's files) never need them.
+        self._patterns: tuple[re.Pattern[str], re.Pattern[bytes]] | None = None
+
+    def spelled_in(self, text: str | bytes) -> bool:
+        """Is one of the names an identifier of `text` (ASCII words in bytes)?"""
+        if not self.names:
+            return False
+        if isinstance(text, bytes):
+            return self._anchor_bytes in text and self._compiled()[1].search(text) is not None
+        return self.anchor in text and self._compiled()[0].search(text) is not None
+
+    def _compiled(self) -> tuple[re.Pattern[str], re.Pattern[bytes]]:
+        if self._patterns is None:
+            pattern = rf"(?<!\w)(?:{'|'.join(map(re.escape, self.names))})(?!\w)"
+            self._patterns = (re.compile(pattern), re.compile(pattern.encode("ascii")))
+        return self._patterns
+
+
+def _shared_part(names: tuple[str, ...]) -> str:
+    """The longest substring of every name ('' if none, or no names)."""
+    if not names:
+        return ""
+    first = min(names, key=len)
+    for size in range(len(first), 0, -1):
+        for start in range(len(first) - size + 1):
+            part = first[start:start + size]
+            if all(part in name for name in names):
+                return part
+    return ""
+
+
+def could_hold_deprecated_use(source: str | bytes, names: SpelledNames) -> bool:
+    """False only if the source cannot hold a deprecated use (see the module's docstring); `names`: the
+    deprecated names outside the deprecated namespaces."""
     if isinstance(source, bytes):
-        return _bytes_could_hold(source)
-    if _has_amp_name(source) or mentions_apex(source):
+        return _bytes_could_hold(source, names)
+    if _has_amp_name(source) or names.spelled_in(source) or mentions_apex(source):
         return True
     if source.isascii():
         return False
     normalized = unicodedata.normalize("NFKC", source)
-    return _has_amp_name(normalized) or mentions_apex(normalized)
+    return _has_amp_name(normalized) or names.spelled_in(normalized) or mentions_apex(normalized)
 
 
 def mentions_apex(text: str | bytes) -> bool:
@@ -79,12 +125,12 @@ def _follows(text: AnyStr, needle: AnyStr, letters: tuple[object, ...]) -> bool:
     return False
 
 
-def _bytes_could_hold(data: bytes) -> bool:
+def _bytes_could_hold(data: bytes, names: SpelledNames) -> bool:
     for match in _AMP_END_BYTES.finditer(data):
         start = match.start()
         if start == 0 or data[start - 1] not in _WORD_BYTES:
             return True
-    if mentions_apex(data):
+    if names.spelled_in(data) or mentions_apex(data):
         return True
     ascii_only = data.isascii()
     if ascii_only and not _COOKIE.search(data, 0, _end_of_second_line(data)):
@@ -95,7 +141,7 @@ def _bytes_could_hold(data: bytes) -> bool:
         text, _ = decode_source(data)
     except DECODE_ERRORS:
         return False  # not Python source; never parsed
-    return could_hold_deprecated_use(text)
+    return could_hold_deprecated_use(text, names)
 
 
 def _end_of_second_line(data: bytes) -> int:
@@ -119,16 +165,19 @@ def _has_amp_name(text: str) -> bool:
 
 # Under a device target (`--device cpu|auto`, `--device-expr`), code already on torch.amp is
 # looked at too (AMP006). Each of its names is spelled through `amp` (`torch.amp.X`, `from torch
-# import amp`), except `torch.autocast`, spelled `autocast`: a file holding those letters anywhere is
-# parsed as well (a superset of the name, searched again in the decoded, normalised text).
-def could_hold_use(source: str | bytes, retargets: bool) -> bool:
+# import amp`), except `torch.autocast` (and `torch.is_autocast_enabled`, AMP008...), spelled through the part
+# their names share (`autocast`, `retarget_names.anchor`): a file holding those letters anywhere is parsed as
+# well (a superset of the names, searched again in the decoded, normalised text).
+def could_hold_use(source: str | bytes, retargets: bool, names: SpelledNames,
+                   retarget_names: SpelledNames) -> bool:
     """False only if the source cannot hold a use that the run (device target or not) looks at."""
-    if could_hold_deprecated_use(source):
+    if could_hold_deprecated_use(source, names):
         return True
-    if not retargets:
+    anchor = retarget_names.anchor
+    if not retargets or not anchor:
         return False
     if isinstance(source, bytes):
-        if b"autocast" in source:
+        if anchor.encode("ascii") in source:
             return True
         if source.isascii() and not _COOKIE.search(source, 0, _end_of_second_line(source)):
             return False
@@ -138,4 +187,4 @@ def could_hold_use(source: str | bytes, retargets: bool) -> bool:
             source, _ = decode_source(source)
         except DECODE_ERRORS:
             return False
-    return "autocast" in source or (not source.isascii() and "autocast" in unicodedata.normalize("NFKC", source))
+    return anchor in source or (not source.isascii() and anchor in unicodedata.normalize("NFKC", source))

@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
-from ampfix.core.rules import Rule, Target, partial_with_defaults
+from ampfix.core.rules import Family, Rule, Target, partial_with_defaults
 from ampfix.engine.nesting import module_nesting, spelled_defaults, written_defaults
 from ampfix.engine.planners.probes import probes
 from ampfix.families import NO_TWIN_CODE
@@ -98,8 +98,21 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     by = use.binding.imported_by
     if imported is not None and by is not None and id(by.node) in context.fact(probes):
         return f"its import on line {by.node.lineno} is a probe the `except` stands in for"
+    renamed = renamed_twin_blocker(context.family, imported[0], use.ref.parts[0]) if imported is not None else None
+    if renamed is not None:
+        return renamed
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
+
+
+def renamed_twin_blocker(family: Family, qname: str, bound: str) -> str | None:
+    """A twin with another name is imported under the old one's `as` name (`from torch import
+    get_autocast_gpu_dtype as g` -> `get_autocast_dtype as g`); bound under the old name itself, the line
+    would have to read `import get_autocast_dtype as get_autocast_gpu_dtype`, or every use be renamed: left."""
+    new = family.imported_twin_name(qname)
+    if new is None or bound != qname.rpartition(".")[2]:
+        return None
+    return f"its twin `{new}` has another name: import it (`as` a name of your own) and rewrite the uses by hand"
 
 
 def suggest(context: ModuleContext, rule: Rule, target: Target, new_name: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.plan import ImportEdit
+from ampfix.engine.planners.decide import renamed_twin_blocker
 from ampfix.engine.planners.probes import probes
 from ampfix.engine.planners.suppressed import deprecated_aliases, import_suppressed
 from ampfix.engine.planners.uses import settled_uses
@@ -39,12 +40,14 @@ def moves_by_rules(context: ModuleContext, imp: ImportRef) -> bool:
     aliases = list(deprecated_aliases(context, imp))
     return len(aliases) == len(imp.node.names) and all(
         not import_suppressed(context, alias, qname)
-        and (_twin_blocker if bound is not None else _package_import_blocker)(context, imp, qname) is None
+        and (_twin_blocker(context, imp, qname, bound) if bound is not None
+             else _package_import_blocker(context, imp, qname)) is None
         for alias, qname, bound in aliases)
 
 
-def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
-    """Why the rules and options do not move the imported `qname` to its twin (or the import is a probe), or None."""
+def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str, bound: str) -> str | None:
+    """Why the rules and options do not move the imported `qname`, bound as `bound`, to its twin (or the import
+    is a probe), or None."""
     family = context.family
     probe = context.fact(probes).get(id(imp.node))
     if probe is not None:
@@ -54,7 +57,8 @@ def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | N
         return missing[1]
     symbol = family.symbol(qname)
     assert symbol is not None  # missing_twin said it has a twin
-    return context.hold_back(symbol[1], imp.guards)
+    renamed = renamed_twin_blocker(family, qname, bound)
+    return renamed if renamed is not None else context.hold_back(symbol[1], imp.guards)
 
 
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
@@ -72,7 +76,7 @@ def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) 
 
 def _blocker(context: ModuleContext, imp: ImportRef, name: str, qname: str) -> str | None:
     """Why the import binding `name` cannot move to its twin, or None."""
-    held_back = _twin_blocker(context, imp, qname)
+    held_back = _twin_blocker(context, imp, qname, name)
     if held_back is not None:
         return held_back
     settlement = context.fact(settled_uses)
@@ -110,6 +114,7 @@ def _plan_import_from(context: ModuleContext, sink: Sink, imp: ImportRef) -> Non
     notes: list[str] = []
     kept: list[int] = []
     new_modules: set[str] = set()
+    renamed_names: dict[int, str] = {}
     for i, alias in enumerate(node.names):
         qname = f"{node.module}.{alias.name}"
         if alias.name == "*":
@@ -132,15 +137,22 @@ def _plan_import_from(context: ModuleContext, sink: Sink, imp: ImportRef) -> Non
             kept.append(i)
             continue
         migrated.append(i)
+        new_name = family.imported_twin_name(qname)
+        if new_name is not None:
+            renamed_names[i] = new_name
         new_modules.add(family.renamed(qname).rpartition(".")[0])
         notes.append(_dead_twins(context, imp, alias.asname or alias.name, qname))
     if not migrated or len(new_modules) != 1:  # several new modules cannot happen with today's rules; never guess
         return
     (new_module,) = new_modules
-    sink.add_edit(sink.edit(node, "ImportFrom", "", ImportEdit(new_module=new_module, kept_aliases=tuple(kept))))
+    if new_module == node.module:
+        kept = []  # only names change (`get_autocast_gpu_dtype as g`): nothing to split off
+    sink.add_edit(sink.edit(node, "ImportFrom", "", ImportEdit(new_module=new_module, kept_aliases=tuple(kept),
+                                                               renamed_names=renamed_names)))
     names = ", ".join(node.names[i].name for i in migrated)
+    new_names = ", ".join(renamed_names.get(i, node.names[i].name) for i in migrated)
     sink.add_finding(node, MODULE_PATH_CODE, f"`from {node.module} import {names}` -> "
-                         f"`from {new_module} import {names}`{''.join(notes)}", fixable=True, will_fix=True)
+                         f"`from {new_module} import {new_names}`{''.join(notes)}", fixable=True, will_fix=True)
 
 
 def _plan_import(context: ModuleContext, sink: Sink, imp: ImportRef, plain_imports: dict[int, set[str]]) -> None:
