@@ -179,3 +179,17 @@ def test_the_documented_limit_escaped_strings():
 def test_files_that_spell_apex_are_kept(source: str, kept: bool):
     assert could_hold_deprecated_use(source) is kept
     assert could_hold_deprecated_use(source.encode("utf-8")) is kept
+
+
+def test_every_name_the_prefilter_searches_holds_the_part_the_codec_tests_first():
+    """`ampfix.io.codec` passes over a file without `autocast` before importing the rule data."""
+    from ampfix.families import RETARGET_NAMES
+    from ampfix.io.codec import NAMES_PART, PYTHON
+
+    part = NAMES_PART.decode("ascii")
+    assert SPELLED_NAMES.names and RETARGET_NAMES.names
+    assert all(part in name for name in (*SPELLED_NAMES.names, *RETARGET_NAMES.names))
+    assert PYTHON.could_hold(b"import torch\nt = torch.get_autocast_gpu_dtype()\n", False)
+    assert PYTHON.could_hold(b"import torch\nok = torch.is_autocast_enabled()\n", True)
+    assert not PYTHON.could_hold(b"import torch\nok = torch.is_autocast_enabled()\n", False)
+    assert not PYTHON.could_hold(b"import torch\nx = torch.ones(1)\n", True)
