@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from ampfix.core.options import Options
 from ampfix.core.plan import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Plan, PlannedFinding
-from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
 from ampfix.syntax.prefilter import could_hold_use
 
 
@@ -71,6 +70,9 @@ def fix_source(source: str, options: Options = Options()) -> SourceResult:
 
 
 def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
+    # The rule data only once a file is read: the files a run passes over never load it.
+    from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
+
     if not could_hold_use(source, options.retargets, SPELLED_NAMES, RETARGET_NAMES):
         return SourceResult(source, source)
     from ampfix.syntax.suppressions import scan
