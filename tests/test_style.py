@@ -12,7 +12,8 @@ from ampfix.syntax.quotes import preferred_quote
     ("'''doc'''\nx = 1\n", '"'),  # triple-quoted strings do not count
     ("a = f'{x}'\nb = 'y'\nc = \"z\"\n", '"'),  # f-strings do not count; a tie: double
     ("a = 'x'\nb = b'y'\nc = \"it's\"\n", "'"),  # prefixed strings count; the majority wins
-    ("a = 'x'\nb = (\n", "'"),  # a tokenizer error ends the count, it does not fail it
+    ("a = 'x'\nb = (\n", '"'),  # a source that does not parse: the default (the engine asks only of parsed files)
+    ("a = ('x' 'y'\n     'z')\nb = \"w\"\nc = \"v\"\n", '"'),  # an implicit concatenation is one literal
 ])
 def test_preferred_quote(source: str, quote: str) -> None:
     assert preferred_quote(source) == quote

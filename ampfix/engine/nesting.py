@@ -15,6 +15,7 @@ Calls through attributes (`self.step()`), other modules or values are not follow
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 from collections.abc import Iterable
 
@@ -36,10 +37,28 @@ class Nesting:
     def __init__(self, tree: ast.Module, walker: Walker) -> None:
         self.tree = tree
         self.walker = walker
+        self._parents: dict[int, ast.AST] = {}
+        self._mapped: set[int] = set()
 
     @functools.cached_property
-    def parents(self) -> dict[int, ast.AST]:
-        return {id(child): node for node in ast.walk(self.tree) for child in ast.iter_child_nodes(node)}
+    def _starts(self) -> list[int]:
+        """The first line of each top-level statement (its decorators included)."""
+        return [min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in self.tree.body]
+
+    def parent_of(self, node: ast.AST) -> ast.AST | None:
+        """`node`'s parent. The parents are mapped one top-level statement at a time, where a question
+        asks for them: a whole module's map cost more than the rest of the analysis."""
+        line = getattr(node, "lineno", None)
+        if id(node) not in self._parents and line is not None:
+            index = bisect.bisect_right(self._starts, line) - 1
+            root = self.tree.body[index] if index >= 0 else None
+            if root is not None and id(root) not in self._mapped:
+                self._mapped.add(id(root))
+                self._parents[id(root)] = self.tree
+                for parent in ast.walk(root):
+                    for child in ast.iter_child_nodes(parent):
+                        self._parents[id(child)] = parent
+        return self._parents.get(id(node))
 
     @functools.cached_property
     def chains(self) -> dict[int, ChainRef]:
@@ -88,7 +107,7 @@ class Nesting:
 
     def _lexical(self, node: ast.AST) -> tuple[ast.AST, int | None]:
         """The function (or module) `node` runs in, and the line of an autocast region around it there."""
-        child, parent = node, self.parents.get(id(node))
+        child, parent = node, self.parent_of(node)
         while parent is not None:
             if isinstance(parent, (ast.With, ast.AsyncWith)):
                 items = parent.items if any(s is child for s in parent.body) else \
@@ -100,18 +119,18 @@ class Nesting:
                 return parent, (decorated[0].lineno if decorated else None)
             if isinstance(parent, ast.Lambda) and parent.body is child:
                 return parent, None
-            child, parent = parent, self.parents.get(id(parent))
+            child, parent = parent, self.parent_of(parent)
         return self.tree, None
 
     def _owner(self, node: ast.AST) -> ast.AST:
         """The function (or module) `node` runs in."""
-        child, parent = node, self.parents.get(id(node))
+        child, parent = node, self.parent_of(node)
         while parent is not None:
             if isinstance(parent, _FUNCTIONS) and any(s is child for s in parent.body):
                 return parent
             if isinstance(parent, ast.Lambda) and parent.body is child:
                 return parent
-            child, parent = parent, self.parents.get(id(parent))
+            child, parent = parent, self.parent_of(parent)
         return self.tree
 
     def _calls_of(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:
