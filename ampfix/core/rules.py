@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -148,14 +148,7 @@ class Family:
         for root in self.roots:
             if qname == root or qname.startswith(root + "."):
                 return root
-        names = self.deprecated_names
-        if names:
-            parts = qname.split(".")
-            for n in range(len(parts), 1, -1):
-                prefix = ".".join(parts[:n])
-                if prefix in names:
-                    return prefix
-        return None
+        return longest_prefix(self.deprecated_names, qname)
 
     def imported_twin_name(self, qname: str) -> str | None:
         """The name to import instead of the imported `qname`, where its twin has another one
@@ -174,17 +167,11 @@ class Family:
 
     def symbol(self, qname: str) -> tuple[str, Rule, Target | None] | None:
         """The longest prefix of `qname` that a rule names: (that name, its rule, its target)."""
-        table = self._symbols
-        found = table.get(qname)
-        if found is not None:
-            return qname, found[0], found[1]
-        parts = qname.split(".")
-        for n in range(len(parts) - 1, 0, -1):
-            name = ".".join(parts[:n])
-            found = table.get(name)
-            if found is not None:
-                return name, found[0], found[1]
-        return None
+        name = longest_prefix(self._symbols, qname)
+        if name is None:
+            return None
+        rule, target = self._symbols[name]
+        return name, rule, target
 
     def exists(self, qname: str) -> bool:
         """Does torch define `qname` below a deprecated root? Names below a module the rules list but
@@ -214,3 +201,16 @@ class Family:
         if parent in self.roots or self.symbol(qname) is None:
             return f"`{qname}` is not a name {self.package} defines"
         return f"`{qname}` is not a name ampfix knows in `{parent}`"
+
+
+def longest_prefix(names: Collection[str], qname: str) -> str | None:
+    """The longest dotted prefix of `qname` (`qname` itself included) that `names` holds, or None: how every
+    rule table is looked up, torch's and apex's."""
+    if qname in names:
+        return qname
+    parts = qname.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in names:
+            return prefix
+    return None

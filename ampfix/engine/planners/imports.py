@@ -45,16 +45,22 @@ def moves_by_rules(context: ModuleContext, imp: ImportRef) -> bool:
         for alias, qname, bound in aliases)
 
 
+def _unmovable(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
+    """Why an import of `qname` cannot move whatever the rules say: a probe, or no twin; else None."""
+    probe = context.fact(probes).get(id(imp.node))
+    if probe is not None:
+        return probe
+    missing = context.family.missing_twin(qname, exact=True)
+    return None if missing is None else missing[1]
+
+
 def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str, bound: str) -> str | None:
     """Why the rules and options do not move the imported `qname`, bound as `bound`, to its twin (or the import
     is a probe), or None."""
     family = context.family
-    probe = context.fact(probes).get(id(imp.node))
-    if probe is not None:
-        return probe
-    missing = family.missing_twin(qname, exact=True)
-    if missing is not None:
-        return missing[1]
+    unmovable = _unmovable(context, imp, qname)
+    if unmovable is not None:
+        return unmovable
     symbol = family.symbol(qname)
     assert symbol is not None  # missing_twin said it has a twin
     renamed = renamed_twin_blocker(family, qname, bound)
@@ -64,12 +70,9 @@ def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str, bound: str
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:
     """Why `import torch.cuda.amp` (binding the package itself) does not become `import torch.amp`, or None."""
     family = context.family
-    probe = context.fact(probes).get(id(imp.node))
-    if probe is not None:
-        return probe
-    missing = family.missing_twin(qname, exact=True)
-    if missing is not None:
-        return missing[1]
+    unmovable = _unmovable(context, imp, qname)
+    if unmovable is not None:
+        return unmovable
     module_rule = family.symbol(next(iter(family.roots)))
     return context.hold_back(module_rule[1] if module_rule else None, imp.guards)
 

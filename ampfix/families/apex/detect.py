@@ -20,7 +20,7 @@ from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
-from ampfix.core.rules import Rule
+from ampfix.core.rules import Rule, longest_prefix
 
 # The engine, as apex's detection reaches it (through `ApexModule`, its view of the planner context and sink):
 # the calls that are not reads of the walk, and the binding lookup.
@@ -57,7 +57,7 @@ def _owned(qname: str | None) -> bool:
 
 
 def _advice(qname: str) -> rules.Advice:
-    name = rules.longest_listed(rules.ADVICE, qname)
+    name = longest_prefix(rules.ADVICE, qname)
     assert name is not None, qname  # every rule's symbol lies below an advised name
     return rules.ADVICE[name]
 

@@ -9,10 +9,9 @@ create, a forward pass to put under autocast), so each rule's symbols map to Non
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ampfix.core.rules import Example, Rule
+from ampfix.core.rules import Example, Rule, longest_prefix
 from ampfix.families.torch_amp import grad_scaler
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
@@ -276,19 +275,9 @@ APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_
 _RULE_OF_NAME: dict[str, Rule] = {name: rule for rule in APEX_RULES for name in rule.symbols}
 
 
-def longest_listed(table: Mapping[str, object], qname: str) -> str | None:
-    """The longest dotted prefix of `qname` that `table` holds."""
-    parts = qname.split(".")
-    for n in range(len(parts), 0, -1):
-        name = ".".join(parts[:n])
-        if name in table:
-            return name
-    return None
-
-
 def rule_of(qname: str) -> Rule | None:
     """The apex rule whose names `qname` lies under, or None."""
-    name = longest_listed(_RULE_OF_NAME, qname)
+    name = longest_prefix(_RULE_OF_NAME, qname)
     return None if name is None else _RULE_OF_NAME[name]
 
 
