@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from ampfix.core.rules import Target
 from ampfix.families.torch_amp import autocast
-from ampfix.syntax.bindings import Binding, ChainRef, Walker, qualified_name
+from ampfix.syntax.bindings import Binding, ChainRef, Walker, import_scopes, qualified_name
 from ampfix.syntax.context import ModuleContext
 
 # Every autocast that opens a region: the deprecated names, their twin, and torch's own alias.
@@ -77,8 +77,12 @@ class Nesting:
     @functools.cached_property
     def setters(self) -> list[tuple[ast.Call, str]]:
         found = []
+        # A callee resolves only through an import binding of its head.
+        imported = {name for scope in import_scopes(self.walker) for name, bindings in scope.bindings.items()
+                    if any(b.kind == "import" for b in bindings)}
         for ref in self.walker.chains:
-            if ref.role == "call" and isinstance(ref.parent, ast.Call) and ref.parent.func is ref.node:
+            if ref.role == "call" and ref.parts[0] in imported and isinstance(ref.parent, ast.Call) \
+                    and ref.parent.func is ref.node:
                 name = qualified_name(ref.node, ref.scope, unanimous=True)
                 if name in STATE_SETTERS:
                     found.append((ref.parent, name))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 
@@ -65,7 +66,7 @@ class Guard:
 Guards = tuple[Guard, ...]  # the branches around a statement, outermost first
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Binding:
     name: str
     kind: str  # "import", "other", or "none" (`x = None`, a placeholder that conflicts with nothing)
@@ -81,7 +82,7 @@ class Binding:
     inferred: str | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ChainRef:
     node: ast.expr
     parts: tuple[str, ...]
@@ -94,7 +95,7 @@ class ChainRef:
     in_string: bool = False  # parsed from a string annotation: `node`'s position is inside the string
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class StringRef:
     node: ast.Constant
     scope: Scope
@@ -137,7 +138,9 @@ _FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeEr
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
-class Walker:
+class _ExpressionWalker:
+    """What the walk records (scopes, bindings, chains, strings, imports) and its walk of expressions."""
+
     def __init__(self) -> None:
         self.module_scope = Scope("module", None)
         self.chains: list[ChainRef] = []
@@ -146,7 +149,145 @@ class Walker:
         # `parts` holds the attributes only.
         self.opaque_chains: list[ChainRef] = []
         self.imports: list[ImportRef] = []
+        # The scopes where `__import__(...)` / `import_module(...)` binds a name (import bindings outside
+        # `imports`' scopes).
+        self.dynamic_import_scopes: list[Scope] = []
+        # Every str/bytes literal and every f-string: the file's quote style is read from them.
+        self.literals: list[ast.Constant] = []
+        self.fstrings: list[ast.JoinedStr] = []
         self.guards: Guards = ()
+
+    def arguments(self, args: ast.arguments, outer: Scope, inner: Scope) -> None:
+        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
+            self.expr(default, outer, "value", args)
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        every += [a for a in (args.vararg, args.kwarg) if a is not None]
+        for arg in every:
+            if arg.annotation is not None:
+                self.annotation(arg.annotation, outer)
+            inner.bind(Binding(arg.arg, "other", arg.lineno))
+
+    def annotation(self, node: ast.expr, scope: Scope) -> None:
+        self.expr(node, scope, "type", None, annotation=True)
+
+    # expressions -----------------------------------------------------------------------------
+    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
+        """Record the dotted names and strings of an expression, in source order. An explicit stack,
+        not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
+        work: list[_Work] = [(node, scope, role, parent, annotation)]
+        while work:
+            item = work.pop()
+            if type(item[0]) is ast.Name:  # most nodes: recorded here, without a call
+                name, scope, role, parent, annotation = item
+                assert isinstance(name, ast.Name)
+                if type(name.ctx) is not ast.Load:
+                    scope.bind(Binding(name.id, "other", name.lineno, guards=self.guards))
+                self.chains.append(ChainRef(name, (name.id,), scope, "type" if annotation else role, parent,
+                                            self.guards))
+                continue
+            later = self.expr_step(*item)
+            if later:
+                work.extend(reversed(later))
+
+    def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
+                  annotation: bool) -> list[_Work]:
+        """Record `node` if it is a dotted name or a string; return its parts still to walk (a Name is
+        recorded by `expr`)."""
+        if isinstance(node, ast.Attribute):
+            parts = dotted_parts(node)
+            if parts is not None:
+                self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
+                return []
+            attributes, root = attribute_chain(node)
+            if "amp" in attributes:
+                self.opaque_chains.append(ChainRef(node, attributes, scope, "type" if annotation else role, parent,
+                                                   self.guards))
+            return [(root, scope, "value", node, annotation)]
+        if isinstance(node, ast.Call):
+            return self.call(node, scope, annotation)
+        if isinstance(node, ast.Constant):
+            literal = node.value
+            if isinstance(literal, str):
+                self.literals.append(node)
+                if "amp" in literal:
+                    self.strings.append(StringRef(node, scope, annotation, self.guards))
+            elif isinstance(literal, bytes):
+                self.literals.append(node)
+            return []
+        if isinstance(node, ast.Lambda):
+            inner = Scope("function", scope)
+            self.arguments(node.args, scope, inner)
+            return [(node.body, inner, "value", node, annotation)]
+        if isinstance(node, _COMPREHENSIONS):
+            self.comprehension(node, scope)
+            return []
+        if isinstance(node, ast.JoinedStr):
+            self.fstrings.append(node)
+            later: list[_Work] = []
+            for value in node.values:
+                if isinstance(value, ast.FormattedValue):
+                    later.append((value.value, scope, "value", value, annotation))
+                    if value.format_spec is not None:
+                        later.append((value.format_spec, scope, "value", value, annotation))
+            return later
+        if isinstance(node, ast.Tuple) and role == "type":
+            return [(element, scope, "type", node, annotation) for element in node.elts]
+        if isinstance(node, ast.NamedExpr):
+            scope.bind(Binding(node.target.id, "other", node.lineno))
+            self.chains.append(ChainRef(node.target, (node.target.id,), scope, "store", node, self.guards))
+            return [(node.value, scope, "value", node, annotation)]
+        if isinstance(node, ast.Compare) and _is_none_test(node):
+            return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
+        rest: list[_Work] = []
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                rest.append((child, scope, "type" if annotation else "value", node, annotation))
+            elif isinstance(child, ast.AST):
+                self.nested(child, scope)
+        return rest
+
+    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[_Work]:
+        func = node.func
+        later: list[_Work] = [(func, scope, "call", node, annotation)]
+        type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
+            isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
+        feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
+        for i, arg in enumerate(node.args):
+            if type_checked and i == 1:
+                role = "type"
+            elif feature_checked and i == 0:
+                role = "feature_check"
+            else:
+                role = "value"
+            later.append((arg, scope, role, node, annotation))
+        for keyword in node.keywords:
+            later.append((keyword.value, scope, "value", node, annotation))
+        return later
+
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, scope: Scope) -> None:
+        inner = Scope("function", scope)
+        for i, generator in enumerate(node.generators):
+            self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
+            self.expr(generator.target, inner, "store", generator)
+            for condition in generator.ifs:
+                self.expr(condition, inner, "value", generator)
+        if isinstance(node, ast.DictComp):
+            self.expr(node.key, inner, "value", node)
+            self.expr(node.value, inner, "value", node)
+        else:
+            self.expr(node.elt, inner, "value", node)
+
+    def nested(self, node: ast.AST, scope: Scope) -> None:
+        """A part of an expression that is not one (an operator, a context): the expressions inside it."""
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.expr(child, scope, "value", node)
+            else:
+                self.nested(child, scope)
+
+
+class Walker(_ExpressionWalker):
+    """The walk of a module: its statements, scopes and bindings; expressions as `_ExpressionWalker` walks them."""
 
     # statements ------------------------------------------------------------------------------
     def statements(self, body: list[ast.stmt], scope: Scope) -> None:
@@ -154,11 +295,45 @@ class Walker:
             self.statement(stmt, scope)
 
     def statement(self, node: ast.stmt, scope: Scope) -> None:
-        handler = getattr(self, "stmt_" + type(node).__name__, None)
+        handler = _STATEMENT_HANDLERS.get(type(node))
         if handler is not None:
-            handler(node, scope)
+            handler(self, node, scope)
         else:
             self.generic(node, scope)
+
+    # The common statements, walked as `generic` walks them (same order, same parents), without its lookups.
+    def stmt_Expr(self, node: ast.Expr, scope: Scope) -> None:
+        self.expr(node.value, scope, "value", node)
+
+    def stmt_Return(self, node: ast.Return, scope: Scope) -> None:
+        if node.value is not None:
+            self.expr(node.value, scope, "value", node)
+
+    def stmt_AugAssign(self, node: ast.AugAssign, scope: Scope) -> None:
+        self.expr(node.target, scope, "value", node)
+        self.expr(node.value, scope, "value", node)
+
+    def stmt_For(self, node: ast.For | ast.AsyncFor, scope: Scope) -> None:
+        self.expr(node.target, scope, "value", node)
+        self.expr(node.iter, scope, "value", node)
+        self.statements(node.body, scope)
+        self.statements(node.orelse, scope)
+
+    stmt_AsyncFor = stmt_For
+
+    def stmt_While(self, node: ast.While, scope: Scope) -> None:
+        self.expr(node.test, scope, "value", node)
+        self.statements(node.body, scope)
+        self.statements(node.orelse, scope)
+
+    def stmt_With(self, node: ast.With | ast.AsyncWith, scope: Scope) -> None:
+        for item in node.items:
+            self.expr(item.context_expr, scope, "value", item)
+            if item.optional_vars is not None:
+                self.expr(item.optional_vars, scope, "value", item)
+        self.statements(node.body, scope)
+
+    stmt_AsyncWith = stmt_With
 
     def stmt_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scope: Scope) -> None:
         for decorator in node.decorator_list:
@@ -232,6 +407,7 @@ class Walker:
         if imported is not None:
             scope.bind(Binding(target.id, "import", target.lineno, imported[0], self.guards, value=value,
                                inferred=imported[1]))
+            self.dynamic_import_scopes.append(scope)
         else:
             scope.bind(Binding(target.id, "other", target.lineno, guards=self.guards, value=value))
         self.chains.append(ChainRef(target, (target.id,), scope, "store", parent, self.guards))
@@ -309,112 +485,20 @@ class Walker:
         elif isinstance(item, ast.AST):
             self.generic(item, scope)
 
-    def arguments(self, args: ast.arguments, outer: Scope, inner: Scope) -> None:
-        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
-            self.expr(default, outer, "value", args)
-        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-        every += [a for a in (args.vararg, args.kwarg) if a is not None]
-        for arg in every:
-            if arg.annotation is not None:
-                self.annotation(arg.annotation, outer)
-            inner.bind(Binding(arg.arg, "other", arg.lineno))
 
-    def annotation(self, node: ast.expr, scope: Scope) -> None:
-        self.expr(node, scope, "type", None, annotation=True)
+# type(statement) -> its walker method (`stmt_<type name>`), declared by the methods' names.
+_STATEMENT_HANDLERS: dict[type, Callable[[Walker, Any, Scope], None]] = {
+    kind: getattr(Walker, "stmt_" + kind.__name__) for kind in vars(ast).values()
+    if isinstance(kind, type) and issubclass(kind, ast.stmt) and hasattr(Walker, "stmt_" + kind.__name__)
+}
 
-    # expressions -----------------------------------------------------------------------------
-    def expr(self, node: ast.expr, scope: Scope, role: str, parent: ast.AST | None, annotation: bool = False) -> None:
-        """Record the dotted names and strings of an expression, in source order. An explicit stack,
-        not recursion: `1 + 1 + ...` with thousands of terms is valid Python."""
-        work: list[_Work] = [(node, scope, role, parent, annotation)]
-        while work:
-            later = self.expr_step(*work.pop())
-            if later:
-                work.extend(reversed(later))
 
-    def expr_step(self, node: ast.AST, scope: Scope, role: str, parent: ast.AST | None,
-                  annotation: bool) -> list[_Work]:
-        """Record `node` if it is a dotted name or a string; return its parts still to walk."""
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            parts = dotted_parts(node)
-            if parts is not None:
-                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                    scope.bind(Binding(node.id, "other", node.lineno, guards=self.guards))
-                self.chains.append(ChainRef(node, parts, scope, "type" if annotation else role, parent, self.guards))
-                return []
-            assert isinstance(node, ast.Attribute)  # a Name is always a dotted name
-            attributes, root = attribute_chain(node)
-            if "amp" in attributes:
-                self.opaque_chains.append(ChainRef(node, attributes, scope, "type" if annotation else role, parent,
-                                                   self.guards))
-            return [(root, scope, "value", node, annotation)]
-        if isinstance(node, ast.Call):
-            return self.call(node, scope, annotation)
-        if isinstance(node, ast.Constant):
-            if isinstance(node.value, str) and "amp" in node.value:
-                self.strings.append(StringRef(node, scope, annotation, self.guards))
-            return []
-        if isinstance(node, ast.Lambda):
-            inner = Scope("function", scope)
-            self.arguments(node.args, scope, inner)
-            return [(node.body, inner, "value", node, annotation)]
-        if isinstance(node, _COMPREHENSIONS):
-            self.comprehension(node, scope)
-            return []
-        if isinstance(node, ast.JoinedStr):
-            later: list[_Work] = []
-            for value in node.values:
-                if isinstance(value, ast.FormattedValue):
-                    later.append((value.value, scope, "value", value, annotation))
-                    if value.format_spec is not None:
-                        later.append((value.format_spec, scope, "value", value, annotation))
-            return later
-        if isinstance(node, ast.Tuple) and role == "type":
-            return [(element, scope, "type", node, annotation) for element in node.elts]
-        if isinstance(node, ast.NamedExpr):
-            scope.bind(Binding(node.target.id, "other", node.lineno))
-            self.chains.append(ChainRef(node.target, (node.target.id,), scope, "store", node, self.guards))
-            return [(node.value, scope, "value", node, annotation)]
-        if isinstance(node, ast.Compare) and _is_none_test(node):
-            return [(side, scope, "none_test", node, annotation) for side in (node.left, *node.comparators)]
-        rest: list[_Work] = []
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                rest.append((child, scope, "type" if annotation else "value", node, annotation))
-            elif isinstance(child, ast.AST):
-                self.generic(child, scope)
-        return rest
-
-    def call(self, node: ast.Call, scope: Scope, annotation: bool) -> list[_Work]:
-        func = node.func
-        later: list[_Work] = [(func, scope, "call", node, annotation)]
-        type_checked = (isinstance(func, ast.Name) and func.id in _TYPE_CHECK_FUNCS) or (
-            isinstance(func, ast.Attribute) and func.attr in _TYPE_CHECK_METHODS)
-        feature_checked = isinstance(func, ast.Name) and func.id in _FEATURE_CHECK_FUNCS
-        for i, arg in enumerate(node.args):
-            if type_checked and i == 1:
-                role = "type"
-            elif feature_checked and i == 0:
-                role = "feature_check"
-            else:
-                role = "value"
-            later.append((arg, scope, role, node, annotation))
-        for keyword in node.keywords:
-            later.append((keyword.value, scope, "value", node, annotation))
-        return later
-
-    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, scope: Scope) -> None:
-        inner = Scope("function", scope)
-        for i, generator in enumerate(node.generators):
-            self.expr(generator.iter, scope if i == 0 else inner, "value", generator)
-            self.expr(generator.target, inner, "store", generator)
-            for condition in generator.ifs:
-                self.expr(condition, inner, "value", generator)
-        if isinstance(node, ast.DictComp):
-            self.expr(node.key, inner, "value", node)
-            self.expr(node.value, inner, "value", node)
-        else:
-            self.expr(node.elt, inner, "value", node)
+def import_scopes(walker: Walker) -> list[Scope]:
+    """The scopes that can hold an import binding: those of the import statements, of `__import__` /
+    `import_module` bindings, and the module's (where `global` puts them)."""
+    scopes = {id(scope): scope for scope in (*(imp.scope for imp in walker.imports), *walker.dynamic_import_scopes,
+                                             walker.module_scope)}
+    return list(scopes.values())
 
 
 def attribute_chain(node: ast.Attribute) -> tuple[tuple[str, ...], ast.expr]:

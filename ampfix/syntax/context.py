@@ -20,7 +20,7 @@ from ampfix.core.locations import SourceIndex
 from ampfix.core.options import Options
 from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
 from ampfix.core.rules import Family, Rule
-from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, resolve
+from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_scopes, resolve
 from ampfix.syntax.guards import GuardJudge
 from ampfix.syntax.suppressions import Suppressions
 
@@ -53,15 +53,19 @@ class ModuleContext:
     def heads(self) -> frozenset[str]:
         """The names some import of the family's package binds, in any scope: only chains headed by one
         can resolve to the family's names."""
-        names: set[str] = set()
-        # Only a scope holding an import can hold an import binding (or its module, for `global`).
-        scopes = {id(imp.scope): imp.scope for imp in self.walker.imports}
-        scopes[id(self.walker.module_scope)] = self.walker.module_scope
-        for scope in scopes.values():
+        return frozenset(self.head_modules)
+
+    @functools.cached_property
+    def head_modules(self) -> dict[str, frozenset[str]]:
+        """Each of `heads` -> every qualified name an import of the family's package binds it to, in any
+        scope: what a chain headed by it can resolve through."""
+        modules: dict[str, set[str]] = {}
+        for scope in import_scopes(self.walker):
             for name, bindings in scope.bindings.items():
-                if any(b.kind == "import" and self.family.owns(b.qname) for b in bindings):
-                    names.add(name)
-        return frozenset(names)
+                for b in bindings:
+                    if b.kind == "import" and b.qname is not None and self.family.owns(b.qname):
+                        modules.setdefault(name, set()).add(b.qname)
+        return {name: frozenset(qnames) for name, qnames in modules.items()}
 
     def resolve(self, node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None,
                 unanimous: bool = False, live: bool = False, star: bool = False) -> Resolved | None:

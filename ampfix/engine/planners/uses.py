@@ -8,6 +8,8 @@ fact of the module (`ModuleContext.fact`): the import planner reads it before th
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ampfix.core.plan import ChainEdit, Edit
@@ -61,7 +63,8 @@ def settled_uses(context: ModuleContext) -> Settlement:
     that guards it (`_feature_check_groups`). A use held back holds every group it is in, and so every use
     of those groups, until nothing more is held."""
     heads = context.heads | star_heads(context)
-    uses = [use for ref in context.walker.chains if ref.parts[0] in heads
+    may_be_deprecated = _may_be_deprecated(context)
+    uses = [use for ref in context.walker.chains if ref.parts[0] in heads and may_be_deprecated(ref.parts)
             if (use := resolve_use(context, ref)) is not None]
     settlement = _settled(context, uses, package_added=False)
     if any(decision.edit is not None and decision.module_device for _, decision in settlement.decided):
@@ -88,6 +91,26 @@ def _settled(context: ModuleContext, uses: list[Use], package_added: bool) -> Se
     for use, decision in decided:
         settlement.decided.append((use, _settle(settlement, groups[id(use)], use, decision)))
     return settlement
+
+
+def _may_be_deprecated(context: ModuleContext) -> Callable[[tuple[str, ...]], bool]:
+    """Whether a chain spells a deprecated name through one of the imports that bind its head anywhere in the
+    file (or the star import's reading): what `resolve_use` needs before it resolves. Most chains under a
+    family's package (`torch.nn.Linear`) fail it, once per spelling."""
+    family, modules = context.family, dict(context.head_modules)
+    for name in star_heads(context):
+        modules[name] = modules.get(name, frozenset()) | {name}
+    answers: dict[tuple[str, ...], bool] = {}
+
+    def may_be(parts: tuple[str, ...]) -> bool:
+        answer = answers.get(parts)
+        if answer is None:
+            rest = parts[1:]
+            answer = answers[parts] = any(family.deprecated_root(".".join((qname, *rest))) is not None
+                                          for qname in modules.get(parts[0], ()))
+        return answer
+
+    return may_be
 
 
 def star_heads(context: ModuleContext) -> frozenset[str]:
@@ -171,9 +194,14 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
 def record_unresolved(context: ModuleContext, sink: Sink) -> None:
     """Every `<expr>.cuda.amp.<name>` / `<expr>.cpu.amp.<name>` chain (a name torch defines there) whose root
     no binding explains: reported with the reason (AMP013), never skipped, never rewritten."""
-    named = [(ref, False) for ref in context.walker.chains if ref.role != "store" and not ref.in_string]
+    roots = _root_components(tuple(context.family.roots))
+    below = frozenset(components[-1] for _, components in roots)  # a chain without one has no deprecated tail
+    bound_deprecated = {name for name, qnames in context.head_modules.items()
+                        if any(context.family.deprecated_root(qname) is not None for qname in qnames)}
+    named = [(ref, False) for ref in context.walker.chains if ref.role != "store" and not ref.in_string
+             and (ref.parts[0] in bound_deprecated or not below.isdisjoint(ref.parts))]
     for ref, opaque in (*named, *((ref, True) for ref in context.walker.opaque_chains)):
-        if not opaque and _record_dynamic_module(context, sink, ref):
+        if not opaque and ref.parts[0] in bound_deprecated and _record_dynamic_module(context, sink, ref):
             continue
         spelled = _deprecated_tail(context, ref)
         if spelled is None:
@@ -204,8 +232,6 @@ def record_unresolved(context: ModuleContext, sink: Sink) -> None:
 def _record_dynamic_module(context: ModuleContext, sink: Sink, ref: ChainRef) -> bool:
     """`m = importlib.import_module("torch.cuda.amp")`, then `m.autocast`: a deprecated module bound without an
     import statement, which no rewrite can move with its uses; reported (AMP013). True where `ref` is one."""
-    if ref.parts[0] not in context.heads:
-        return False
     found = context.resolve(ref.node, ref.scope, within=context.family.owns)
     binding = found.binding if found is not None else None
     if found is None or binding is None or binding.inferred is None or \
@@ -223,15 +249,22 @@ def _deprecated_tail(context: ModuleContext, ref: ChainRef) -> tuple[int, str] |
     """Where `ref` spells a deprecated root's components (`cuda`, `amp`) followed by a name torch defines
     there: (the index of the root's first component, the qualified name it would be)."""
     family, parts = context.family, ref.parts
-    for root in family.roots:
-        components = tuple(root.split(".")[1:])  # ("cuda", "amp")
+    for root, components in _root_components(tuple(family.roots)):
         width = len(components)
+        if components[-1] not in parts:  # most chains: a tuple search in C, before the slices
+            continue
         for i in range(len(parts) - width):
             if parts[i:i + width] == components:
                 qname = ".".join((root, parts[i + width]))
                 if family.exists(qname):
                     return i, qname
     return None
+
+
+@functools.cache
+def _root_components(roots: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each root with its components below the package: `torch.cuda.amp` -> ("cuda", "amp")."""
+    return tuple((root, tuple(root.split(".")[1:])) for root in roots)
 
 
 def _resolved(context: ModuleContext, ref: ChainRef) -> bool:
