@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
@@ -33,12 +34,8 @@ class SourceIndex:
     def __init__(self, source: str) -> None:
         self.text = source
         self.lines = source_lines(source)
-        self.starts: list[int] = []
-        offset = 0
-        for line in self.lines:
-            self.starts.append(offset)
-            offset += len(line)
-        self.length = offset
+        self.starts: list[int] = [0, *itertools.accumulate(map(len, self.lines))]
+        self.length = self.starts.pop()
 
     def col(self, line: int, byte_col: int) -> int:
         """The character column of a byte column on a 1-based line."""

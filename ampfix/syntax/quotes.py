@@ -29,7 +29,10 @@ def preferred_quote(source: str, literals: Iterable[ast.Constant] | None = None,
             literals = _literals(ast.parse(source))
         except (SyntaxError, ValueError):
             return DOUBLE  # the engine asks only of a file it parsed
-    lines = source_lines(source)
+    return _majority(source_lines(source), literals, fstrings)
+
+
+def _majority(lines: list[str], literals: Iterable[ast.Constant], fstrings: Iterable[ast.JoinedStr]) -> str:
     counts = {DOUBLE: 0, SINGLE: 0}
     inside = _within(fstrings)
     for node in literals:
@@ -92,4 +95,4 @@ def quoted(value: str, quote: str) -> str:
 
 def module_quote(context: ModuleContext) -> str:
     """The module's quote (a `ModuleContext.fact`: read once, only for a module that gets a string)."""
-    return preferred_quote(context.source, context.walker.literals, context.walker.fstrings)
+    return _majority(context.lines, context.walker.literals, context.walker.fstrings)
