@@ -16,6 +16,10 @@ baselines measured in the same rounds:
 - the LibCST floor (benchmarks/floors.py libcst): the same, then LibCST parse and print;
 - `python -c pass`: the interpreter's start-up, for the single-file (pre-commit) runs.
 
+ampfix runs with its bytecode as an installed tool has it (pip compiles what it installs; the warm-up round
+writes a development install's), also where the environment sets PYTHONDONTWRITEBYTECODE; one more row runs
+`check TREE` with ampfix's bytecode moved aside: what a development install pays under that setting.
+
 The figures are checked for sense: candidate counts against the floor's, and on a generated tree
 the files with findings against the generator's manifest; `rewrite` is followed by a `check` of
 the rewritten copy, which must find only what `rewrite` reported as left.
@@ -51,6 +55,8 @@ class Timing:
     label: str
     argv: list[str]
     setup: Callable[[], None] | None = None
+    env: dict[str, str] | None = None
+    teardown: Callable[[], None] | None = None
     walls: list[float] = field(default_factory=list)
     rss_kb: list[int] = field(default_factory=list)
     last_stdout: str = ""
@@ -71,6 +77,33 @@ class Timing:
 
 
 TIME = "/usr/bin/time"
+
+# Every command runs as an installed tool does: pip compiles the bytecode of what it installs (its
+# dependencies' too), so an environment that sets PYTHONDONTWRITEBYTECODE (this project's machines do) would
+# time a development install compiling ampfix on each run, where the floors import only the standard library,
+# compiled when Python was installed. The warm-up round writes ampfix's bytecode; one row measures a run
+# without it (its __pycache__ folders moved aside, nothing written).
+CACHED = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+NOT_WRITING = {**CACHED, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class BytecodeAside:
+    """Moves the __pycache__ folders of the ampfix package `python` imports aside, and back."""
+
+    def __init__(self, python: str) -> None:
+        found = subprocess.run([python, "-c", "import ampfix, os; print(os.path.dirname(ampfix.__file__))"],
+                               capture_output=True, text=True, check=True, env=NOT_WRITING)
+        self.package = Path(found.stdout.strip())
+
+    def hide(self) -> None:
+        for folder in self.package.rglob("__pycache__"):
+            folder.rename(folder.with_name("__pycache__.aside"))
+
+    def restore(self) -> None:
+        for folder in self.package.rglob("__pycache__.aside"):
+            target = folder.with_name("__pycache__")
+            if not target.exists():
+                folder.rename(target)
 
 
 def run_once(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int, str, str]:
@@ -101,7 +134,9 @@ def measure(timings: list[Timing], repeat: int) -> None:
         for timing in timings:
             if timing.setup is not None:
                 timing.setup()
-            wall, rss, code, stdout, stderr = run_once(timing.argv)
+            wall, rss, code, stdout, stderr = run_once(timing.argv, timing.env if timing.env is not None else CACHED)
+            if timing.teardown is not None:
+                timing.teardown()
             if round_index:
                 timing.walls.append(wall)
                 timing.rss_kb.append(rss)
@@ -206,6 +241,9 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     floor = Timing("Python floor: walk, read, \\bamp\\b, ast.parse",
                    [python, str(HERE / "floors.py"), "ast", str(tree)])
     check = Timing("ampfix check TREE", [*ampfix, "check", str(tree)])
+    aside = BytecodeAside(python)
+    check_compiling = Timing("ampfix check TREE, its modules compiled", [*ampfix, "check", str(tree)],
+                             setup=aside.hide, env=NOT_WRITING, teardown=aside.restore)
     cst_floor = Timing("LibCST floor: walk, read, \\bamp\\b, parse+print", [python, str(HERE / "floors.py"), "libcst",
                                                                           str(tree)])
     rewrite = Timing("ampfix rewrite COPY", [*ampfix, "rewrite", str(copy)], setup=fresh_copy)
@@ -214,7 +252,7 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     one_used = Timing("ampfix check amp_module.py", [*ampfix, "check", str(used)])
     m_clean = Timing("python -m ampfix check clean_module.py", [*module, "check", str(clean)])
     m_used = Timing("python -m ampfix check amp_module.py", [*module, "check", str(used)])
-    timings = [grep, floor, check, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used]
+    timings = [grep, floor, check, check_compiling, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used]
     if args.skip_libcst:
         timings.remove(cst_floor)
     load_before = os.getloadavg()[0]
@@ -257,7 +295,8 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
         return timing.label, f"{timing.wall:.3f}", f"{timing.best:.3f}", fmt_mb(timing.rss_mb), note
 
     rows = [("command", "median s", "min s", "peak RSS MB", "ratio (of medians)"), row(grep),
-            row(floor, ratio(floor, grep)), row(check, f"{ratio(check, floor)}, {ratio(check, grep)}")]
+            row(floor, ratio(floor, grep)), row(check, f"{ratio(check, floor)}, {ratio(check, grep)}"),
+            row(check_compiling, ratio(check_compiling, floor))]
     if not args.skip_libcst:
         rows += [row(cst_floor), row(rewrite, ratio(rewrite, cst_floor))]
     else:
