@@ -223,6 +223,7 @@ class _Shape:
     condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
     opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
     scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
+    block_end: int = 0  # the last line where the scaler is bound for sure (the end of initialize's `try` body)
 
     @property
     def scope(self) -> Scope:
@@ -263,17 +264,16 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
                                 "nor in the `if` that guards initialize")
     else:
-        init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional)
         import_statement_kept = import_statement
-    function = tree.parent(init_statement)  # a function, or the module of a script
-    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
-        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
-                            "undefined elsewhere)")
+    function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     model_name, opt_name = _bound_names(init.targets[0])
     tests = _availability_tests(availability, amp, optional)
     for use in [u for u in uses if not any(u is a for a in availability)]:
-        if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
-            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
+        if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno \
+                or use.ref.node.lineno > block_end:
+            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it, or after "
+                                "the `try` body that holds it")
     torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
@@ -283,10 +283,28 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
-    return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
+    return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads)
+                  scale_reads, block_end)
+
+
+def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef
+                                                                       | ast.Module, int]:
+    """The function (or the module of a script) whose own body holds initialize's statement, directly or inside the
+    bodies of `try` statements (flair's trainers); and the last line where the scaler is sure to be bound: the end
+    of the innermost such `try` body (a handler, or what follows the `try`, may run without it), else of the
+    function."""
+    node: ast.AST = init_statement
+    parent = tree.parent(node)
+    block_end = None
+    while isinstance(parent, ast.Try) and node in parent.body:
+        block_end = block_end or _last_line(parent.body[-1])
+        node, parent = parent, tree.parent(parent)
+    if not isinstance(parent, (*_FUNCTIONS, ast.Module)) or node not in parent.body:
+        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
+                            "undefined elsewhere)")
+    return parent, block_end or max(_last_line(s) for s in parent.body)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -326,27 +344,49 @@ def _availability_tests(availability: list[AmpUse], amp: str,
     for use in availability:
         test = use.ref.parent
         if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
-                and optional is not None and is_availability_test(test, optional, use.ref.scope)):
-            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
+                and optional is not None and (is_availability_test(test, optional, use.ref.scope)
+                                              or is_availability_test(test, optional, use.ref.scope, missing=True))):
+            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None` or `{amp} is None`")
         tests.append((use, test))
     return tests
 
 
 def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
-                      optional: OptionalImport | None) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...]]:
+                      optional: OptionalImport | None
+                      ) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None]:
     """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
-    `enabled=` of the scaler and of autocast (True once the optional import is gone). The statement that
-    initialize becomes the scaler of, the `enabled` expression, the flag."""
+    `enabled=` of the scaler and of autocast (True once the optional import is gone). Or, beside the optional
+    import, `if COND:` with COND a parameter of the function or an attribute chain from one (flair's `use_amp`, a
+    caller's choice): COND goes to `enabled=`, as for a local import's condition. The statement that initialize
+    becomes the scaler of, the `enabled` expression, the flag, the condition."""
     guard = tree.parent(init)
     if optional is None or not isinstance(guard, ast.If):
-        return init, enabled, ()
+        return init, enabled, (), None
     if guard.body != [init] or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
-    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     if enabled is not None:
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+    if flag_reason(guard.test, optional, init_use.ref.scope) is not None \
+            and _parameter_chain(guard.test, tree.function_of(guard)):
+        return guard, guard.test, (), guard.test
+    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
-    return guard, guard.test, (guard.test.id,)
+    return guard, guard.test, (guard.test.id,), None
+
+
+def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
+    """`test` is a name or an attribute chain whose root is a parameter of `function`, bound nowhere else in it."""
+    if not (_chain(test) and isinstance(function, _FUNCTIONS)):
+        return False
+    root = test
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    assert isinstance(root, ast.Name)
+    arguments = function.args
+    parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    stored = any(isinstance(node, ast.Name) and node.id == root.id and not isinstance(node.ctx, ast.Load)
+                 for node in ast.walk(function))
+    return root.id in parameters and not stored
 
 
 def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
@@ -403,10 +443,11 @@ def _stable(condition: ast.expr, function: ast.AST) -> None:
 
 
 def _bound_names(target: ast.expr) -> tuple[str, str]:
+    """The model's name (or attribute chain, `self.model`) and the optimizer's, as initialize binds them."""
     if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
-            and isinstance(target.elts[0], ast.Name) and isinstance(target.elts[1], ast.Name)):
+            and _chain(target.elts[0]) and isinstance(target.elts[1], ast.Name)):
         raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
-    return target.elts[0].id, target.elts[1].id
+    return ast.unparse(target.elts[0]), target.elts[1].id
 
 
 def _names_usable(scope: Scope, init: ast.Assign, opt_name: str) -> bool:
@@ -447,9 +488,10 @@ def _call_of(use: AmpUse) -> ast.Call:
     return call
 
 
-def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr | None]:
+def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.Name, ast.expr | None]:
+    """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
     model, optimizer = call.args if len(call.args) == 2 else (None, None)
-    if not (isinstance(model, ast.Name) and isinstance(optimizer, ast.Name)):
+    if not (model is not None and _chain(model) and isinstance(optimizer, ast.Name)):
         raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
                             "hand)")
     enabled = None
@@ -495,11 +537,11 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
             raise NotMechanical(f"opt_level is {value.value!r} (O1 is rewritten; O2 and O3 under --unsafe-fixes)")
         return _unsafe_level(tree, value.value, [rules.UNSAFE_OPT_LEVELS[value.value], *extras])
     text = tree.text(value)
-    option = _argparse_option(tree, value)
+    option = _argparse_option(tree, value) or _parameter_default(tree, value)
     if option is None:
         return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
     flag, default, choices = option
-    said = f"opt_level `{text}` is the option {flag} (default {default!r}" + (
+    said = f"opt_level `{text}` is the {'option' if flag.startswith('-') else 'parameter'} {flag} (default {default!r}" + (
         f", choices {', '.join(choices)})" if choices else ")")
     if default == rules.NATIVE_OPT_LEVEL and not extras:
         return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
@@ -508,6 +550,24 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
 
 def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:
     return _OptLevel(level, "; ".join(notes), True)
+
+
+def _parameter_default(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
+    """`name`, a parameter of initialize's function with a literal string default (flair's `amp_opt_level="O1"`)
+    that nothing in the function rebinds: its name, its default, no choices; else None."""
+    function = tree.function_of(value)
+    if not (isinstance(value, ast.Name) and isinstance(function, _FUNCTIONS)):
+        return None
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults))
+    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+    default = defaults.get(value.id)
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)) or any(
+            isinstance(node, ast.Name) and node.id == value.id and not isinstance(node.ctx, ast.Load)
+            for node in ast.walk(function)):
+        return None
+    return value.id, default.value, []
 
 
 def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
@@ -614,10 +674,33 @@ def _rewrite_availability_tests(rw: _Rewrite) -> None:
     """`amp is not None` -> `True`."""
     amp = rw.shape.amp
     for use, test in rw.shape.availability:
+        value = "False" if isinstance(test.ops[0], ast.Is) else "True"
+        said = "it said whether apex imported, and torch.amp, which takes apex.amp's place, is always there"
+        if value == "False" and _raises_alone(rw, test):
+            guard = rw.tree.parent(test)
+            assert isinstance(guard, ast.If)
+            index = rw.tree.index
+            rw.splices.append((index.line_start(guard.lineno), index.line_end(_last_line(guard)), ""))
+            rw.messages[id(use.ref)] = f"`if {amp} is None: raise ...` is removed: {said}"
+            continue
         start, end = rw.tree.index.span(test)
-        rw.splices.append((start, end, "True"))
-        rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
-                                    "which takes apex.amp's place, is always there")
+        rw.splices.append((start, end, value))
+        rw.messages[id(use.ref)] = f"`{rw.tree.text(test)}` -> `{value}`: {said}"
+
+
+def _raises_alone(rw: _Rewrite, test: ast.Compare) -> bool:
+    """`if amp is None: raise ...` (apex missing was an error), no `else`, on lines of its own without comments,
+    with other statements in its block (removed, the block is not left empty)."""
+    guard = rw.tree.parent(test)
+    if not (isinstance(guard, ast.If) and guard.test is test and not guard.orelse
+            and all(isinstance(s, ast.Raise) for s in guard.body)):
+        return False
+    block, _ = rw.tree.block_of(guard)
+    try:
+        _whole_lines_only(rw, guard)
+    except NotMechanical:
+        return False
+    return len(block) > 1
 
 
 def _rewrite_initialize(rw: _Rewrite) -> None:
@@ -639,7 +722,8 @@ def _rewrite_steps(rw: _Rewrite) -> None:
     opt_name = shape.opt_name
     steps = [node for node in ast.walk(shape.function)
              if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
-    if not steps or any(s.lineno < shape.init.lineno or tree.function_of(s) is not shape.function for s in steps) \
+    if not steps or any(s.lineno < shape.init.lineno or s.lineno > shape.block_end
+                        or tree.function_of(s) is not shape.function for s in steps) \
             or _other_steps(shape.function, opt_name, steps):
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
@@ -1015,8 +1099,8 @@ def _initialize_message(rw: _Rewrite) -> None:
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
     outside = sorted({node.lineno for node in ast.walk(shape.function)
-                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                      and node.func.id == shape.model_name and node.lineno > _last_line(shape.init)
+                      if isinstance(node, ast.Call) and _chain(node.func)
+                      and ast.unparse(node.func) == shape.model_name and node.lineno > _last_line(shape.init)
                       and not any(a <= node.lineno <= b for a, b in covered)
                       and tree.function_of(node) is shape.function})
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
@@ -1067,9 +1151,22 @@ def _reads_gradients(rw: _Rewrite, statement: ast.stmt) -> bool:
     for node in ast.walk(statement):
         if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
             return True
-        if isinstance(node, ast.Call) and rw.tree.engine.resolve(node.func, rw.shape.scope) in rules.GRADIENT_CLIPPING:
+        if isinstance(node, ast.Call) and _resolved(rw, node.func) in rules.GRADIENT_CLIPPING:
             return True
     return False
+
+
+def _resolved(rw: _Rewrite, node: ast.expr) -> str | None:
+    """The qualified name of `node`; a chain from an unbound `torch` (a name a star import may bind, flair's) is
+    taken as torch's, as the rewrite takes it where it adds `import torch`."""
+    found = rw.tree.engine.resolve(node, rw.shape.scope)
+    root = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if found is None and _chain(node) and isinstance(root, ast.Name) and root.id == _NATIVE.package \
+            and not rw.shape.scope.lookup(root.id)[1]:
+        return ast.unparse(node)
+    return found
 
 
 def _is_step(node: ast.AST, opt_name: str) -> bool:
