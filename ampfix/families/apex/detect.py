@@ -15,7 +15,7 @@ import ast
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
-from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, plan_rewrite
+from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, conditional_import, plan_rewrite
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -156,6 +156,9 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             return node
     if binding not in module_bindings:
         return not_plain
+    if module_bindings == [binding] and isinstance(node, ast.ImportFrom) and imports_amp_alone(node) \
+            and conditional_import(analysis.tree, node) is not None:
+        return node  # `if is_apex_available(): from apex import amp` at module level
     return optional_import(analysis.tree, binding, analysis.walker.module_scope)
 
 

@@ -224,6 +224,7 @@ class _Shape:
     opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
     scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
     block_end: int = 0  # the last line where the scaler is bound for sure (the end of initialize's `try` body)
+    scaler: str = SCALER  # how the scaler is spelled: a local, or `self.scaler` in a trainer's methods
 
     @property
     def scope(self) -> Scope:
@@ -249,36 +250,42 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
     opt_level = _opt_level(tree, init_call)
-    local = optional is None and import_node not in tree.engine.tree.body
+    conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
+    local = optional is None and import_node not in tree.engine.tree.body and conditional is None
     import_statement = _local_import_statement(tree, import_node) if local else (
-        optional.statement if optional is not None else import_node)
+        optional.statement if optional is not None else conditional or import_node)
     condition = None
-    if local:
-        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled)
-        flags: tuple[str, ...] = ()
+    checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
+    flags: tuple[str, ...] = ()
+    import_statement_kept: ast.stmt | None = import_statement
+    if conditional is not None:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+    elif local:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
         if tree.parent(import_statement) is init_statement:
-            import_statement_kept: ast.stmt | None = None  # it goes with initialize's `if`
+            import_statement_kept = None  # it goes with initialize's `if`
         elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
             import_statement_kept = import_statement
         else:
             raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
                                 "nor in the `if` that guards initialize")
     else:
-        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional)
+        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional,
+                                                                      checks)
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     model_name, opt_name = _bound_names(init.targets[0])
     tests = _availability_tests(availability, amp, optional)
-    for use in [u for u in uses if not any(u is a for a in availability)]:
-        if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno \
-                or use.ref.node.lineno > block_end:
-            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it, or after "
-                                "the `try` body that holds it")
-    torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
+    methods = _methods_reached(tree, [u for u in uses if not any(u is a for a in availability)], function,
+                               (init.lineno, block_end), opt_name)
+    scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
+    torch_bound = _names_usable(init_use.ref.scope, init, opt_name, scaler)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
     if condition is not None:
-        _stable(condition, function)
+        _stable(condition, function, condition.lineno)
+        for method in _other_methods(tree, function, condition):
+            _stable(condition, method, 0)
     comments = _comment_lines(tree.index.text)
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
@@ -286,7 +293,82 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads, block_end)
+                  scale_reads, block_end, scaler)
+
+
+def _self_name(function: ast.AST) -> str:
+    assert isinstance(function, _FUNCTIONS)  # _methods_reached: a method
+    return function.args.args[0].arg
+
+
+def _methods_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: tuple[int, int],
+                     opt_name: str) -> list[ast.FunctionDef]:
+    """The other methods of initialize's class that hold apex.amp uses (a trainer's step method: the scaler then
+    lives in `self.scaler`); each use lies in initialize's function between initialize and `lines[1]`, or in such a
+    method. Such a method takes the same `self`, is called only as `self.method(...)` from initialize's function
+    where the scaler is bound, and is given initialize's optimizer for its parameter of that name (a scale_loss
+    there names it): every optimizer whose gradients it scales then steps through the scaler."""
+    methods: list[ast.FunctionDef] = []
+    for use in uses:
+        where = tree.function_of(use.ref.node)
+        if where is function and lines[0] <= use.ref.node.lineno <= lines[1]:
+            continue
+        if not (_sibling_method(tree, function, where) and isinstance(where, ast.FunctionDef)):
+            raise NotMechanical("an apex.amp use lies outside the function of initialize (or a method of its class), "
+                                "or before it, or after the `try` body that holds it")
+        if where not in methods:
+            methods.append(where)
+    for method in methods:
+        _called_from(tree, method, function, lines, opt_name)
+    if methods and any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):
+        raise NotMechanical(f"an attribute `{SCALER}` is already used in the module")
+    return methods
+
+
+def _other_methods(tree: _Tree, function: ast.AST, condition: ast.expr) -> list[ast.FunctionDef]:
+    """Where `condition` starts from the `self` of a method, the class's other methods but `__init__` (any of them
+    may run between initialize and a step, and rebind what the condition reads)."""
+    root = condition
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    holder = tree.parent(function)
+    if not (isinstance(holder, ast.ClassDef) and isinstance(function, ast.FunctionDef) and function.args.args
+            and isinstance(root, ast.Name) and root.id == _self_name(function)):
+        return []
+    return [s for s in holder.body if isinstance(s, ast.FunctionDef) and s is not function and s.name != "__init__"]
+
+
+def _sibling_method(tree: _Tree, function: ast.AST, other: ast.AST) -> bool:
+    """`other` is a plain method of the class whose plain method `function` is, with the same first parameter."""
+    def plain(node: ast.AST) -> bool:
+        return isinstance(node, ast.FunctionDef) and not node.decorator_list and bool(node.args.args)
+    return (plain(function) and plain(other) and tree.parent(function) is tree.parent(other)
+            and isinstance(tree.parent(function), ast.ClassDef) and _self_name(function) == _self_name(other))
+
+
+def _called_from(tree: _Tree, method: ast.FunctionDef, function: ast.AST, lines: tuple[int, int],
+                 opt_name: str) -> None:
+    """Every mention of `method` in the module is a call `self.method(...)` in `function` within `lines`, passing
+    `opt_name` itself for the method's parameter `opt_name`."""
+    self_name = _self_name(function)
+    parameters = [a.arg for a in method.args.args]
+    if opt_name not in parameters:
+        raise NotMechanical(f"`{method.name}` scales a loss for an optimizer that is not its parameter `{opt_name}`")
+    position = parameters.index(opt_name) - 1  # the call's arguments after self
+    for node in ast.walk(tree.engine.tree):
+        if not ((isinstance(node, ast.Attribute) and node.attr == method.name)
+                or (isinstance(node, ast.Name) and node.id == method.name)):
+            continue
+        call = tree.parent(node)
+        given = None
+        if isinstance(call, ast.Call) and call.func is node and not any(isinstance(a, ast.Starred) for a in call.args):
+            keyword = next((k.value for k in call.keywords if k.arg == opt_name), None)
+            given = keyword or (call.args[position] if position < len(call.args) else None)
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self_name
+                and tree.function_of(node) is function and lines[0] <= node.lineno <= lines[1]
+                and isinstance(given, ast.Name) and given.id == opt_name):
+            raise NotMechanical(f"`{method.name}` is used otherwise than called from `{getattr(function, 'name', '')}` "
+                                f"after initialize with its optimizer")
 
 
 def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef
@@ -352,7 +434,7 @@ def _availability_tests(availability: list[AmpUse], amp: str,
 
 
 def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
-                      optional: OptionalImport | None
+                      optional: OptionalImport | None, checks: _ApexChecks
                       ) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None]:
     """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
     `enabled=` of the scaler and of autocast (True once the optional import is gone). Or, beside the optional
@@ -362,13 +444,15 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     guard = tree.parent(init)
     if optional is None or not isinstance(guard, ast.If):
         return init, enabled, (), None
-    if guard.body != [init] or guard.orelse:
+    if checks.strip(guard.body) != [init] or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
     if enabled is not None:
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
     if flag_reason(guard.test, optional, init_use.ref.scope) is not None \
             and _parameter_chain(guard.test, tree.function_of(guard)):
         return guard, guard.test, (), guard.test
+    if guard.body != [init]:
+        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
     _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,), None
@@ -389,6 +473,57 @@ def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
     return root.id in parameters and not stored
 
 
+def conditional_import(module: ast.Module, import_node: ast.ImportFrom) -> ast.If | None:
+    """The module-level `if TEST:` holding only `import_node` (transformers 3's `if is_apex_available():`), or None.
+    Where TEST was false, apex.amp was unbound and every use of it failed; the rewrite removes the `if`."""
+    return next((s for s in module.body if isinstance(s, ast.If) and s.body == [import_node] and not s.orelse
+                 and isinstance(s.test, (ast.Name, ast.Call))), None)
+
+
+class _ApexChecks:
+    """`if not TEST: raise ...` before initialize under its `if`: TEST says whether apex is there, so the check goes
+    with initialize's `if` (torch.amp, which takes apex.amp's place, is always there). TEST is the test of the
+    module-level `if` around the import (transformers 3's `is_apex_available()`), or a call of a module-level
+    function that only returns a flag of the optional import (transformers 2's)."""
+
+    def __init__(self, tree: _Tree, conditional: ast.If | None, optional: OptionalImport | None,
+                 scope: Scope) -> None:
+        self.tree, self.conditional, self.optional, self.scope = tree, conditional, optional, scope
+
+    def strip(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """`body` without the checks it starts with."""
+        position = 0
+        while position < len(body) - 1 and self._is_check(body[position]):
+            position += 1
+        return body[position:]
+
+    def _is_check(self, statement: ast.stmt) -> bool:
+        if not (isinstance(statement, ast.If) and not statement.orelse
+                and all(isinstance(s, ast.Raise) for s in statement.body)
+                and isinstance(statement.test, ast.UnaryOp) and isinstance(statement.test.op, ast.Not)):
+            return False
+        test = statement.test.operand
+        if self.conditional is not None:
+            return ast.dump(test) == ast.dump(self.conditional.test) and self._module_name(self.conditional.test)
+        if self.optional is None or not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)
+                                         and not test.args and not test.keywords and self._module_name(test)):
+            return False
+        module = self.tree.engine.module_scope
+        definition = next((s for s in self.tree.engine.tree.body
+                           if isinstance(s, ast.FunctionDef) and s.name == test.func.id), None)
+        body = definition.body if definition is not None else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # a docstring
+        returned = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+        return (definition is not None and len(module.bindings.get(test.func.id, [])) == 1
+                and isinstance(returned, ast.Name) and flag_reason(returned, self.optional, module) is None)
+
+    def _module_name(self, test: ast.expr) -> bool:
+        """The test's name means the same where initialize is as at module level."""
+        name = test.func if isinstance(test, ast.Call) else test
+        return isinstance(name, ast.Name) and self.scope.lookup(name.id)[0] is self.tree.engine.module_scope
+
+
 def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
     """A local `from apex import amp`, or the `try` holding it alone whose handlers only raise (the import failing
     was an error, and torch.amp, which takes its place, is always there): what removing it removes."""
@@ -401,15 +536,15 @@ def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stm
     return import_node
 
 
-def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt,
-                 enabled: ast.expr | None) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
+def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enabled: ast.expr | None,
+                 checks: _ApexChecks) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
     """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
-    chain): COND goes to `enabled=` of the scaler and of autocast. The statement initialize becomes the scaler of,
-    the `enabled` expression, the condition."""
+    chain; checks that apex is there may come first, `checks`): COND goes to `enabled=` of the scaler and of
+    autocast. The statement initialize becomes the scaler of, the `enabled` expression, the condition."""
     guard = tree.parent(init)
     if not isinstance(guard, ast.If):
         return init, enabled, None
-    if guard.body not in ([init], [import_statement, init]) or guard.orelse:
+    if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
     if not _chain(guard.test):
         raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
@@ -424,20 +559,22 @@ def _chain(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-def _stable(condition: ast.expr, function: ast.AST) -> None:
+def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
     """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
-    the `if` that tests it (nor, for an attribute chain, the name it starts from)."""
-    root = condition
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    dumps = {ast.dump(condition), ast.dump(root)}
+    line `after` (nor, for an attribute chain, any chain it starts with)."""
+    dumps = set()
+    link: ast.expr = condition
+    while isinstance(link, ast.Attribute):
+        dumps.add(ast.dump(link))
+        link = link.value
+    dumps.add(ast.dump(link))
     for node in ast.walk(function):
         targets = (node.targets if isinstance(node, ast.Assign) else
                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
         for target in targets:
             for part in ast.walk(target):
                 if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
-                        and part.lineno > condition.lineno \
+                        and part.lineno > after \
                         and ast.dump(part).replace("Store()", "Load()") in dumps:
                     raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
@@ -450,10 +587,11 @@ def _bound_names(target: ast.expr) -> tuple[str, str]:
     return ast.unparse(target.elts[0]), target.elts[1].id
 
 
-def _names_usable(scope: Scope, init: ast.Assign, opt_name: str) -> bool:
-    """The names the rewrite writes mean what it means where initialize is: the scaler's is free, the package's
-    is torch's (or unbound: then it is imported), the optimizer is not rebound. Whether torch's is bound."""
-    if scope.lookup(SCALER)[1]:
+def _names_usable(scope: Scope, init: ast.Assign, opt_name: str, scaler: str) -> bool:
+    """The names the rewrite writes mean what it means where initialize is: the scaler's is free (a local's; an
+    attribute's is checked with the methods), the package's is torch's (or unbound: then it is imported), the
+    optimizer is not rebound. Whether torch's is bound."""
+    if scaler == SCALER and scope.lookup(SCALER)[1]:
         raise NotMechanical(f"the name `{SCALER}` is already bound")
     found, torch_bindings = scope.lookup(_NATIVE.package)
     if not all(b.kind == "import" and b.qname == _NATIVE.package for b in torch_bindings):
@@ -633,6 +771,7 @@ class _Rewrite:
     messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
     flags: list[str] = field(default_factory=list)  # the flags that guard apex's calls
     steps: list[ast.Expr] = field(default_factory=list)  # the `optimizer.step()` statements
+    branch_steps: list[ast.Expr] = field(default_factory=list)  # steps whose `if` steps otherwise in its other branch
     regions: list[tuple[int, int]] = field(default_factory=list)  # the forward passes' lines, put under autocast
     forward_blocks: set[int] = field(default_factory=set)  # id() of the blocks holding a scale_loss
     backward_statements: list[ast.stmt] = field(default_factory=list)  # what each scale_loss became
@@ -709,7 +848,7 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     statement = shape.init_statement
     _whole_lines_only(rw, statement)
     indent = rw.tree.indent(statement.lineno)
-    created = f"{indent}{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
+    created = f"{indent}{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
     if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
         created = (f"{indent}{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
                    + created)
@@ -728,11 +867,28 @@ def _rewrite_steps(rw: _Rewrite) -> None:
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = tree.index.span(step.value)
-        rw.splices.append((start, end, f"{SCALER}.step({opt_name})"))
+        rw.splices.append((start, end, f"{rw.shape.scaler}.step({opt_name})"))
         _ends_its_line(rw, step)
-        at = tree.index.line_end(_last_line(step))
-        rw.splices.append((at, at, f"{tree.indent(step.lineno)}{SCALER}.update(){shape.newline}"))
+        holder = tree.parent(step)
+        after: ast.stmt = step
+        if isinstance(holder, ast.If) and _steps_otherwise(holder, step, opt_name):
+            after = holder  # the update after the `if`: the other branch steps too (its unscale_ is checked later)
+            _ends_its_line(rw, holder)
+            rw.branch_steps.append(step)
+        at = tree.index.line_end(_last_line(after))
+        rw.splices.append((at, at, f"{tree.indent(after.lineno)}{rw.shape.scaler}.update(){shape.newline}"))
     rw.steps = steps
+
+
+def _steps_otherwise(holder: ast.If, step: ast.Expr, opt_name: str) -> bool:
+    """`if T: other_step(optimizer) else: optimizer.step()` (or the other way round; transformers' TPU branch,
+    `xm.optimizer_step(optimizer)`): each branch a single statement, the other a call given the optimizer."""
+    branches = [holder.body, holder.orelse]
+    if [step] not in branches:
+        return False
+    other = branches[1] if branches[0] == [step] else branches[0]
+    call = other[0].value if len(other) == 1 and isinstance(other[0], ast.Expr) else None
+    return isinstance(call, ast.Call) and any(isinstance(a, ast.Name) and a.id == opt_name for a in call.args)
 
 
 def _rewrite_scale_losses(rw: _Rewrite) -> None:
@@ -765,7 +921,7 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     # loss and the arguments stay where they are (another rule may edit inside them)
     loss_start, loss_end = index.span(loss)
     rw.splices.append((index.line_start(statement.lineno), loss_start,
-                       f"{tree.indent(statement.lineno)}{SCALER}.scale("))
+                       f"{tree.indent(statement.lineno)}{rw.shape.scaler}.scale("))
     rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
     if guard is not None:  # the `else:` and its `loss.backward()` go
         rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
@@ -773,8 +929,8 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     amp = shape.amp
     before = (f"`if {tree.text(guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
-              f"`{SCALER}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
-              "is)" if guard is not None else f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`")
+              f"`{rw.shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
+              "is)" if guard is not None else f"`{amp}.scale_loss(...)` -> `{rw.shape.scaler}.scale(...).backward(...)`")
     rw.messages[id(use.ref)] = f"{before}; {where} before it run under `{rw.autocast}`"
 
 
@@ -893,14 +1049,17 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
             block, position = tree.block_of(guard)
             following = block[position + 1] if position + 1 < len(block) else None
+        branch_step = next((s for s in rw.branch_steps if rw.tree.parent(s) is following), None)
+        if branch_step is not None:
+            following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
         if following is None or following.lineno not in step_lines:
             raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
                                 "partial, scaled gradients)")
         _starts_its_line(rw, statement)
         start, end = tree.index.span(call)
         rw.splices.append((start, end, rules.OPTIMIZER_PARAMS_OF.format(optimizer=opt_name)))
-        rw.line_splice(statement.lineno, f"{SCALER}.unscale_({opt_name})")
-        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, "
+        rw.line_splice(statement.lineno, f"{rw.shape.scaler}.unscale_({opt_name})")
+        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> `{rw.shape.scaler}.unscale_({opt_name})`, "
                                     "then clipping over the optimizer's param_groups (what master_params iterated)")
         rw.unscaled_steps.add(following.lineno)
 
@@ -911,6 +1070,11 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
     block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
     allows); read in the micro-steps of an accumulation, they cannot be unscaled yet."""
     tree, steps = rw.tree, rw.steps
+    for step in rw.branch_steps:
+        if step.lineno not in rw.unscaled_steps:
+            # update() after the `if` needs the inf checks unscale_ records where the other branch steps
+            raise NotMechanical(f"the step on line {step.lineno} shares its `if` with another step, and no clipping "
+                                "unscales before that `if`")
     for step in steps:
         if step.lineno in rw.unscaled_steps:
             continue
@@ -920,7 +1084,7 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         if readers:
             first = readers[0]
             _starts_its_line(rw, first)
-            rw.line_splice(first, f"{SCALER}.unscale_({rw.shape.opt_name})")
+            rw.line_splice(first, f"{rw.shape.scaler}.unscale_({rw.shape.opt_name})")
             rw.unscaled_at.append(first.lineno)
     for statement in rw.backward_statements:
         block, position = tree.block_of(statement)
@@ -944,9 +1108,9 @@ def _rewrite_state(rw: _Rewrite) -> None:
         start, end = index.span(use.ref.node)
         method = use.ref.parts[1]
         if method == "state_dict":
-            rw.splices.append((start, end, f"{SCALER}.{method}"))
+            rw.splices.append((start, end, f"{rw.shape.scaler}.{method}"))
             rw.messages[id(use.ref)] = (
-                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
+                f"`{amp}.state_dict` -> `{rw.shape.scaler}.state_dict`: checkpoints now hold GradScaler's format "
                 f"{rules.SCALER_STATE_KEYS}, not apex's {rules.APEX_STATE_KEYS}")
             continue
         helper = helper or _scaler_state_helper(rw, use.ref.scope)
@@ -957,10 +1121,10 @@ def _rewrite_state(rw: _Rewrite) -> None:
         around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
         if "#" in around:
             raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
-        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
+        rw.splices.append((start, state_start, f"{rw.shape.scaler}.load_state_dict({helper[0]}("))
         rw.splices.append((state_end, index.span(call)[1], "))"))
         rw.messages[id(use.ref)] = (
-            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
+            f"`{amp}.load_state_dict(state)` -> `{rw.shape.scaler}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
             f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
             f"apex.amp.state_dict() wrote ({rules.APEX_STATE_KEYS}) into GradScaler's, with "
             "apex's dynamic scaling: old apex checkpoints load")
@@ -1014,8 +1178,8 @@ def _rewrite_scale_reads(rw: _Rewrite) -> None:
                 raise NotMechanical("loss_scalers[0].loss_scale is not called")
             whole = call
         start, end = index.span(whole)
-        rw.splices.append((start, end, f"{SCALER}.get_scale()"))
-        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{SCALER}.get_scale()` "
+        rw.splices.append((start, end, f"{rw.shape.scaler}.get_scale()"))
+        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{rw.shape.scaler}.get_scale()` "
                                     "(the GradScaler updates its scale in update(), apex did in scale_loss)")
 
 
@@ -1115,10 +1279,10 @@ def _initialize_message(rw: _Rewrite) -> None:
     opt_name = shape.opt_name
     rw.messages[id(shape.init_use.ref)] = (
         f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
-        f"`{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
-        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{SCALER}.step({opt_name})` and "
-        f"`{SCALER}.update()`"
-        + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
+        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
+        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` and "
+        f"`{rw.shape.scaler}.update()`"
+        + (f"; `{rw.shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
            "unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
 
