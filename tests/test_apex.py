@@ -68,7 +68,7 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
-@pytest.mark.parametrize("name", ["apex_ddp", "apex_condition"])
+@pytest.mark.parametrize("name", ["apex_ddp", "apex_condition", "apex_trainer"])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original."""
     from ampfix.engine import fix_source
