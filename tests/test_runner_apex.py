@@ -33,6 +33,7 @@ JOBS: dict[str, list[str]] = {
     "trainer_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py"],
     "trainer_off_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py", "--", "--fp16", "0"],
     "trainer_wrong_clip_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.wrong_clip.py"],
+    "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -192,6 +193,18 @@ def test_a_trainer_clipping_scaled_gradients_is_not_equivalent(trainer_wrong_cli
     assert report["first_difference"] == (
         "step 0: original clip_grad_norm_ max_norm=1.0 at apex_trainer.py:47; rewrite clip_grad_norm_ max_norm=1.0 "
         "on gradients still scaled by 65536.0 at apex_trainer.wrong_clip.py:36")
+
+
+def test_several_losses_on_one_grad_scaler_differ_only_by_the_number_of_scales(losses_verify: Job) -> None:
+    """`num_losses=2`/`loss_id` (an unsafe rewrite): apex kept a scale per loss, the rewrite one GradScaler; verify
+    names that as the difference, and the losses (bit for bit), the steps and the autocast are the same."""
+    report = losses_verify.report
+    assert losses_verify.returncode == 1, losses_verify.stderr
+    assert report["first_difference"].startswith("loss scaling: the original has 2 loss scalers, the rewrite 1; ")
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 8
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
+    assert rewritten["scaler"] == {"scale": 8, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 0}
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:

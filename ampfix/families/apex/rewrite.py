@@ -249,7 +249,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
-    opt_level = _opt_level(tree, init_call)
+    opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
     conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
     local = optional is None and import_node not in tree.engine.tree.body and conditional is None
     import_statement = _local_import_statement(tree, import_node) if local else (
@@ -634,9 +634,10 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.Name, ast.expr 
                             "hand)")
     enabled = None
     for keyword in call.keywords:
-        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS:
+        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
+                and keyword.arg != "num_losses":
             raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
-                                "keep_batchnorm_fp32 and master_weights")
+                                "keep_batchnorm_fp32, master_weights and num_losses")
         value = keyword.value
         if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
                                                 and value.value == rules.DYNAMIC_LOSS_SCALE):
@@ -679,11 +680,24 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
     if option is None:
         return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
     flag, default, choices = option
-    said = f"opt_level `{text}` is the {'option' if flag.startswith('-') else 'parameter'} {flag} (default {default!r}" + (
+    kind = "option" if flag.startswith("-") else "parameter"
+    said = f"opt_level `{text}` is the {kind} {flag} (default {default!r}" + (
         f", choices {', '.join(choices)})" if choices else ")")
     if default == rules.NATIVE_OPT_LEVEL and not extras:
         return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
     return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *extras])
+
+
+def _several_losses(opt_level: _OptLevel, init_call: ast.Call, scale_losses: list[AmpUse]) -> _OptLevel:
+    """`num_losses=N` and `scale_loss(..., loss_id=i)`: one GradScaler for every loss (what PyTorch recommends:
+    scale() each loss, one step per optimizer, one update per iteration), under --unsafe-fixes, the note saying
+    what changes: apex kept a scale per loss, one scale is bounded by the loss whose gradients overflow first."""
+    calls = [use.ref.parent for use in scale_losses if isinstance(use.ref.parent, ast.Call)]
+    if not (any(k.arg == "num_losses" for k in init_call.keywords)
+            or any(len(c.args) > 2 or any(k.arg == "loss_id" for k in c.keywords) for c in calls)):
+        return opt_level
+    notes = [opt_level.note] if opt_level.note else []
+    return _OptLevel(opt_level.level, "; ".join([*notes, rules.SEVERAL_LOSSES]), True)
 
 
 def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:
@@ -773,7 +787,8 @@ class _Rewrite:
     steps: list[ast.Expr] = field(default_factory=list)  # the `optimizer.step()` statements
     branch_steps: list[ast.Expr] = field(default_factory=list)  # steps whose `if` steps otherwise in its other branch
     regions: list[tuple[int, int]] = field(default_factory=list)  # the forward passes' lines, put under autocast
-    forward_blocks: set[int] = field(default_factory=set)  # id() of the blocks holding a scale_loss
+    # id() of the blocks holding a scale_loss, and where the forward pass of the next one there starts
+    forward_blocks: dict[int, int] = field(default_factory=dict)
     backward_statements: list[ast.stmt] = field(default_factory=list)  # what each scale_loss became
     unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
     unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
@@ -892,8 +907,9 @@ def _steps_otherwise(holder: ast.If, step: ast.Expr, opt_name: str) -> bool:
 
 
 def _rewrite_scale_losses(rw: _Rewrite) -> None:
-    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast."""
-    for use in rw.shape.scale_losses:
+    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast
+    (several in one block, one per loss: those between it and the backward before it)."""
+    for use in sorted(rw.shape.scale_losses, key=lambda u: (u.ref.node.lineno, u.ref.node.col_offset)):
         _rewrite_scale_loss(rw, use)
 
 
@@ -910,10 +926,11 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     rw.backward_statements.append(statement)
     block, position = tree.block_of(statement)
     # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-    begin = block.index(shape.init_statement) + 1 if shape.init_statement in block else 0
-    if id(block) in rw.forward_blocks or position <= begin:
-        raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
-    rw.forward_blocks.add(id(block))
+    begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
+                                  if shape.init_statement in block else 0)
+    if position <= begin and id(block) not in rw.forward_blocks:
+        raise NotMechanical("no forward pass before a scale_loss in its block")
+    rw.forward_blocks[id(block)] = position + 1
     kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
     if guard is None:
         _whole_lines_only(rw, statement)
@@ -925,13 +942,18 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
     if guard is not None:  # the `else:` and its `loss.backward()` go
         rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
-    first, last = _put_under_autocast(rw, block[begin:position])
-    where = f"line {first}" if first == last else f"lines {first}-{last}"
     amp = shape.amp
+    if position > begin:
+        first, last = _put_under_autocast(rw, block[begin:position])
+        where = f"; {'line' if first == last else 'lines'} {first}{'' if first == last else f'-{last}'} before it run "
+        where += f"under `{rw.autocast}`"
+    else:
+        where = "; right after the backward of another loss (the scaler scales each loss with its one scale)"
     before = (f"`if {tree.text(guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
-              f"`{rw.shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
-              "is)" if guard is not None else f"`{amp}.scale_loss(...)` -> `{rw.shape.scaler}.scale(...).backward(...)`")
-    rw.messages[id(use.ref)] = f"{before}; {where} before it run under `{rw.autocast}`"
+              f"`{shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as "
+              "it is)" if guard is not None
+              else f"`{amp}.scale_loss(...)` -> `{shape.scaler}.scale(...).backward(...)`")
+    rw.messages[id(use.ref)] = f"{before}{where}"
 
 
 def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
@@ -995,11 +1017,11 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
         raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
     assert isinstance(with_node, ast.With)
     scaled = item.optional_vars.id
-    optimizer = call.args[1] if len(call.args) == 2 else None
+    optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
     if not (isinstance(optimizer, ast.Name) and optimizer.id == opt_name
-            and all(k.arg == "delay_unscale" for k in call.keywords)):
+            and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
         raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
-                            "delay_unscale")
+                            "delay_unscale and loss_id")
     body = with_node.body
     backward = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
     if not (isinstance(backward, ast.Call) and isinstance(backward.func, ast.Attribute)
@@ -1059,8 +1081,9 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
         start, end = tree.index.span(call)
         rw.splices.append((start, end, rules.OPTIMIZER_PARAMS_OF.format(optimizer=opt_name)))
         rw.line_splice(statement.lineno, f"{rw.shape.scaler}.unscale_({opt_name})")
-        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> `{rw.shape.scaler}.unscale_({opt_name})`, "
-                                    "then clipping over the optimizer's param_groups (what master_params iterated)")
+        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> "
+                                    f"`{shape.scaler}.unscale_({opt_name})`, then clipping over the optimizer's "
+                                    "param_groups (what master_params iterated)")
         rw.unscaled_steps.add(following.lineno)
 
 
@@ -1179,7 +1202,8 @@ def _rewrite_scale_reads(rw: _Rewrite) -> None:
             whole = call
         start, end = index.span(whole)
         rw.splices.append((start, end, f"{rw.shape.scaler}.get_scale()"))
-        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{rw.shape.scaler}.get_scale()` "
+        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{rw.shape.scaler}.get_scale()`"
+                                    " "
                                     "(the GradScaler updates its scale in update(), apex did in scale_loss)")
 
 
@@ -1282,8 +1306,8 @@ def _initialize_message(rw: _Rewrite) -> None:
         f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
         f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` and "
         f"`{rw.shape.scaler}.update()`"
-        + (f"; `{rw.shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
-           "unscaled them when scale_loss exited)" if rw.unscaled_at else "")
+        + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
+           "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
 
 

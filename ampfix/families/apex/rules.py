@@ -428,6 +428,11 @@ INITIALIZE_KEYWORDS: dict[str, str] = {
     "max_loss_scale": "max_loss_scale: GradScaler has no ceiling for its scale",
     "num_losses": "num_losses gives each loss its own scale: one GradScaler serves every loss with one scale",
 }
+# What mapping several losses (`num_losses`, `loss_id`) onto one GradScaler changes (the note of that unsafe rewrite).
+SEVERAL_LOSSES = ("num_losses/loss_id become one GradScaler for every loss (PyTorch's pattern: scale() each loss, "
+                  "one step per optimizer, one update per iteration): apex kept a loss scale per loss, the one "
+                  "scale is bounded by the loss whose gradients overflow first, so a loss with small gradients is "
+                  "scaled less than apex scaled it")
 # The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
 # an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
 UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
