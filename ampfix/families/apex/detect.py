@@ -15,7 +15,8 @@ import ast
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
-from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, conditional_import, plan_rewrite
+from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
+                                         plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -119,9 +120,52 @@ def _plan_rewrite(analysis: ApexModule,
     if held is not None:
         return held
     if isinstance(found, str):
-        return found
+        groups = _local_groups(analysis, amp_uses)
+        return found if groups is None else _plan_groups(analysis, groups)
     statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+
+
+def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, str]]
+                  ) -> list[tuple[ast.ImportFrom, list[AmpUse]]] | None:
+    """The uses grouped by the local `from apex import amp` each goes through, where there are several and each is
+    the one import of its function (each function imports its own: espnet's), or None."""
+    by_binding: dict[int, list[tuple[ChainRef, Binding, str]]] = {}
+    for use in amp_uses:
+        by_binding.setdefault(id(use[1]), []).append(use)
+    groups = []
+    for group in by_binding.values():
+        node = _amp_import(analysis, [(ref, binding) for ref, binding, _ in group])
+        if not isinstance(node, ast.ImportFrom) or node in analysis.tree.body:
+            return None
+        groups.append((node, [AmpUse(ref, full) for ref, _, full in group]))
+    return groups if len(groups) > 1 else None
+
+
+def _plan_groups(analysis: ApexModule,
+                 groups: list[tuple[ast.ImportFrom, list[AmpUse]]]) -> Rewritten | UnsafeOnly | str:
+    """Each function with its own local import rewritten on its own, all of them or none: why not names the
+    function whose shape fails."""
+    if sum(any(use.full == rules.LOAD_STATE for use in uses) for _, uses in groups) > 1:
+        return "several functions load apex's state: the helper the rewrite adds for each would be added twice"
+    def where(node: ast.ImportFrom) -> str:
+        holders = [f for f in ast.walk(analysis.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and any(n is node for n in ast.walk(f))]
+        return max(holders, key=lambda f: f.lineno).name if holders else "?"
+
+    initializing = [where(node) for node, uses in groups
+                    if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
+    rewrites = []
+    for node, uses in groups:
+        if where(node) not in initializing:
+            return (f"in `{where(node)}`: apex.amp is used with no initialize in that function (initialize is in "
+                    f"{', '.join(f'`{name}`' for name in initializing) or 'no function here'}): the scaler it "
+                    "becomes cannot reach these uses")
+        result = plan_rewrite(analysis, uses, node, None, commit=False)
+        if isinstance(result, str):
+            return type(result)(f"in `{where(node)}`: {result}")
+        rewrites.append(result)
+    return commit_rewrites(analysis, rewrites)
 
 
 def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:

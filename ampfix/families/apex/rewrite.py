@@ -111,6 +111,7 @@ class Rewritten:
 
     messages: dict[int, str]
     unsafe: bool
+    splices: tuple[tuple[int, int, str], ...] = ()  # what it edits, where the caller commits it (commit_rewrites)
 
 
 class UnsafeOnly(str):
@@ -122,10 +123,10 @@ class NotMechanical(Exception):
 
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
-                 optional: OptionalImport | None = None) -> Rewritten | UnsafeOnly | str:
-    """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
-    by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
-    mechanical shape."""
+                 optional: OptionalImport | None = None, commit: bool = True) -> Rewritten | UnsafeOnly | str:
+    """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
+    of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
+    why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`)."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     try:
@@ -139,8 +140,21 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     if opt_level.unsafe and not engine.options.unsafe_fixes:
         return UnsafeOnly(f"{opt_level.note} (an unsafe fix exists: --unsafe-fixes)")
     _initialize_message(rewrite)
-    engine.add_splices(rewrite.splices)
-    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe)
+    if commit:
+        engine.add_splices(rewrite.splices)
+    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe, tuple(rewrite.splices))
+
+
+def commit_rewrites(analysis: ApexModule, rewrites: list[Rewritten]) -> Rewritten | str:
+    """The rewrites of several functions, each with its own local `from apex import amp` (espnet's, catalyst's),
+    handed to the engine together, or why not: their edits must not meet (a function inside another's)."""
+    splices = [s for rewrite in rewrites for s in rewrite.splices]  # each rewrite's own order (headers, indents)
+    spans = sorted((min(s[0] for s in r.splices), max(s[1] for s in r.splices)) for r in rewrites if r.splices)
+    if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return "the rewrites of two functions that import apex.amp each would edit the same lines"
+    _Engine(analysis).add_splices(splices)
+    messages = {key: message for rewrite in rewrites for key, message in rewrite.messages.items()}
+    return Rewritten(messages, any(rewrite.unsafe for rewrite in rewrites), tuple(splices))
 
 
 # The module's tree, with what the stages ask of it ------------------------------------------------------------

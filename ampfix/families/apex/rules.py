@@ -377,6 +377,7 @@ DEEPSPEED_AMP_KEY = "amp"
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
 
+LOAD_STATE = "apex.amp.load_state_dict"
 # `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
 # (its name clash-free): a checkpoint written by apex.amp.state_dict() loads into the GradScaler. apex's dynamic
 # scaler is the GradScaler's defaults (x2 after 2000 clean steps, /2 on overflow), and its count of clean steps
