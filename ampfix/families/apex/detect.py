@@ -158,9 +158,10 @@ def _plan_groups(analysis: ApexModule,
     rewrites = []
     for node, uses in groups:
         if where(node) not in initializing:
-            return (f"in `{where(node)}`: apex.amp is used with no initialize in that function (initialize is in "
-                    f"{', '.join(f'`{name}`' for name in initializing) or 'no function here'}): the scaler it "
-                    "becomes cannot reach these uses")
+            elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
+                         else "nor anywhere in the module: mixed precision is switched on elsewhere")
+            return (f"in `{where(node)}`: apex.amp is used with no initialize in that function ({elsewhere}): the "
+                    "scaler it becomes cannot reach these uses")
         result = plan_rewrite(analysis, uses, node, None, commit=False)
         if isinstance(result, str):
             return type(result)(f"in `{where(node)}`: {result}")

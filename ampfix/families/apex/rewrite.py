@@ -424,8 +424,12 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
                             "elsewhere, where the forward passes to put under autocast and apex's one process-wide "
                             "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
                             "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
-    if len(inits) > 1 or not scale_losses:
-        raise NotMechanical("not one initialize call with at least one scale_loss")
+    if len(inits) > 1:
+        raise NotMechanical(f"initialize is called {len(inits)} times (a scaler is created once: a second initialize, "
+                            "to restore a checkpoint for instance, has no twin)")
+    if not scale_losses:
+        raise NotMechanical("initialize with no scale_loss beside it: the backward passes are elsewhere (another "
+                            "module, or inference only), where the scaler it becomes cannot reach")
     if by_rule:
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
