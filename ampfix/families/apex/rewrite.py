@@ -425,8 +425,8 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
                             "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
                             "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
     if len(inits) > 1:
-        raise NotMechanical(f"initialize is called {len(inits)} times (a scaler is created once: a second initialize, "
-                            "to restore a checkpoint for instance, has no twin)")
+        raise NotMechanical(f"initialize is called {len(inits)} times (in two branches, or again to restore a "
+                            "checkpoint): a scaler is created once, in one place")
     if not scale_losses:
         raise NotMechanical("initialize with no scale_loss beside it: the backward passes are elsewhere (another "
                             "module, or inference only), where the scaler it becomes cannot reach")
