@@ -367,7 +367,8 @@ def _called_from(tree: _Tree, method: ast.FunctionDef, function: ast.AST, lines:
     self_name = _self_name(function)
     parameters = [a.arg for a in method.args.args]
     if opt_name not in parameters:
-        raise NotMechanical(f"`{method.name}` scales a loss for an optimizer that is not its parameter `{opt_name}`")
+        raise NotMechanical(f"`{method.name}` uses apex.amp but has no parameter `{opt_name}` to be given "
+                            "initialize's optimizer")
     position = parameters.index(opt_name) - 1  # the call's arguments after self
     for node in ast.walk(tree.engine.tree):
         if not ((isinstance(node, ast.Attribute) and node.attr == method.name)
