@@ -142,26 +142,45 @@ def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, 
     return groups if len(groups) > 1 else None
 
 
+def _class_of(tree: ast.Module, node: ast.AST) -> ast.ClassDef | None:
+    """The class whose method (directly) holds `node`, or None."""
+    for klass in ast.walk(tree):
+        if isinstance(klass, ast.ClassDef):
+            for method in klass.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                        and any(n is node for n in ast.walk(method)):
+                    return klass
+    return None
+
+
 def _plan_groups(analysis: ApexModule,
                  groups: list[tuple[ast.ImportFrom, list[AmpUse]]]) -> Rewritten | UnsafeOnly | str:
     """Each function with its own local import rewritten on its own, all of them or none: why not names the
     function whose shape fails."""
     if sum(any(use.full == rules.LOAD_STATE for use in uses) for _, uses in groups) > 1:
         return "several functions load apex's state: the helper the rewrite adds for each would be added twice"
+
     def where(node: ast.ImportFrom) -> str:
         holders = [f for f in ast.walk(analysis.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    and any(n is node for n in ast.walk(f))]
         return max(holders, key=lambda f: f.lineno).name if holders else "?"
 
-    initializing = [where(node) for node, uses in groups
-                    if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
-    rewrites = []
-    for node, uses in groups:
+    initializers = [node for node, uses in groups if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
+    initializing = [where(node) for node in initializers]
+    for node, _ in groups:
+        klass = _class_of(analysis.tree, node)
+        if where(node) not in initializing and klass is not None \
+                and any(_class_of(analysis.tree, other) is klass for other in initializers):
+            return (f"apex.amp is imported by `{where(node)}` and by {', '.join(f'`{n}`' for n in initializing)}, "
+                    "methods of one class: a trainer whose set-up and step each import it is not rewritten (by hand: "
+                    "`self.scaler = torch.amp.GradScaler(...)` where initialize was, used in the other methods)")
         if where(node) not in initializing:
             elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
                          else "nor anywhere in the module: mixed precision is switched on elsewhere")
             return (f"in `{where(node)}`: apex.amp is used with no initialize in that function ({elsewhere}): the "
                     "scaler it becomes cannot reach these uses")
+    rewrites = []
+    for node, uses in groups:
         result = plan_rewrite(analysis, uses, node, None, commit=False)
         if isinstance(result, str):
             return type(result)(f"in `{where(node)}`: {result}")
