@@ -68,13 +68,18 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
     assert printed[-1] == "['_growth_tracker', 'backoff_factor', 'growth_factor', 'growth_interval', 'scale']"
 
 
-@pytest.mark.parametrize("name", ["apex_ddp", "apex_condition"])
-def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str):
-    """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original."""
-    from ampfix.engine import fix_source
+@pytest.mark.parametrize(("name", "unsafe"), [("apex_ddp", False), ("apex_condition", False),
+                                             ("apex_trainer", False), ("apex_losses", True)])
+def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
+    """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
+    --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
+    from ampfix.engine import Options, fix_source
 
     run = ROOT / "fixtures" / "run"
-    assert fix_source((run / f"{name}.py").read_text()).new_source == (run / f"{name}.native.py").read_text()
+    source = (run / f"{name}.py").read_text()
+    assert fix_source(source, Options(unsafe_fixes=unsafe)).new_source == (run / f"{name}.native.py").read_text()
+    if unsafe:
+        assert fix_source(source).new_source == source
 
 
 @pytest.mark.parametrize("script", [SCRIPT, ROOT / "fixtures" / "apex" / "o1_script_resumes.in.py",

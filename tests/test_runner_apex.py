@@ -30,6 +30,10 @@ JOBS: dict[str, list[str]] = {
     "condition_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py"],
     "condition_off_verify": ["verify", "apex_condition.py", "--rewritten", "apex_condition.native.py", "--",
                              "--fp16", "0"],
+    "trainer_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py"],
+    "trainer_off_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py", "--", "--fp16", "0"],
+    "trainer_wrong_clip_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.wrong_clip.py"],
+    "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -160,6 +164,47 @@ def test_with_the_flag_off_the_rewrite_differs_only_by_its_disabled_scaler(condi
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
     assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 4)]
+
+
+def test_a_trainers_scaler_in_self_verifies_across_its_methods(trainer_verify: Job) -> None:
+    """transformers 2.11's Trainer: initialize in `train`, the backward in `_training_step`; the rewrite's
+    `self.scaler` scales each of the 6 micro-steps' losses and steps at each of the 3 accumulation boundaries."""
+    report = trainer_verify.report
+    assert trainer_verify.returncode == 0, trainer_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
+    assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+
+
+def test_a_trainer_with_the_flag_off_differs_only_by_its_disabled_scaler(trainer_off_verify: Job) -> None:
+    report = trainer_off_verify.report
+    assert report["equivalent"] is False
+    assert "enabled=False) at apex_trainer.native.py:34" in report["first_difference"]
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 3
+    assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 6)]
+
+
+def test_a_trainer_clipping_scaled_gradients_is_not_equivalent(trainer_wrong_clip_verify: Job) -> None:
+    report = trainer_wrong_clip_verify.report
+    assert trainer_wrong_clip_verify.returncode == 1, trainer_wrong_clip_verify.stderr
+    assert report["first_difference"] == (
+        "step 0: original clip_grad_norm_ max_norm=1.0 at apex_trainer.py:47; rewrite clip_grad_norm_ max_norm=1.0 "
+        "on gradients still scaled by 65536.0 at apex_trainer.wrong_clip.py:36")
+
+
+def test_several_losses_on_one_grad_scaler_differ_only_by_the_number_of_scales(losses_verify: Job) -> None:
+    """`num_losses=2`/`loss_id` (an unsafe rewrite): apex kept a scale per loss, the rewrite one GradScaler; verify
+    names that as the difference, and the losses (bit for bit), the steps and the autocast are the same."""
+    report = losses_verify.report
+    assert losses_verify.returncode == 1, losses_verify.stderr
+    assert report["first_difference"].startswith("loss scaling: the original has 2 loss scalers, the rewrite 1; ")
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 8
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
+    assert rewritten["scaler"] == {"scale": 8, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 0}
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:

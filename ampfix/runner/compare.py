@@ -146,6 +146,9 @@ def _scaler_difference(original: list[dict[str, Any]], rewritten: list[dict[str,
         return f"loss scaling: the rewrite creates no GradScaler; the original's {_describe(original[0])}"
     if not original:
         return f"loss scaling: the original has none; the rewrite's {_describe(rewritten[0])}"
+    if len(original) != len(rewritten):  # apex's num_losses: a scale per loss, where the rewrite has one
+        return (f"loss scaling: the original has {len(original)} loss scalers, the rewrite {len(rewritten)}; "
+                f"original {_describe(original[0])}; rewrite {_describe(rewritten[0])}")
     return f"loss scaling: original {_describe(original[0])}; rewrite {_describe(rewritten[0])}"
 
 

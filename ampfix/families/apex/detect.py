@@ -15,7 +15,8 @@ import ast
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
-from ampfix.families.apex.rewrite import AmpUse, Rewritten, UnsafeOnly, plan_rewrite
+from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
+                                         plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -119,9 +120,73 @@ def _plan_rewrite(analysis: ApexModule,
     if held is not None:
         return held
     if isinstance(found, str):
-        return found
+        groups = _local_groups(analysis, amp_uses)
+        return found if groups is None else _plan_groups(analysis, groups)
     statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
     return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+
+
+def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, str]]
+                  ) -> list[tuple[ast.ImportFrom, list[AmpUse]]] | None:
+    """The uses grouped by the local `from apex import amp` each goes through, where there are several and each is
+    the one import of its function (each function imports its own: espnet's), or None."""
+    by_binding: dict[int, list[tuple[ChainRef, Binding, str]]] = {}
+    for use in amp_uses:
+        by_binding.setdefault(id(use[1]), []).append(use)
+    groups = []
+    for group in by_binding.values():
+        node = _amp_import(analysis, [(ref, binding) for ref, binding, _ in group])
+        if not isinstance(node, ast.ImportFrom) or node in analysis.tree.body:
+            return None
+        groups.append((node, [AmpUse(ref, full) for ref, _, full in group]))
+    return groups if len(groups) > 1 else None
+
+
+def _class_of(tree: ast.Module, node: ast.AST) -> ast.ClassDef | None:
+    """The class whose method (directly) holds `node`, or None."""
+    for klass in ast.walk(tree):
+        if isinstance(klass, ast.ClassDef):
+            for method in klass.body:
+                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                        and any(n is node for n in ast.walk(method)):
+                    return klass
+    return None
+
+
+def _plan_groups(analysis: ApexModule,
+                 groups: list[tuple[ast.ImportFrom, list[AmpUse]]]) -> Rewritten | UnsafeOnly | str:
+    """Each function with its own local import rewritten on its own, all of them or none: why not names the
+    function whose shape fails."""
+    if sum(any(use.full == rules.LOAD_STATE for use in uses) for _, uses in groups) > 1:
+        return "several functions load apex's state: the helper the rewrite adds for each would be added twice"
+
+    def where(node: ast.ImportFrom) -> str:
+        holders = [f for f in ast.walk(analysis.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and any(n is node for n in ast.walk(f))]
+        return max(holders, key=lambda f: f.lineno).name if holders else "?"
+
+    initializers = [node for node, uses in groups if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
+    initializing = [where(node) for node in initializers]
+    for node, _ in groups:
+        klass = _class_of(analysis.tree, node)
+        if where(node) not in initializing and klass is not None \
+                and any(_class_of(analysis.tree, other) is klass for other in initializers):
+            return (f"apex.amp is imported by `{where(node)}` and by {', '.join(f'`{n}`' for n in initializing)}, "
+                    "methods of one class: a class whose methods each import it (initialize in one, the other uses in "
+                    "another) is not rewritten (by hand: `self.scaler = torch.amp.GradScaler(...)` where initialize "
+                    "was, used in the other methods)")
+        if where(node) not in initializing:
+            elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
+                         else "nor anywhere in the module: mixed precision is switched on elsewhere")
+            return (f"in `{where(node)}`: apex.amp is used with no initialize in that function ({elsewhere}): the "
+                    "scaler it becomes cannot reach these uses")
+    rewrites = []
+    for node, uses in groups:
+        result = plan_rewrite(analysis, uses, node, None, commit=False)
+        if isinstance(result, str):
+            return type(result)(f"in `{where(node)}`: {result}")
+        rewrites.append(result)
+    return commit_rewrites(analysis, rewrites)
 
 
 def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
@@ -156,6 +221,9 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             return node
     if binding not in module_bindings:
         return not_plain
+    if module_bindings == [binding] and isinstance(node, ast.ImportFrom) and imports_amp_alone(node) \
+            and conditional_import(analysis.tree, node) is not None:
+        return node  # `if is_apex_available(): from apex import amp` at module level
     return optional_import(analysis.tree, binding, analysis.walker.module_scope)
 
 

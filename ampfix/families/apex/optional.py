@@ -89,9 +89,11 @@ def _handles(statement: ast.stmt, amp_name: str, module_scope: Scope) -> bool:
     return False
 
 
-def is_availability_test(node: ast.AST, optional: OptionalImport, scope: Scope) -> bool:
-    """`amp is not None` on the name the optional import binds: True exactly where apex imported."""
-    return (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot)
+def is_availability_test(node: ast.AST, optional: OptionalImport, scope: Scope, missing: bool = False) -> bool:
+    """`amp is not None` on the name the optional import binds: True exactly where apex imported (with `missing`,
+    `amp is None`: True exactly where it did not)."""
+    return (isinstance(node, ast.Compare) and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.Is if missing else ast.IsNot)
             and isinstance(node.left, ast.Name) and node.left.id == optional.amp_name
             and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
             and scope.lookup(optional.amp_name)[0] is _module(scope))

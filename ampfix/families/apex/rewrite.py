@@ -111,6 +111,7 @@ class Rewritten:
 
     messages: dict[int, str]
     unsafe: bool
+    splices: tuple[tuple[int, int, str], ...] = ()  # what it edits, where the caller commits it (commit_rewrites)
 
 
 class UnsafeOnly(str):
@@ -122,10 +123,10 @@ class NotMechanical(Exception):
 
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
-                 optional: OptionalImport | None = None) -> Rewritten | UnsafeOnly | str:
-    """Plan the rewrite of every use of apex.amp in the module, or none of them: the message for each use
-    by id() of its ChainRef (and, for the optional import, of the import), or why the code is not the
-    mechanical shape."""
+                 optional: OptionalImport | None = None, commit: bool = True) -> Rewritten | UnsafeOnly | str:
+    """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
+    of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
+    why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`)."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     try:
@@ -139,8 +140,21 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     if opt_level.unsafe and not engine.options.unsafe_fixes:
         return UnsafeOnly(f"{opt_level.note} (an unsafe fix exists: --unsafe-fixes)")
     _initialize_message(rewrite)
-    engine.add_splices(rewrite.splices)
-    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe)
+    if commit:
+        engine.add_splices(rewrite.splices)
+    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe, tuple(rewrite.splices))
+
+
+def commit_rewrites(analysis: ApexModule, rewrites: list[Rewritten]) -> Rewritten | str:
+    """The rewrites of several functions, each with its own local `from apex import amp` (espnet's, catalyst's),
+    handed to the engine together, or why not: their edits must not meet (a function inside another's)."""
+    splices = [s for rewrite in rewrites for s in rewrite.splices]  # each rewrite's own order (headers, indents)
+    spans = sorted((min(s[0] for s in r.splices), max(s[1] for s in r.splices)) for r in rewrites if r.splices)
+    if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return "the rewrites of two functions that import apex.amp each would edit the same lines"
+    _Engine(analysis).add_splices(splices)
+    messages = {key: message for rewrite in rewrites for key, message in rewrite.messages.items()}
+    return Rewritten(messages, any(rewrite.unsafe for rewrite in rewrites), tuple(splices))
 
 
 # The module's tree, with what the stages ask of it ------------------------------------------------------------
@@ -223,6 +237,8 @@ class _Shape:
     condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
     opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
     scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
+    block_end: int = 0  # the last line where the scaler is bound for sure (the end of initialize's `try` body)
+    scaler: str = SCALER  # how the scaler is spelled: a local, or `self.scaler` in a trainer's methods
 
     @property
     def scope(self) -> Scope:
@@ -247,46 +263,145 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
     model, optimizer, enabled = _initialize_arguments(init_call)
-    opt_level = _opt_level(tree, init_call)
-    local = optional is None and import_node not in tree.engine.tree.body
+    opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
+    conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
+    local = optional is None and import_node not in tree.engine.tree.body and conditional is None
     import_statement = _local_import_statement(tree, import_node) if local else (
-        optional.statement if optional is not None else import_node)
+        optional.statement if optional is not None else conditional or import_node)
     condition = None
-    if local:
-        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled)
-        flags: tuple[str, ...] = ()
+    checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
+    flags: tuple[str, ...] = ()
+    import_statement_kept: ast.stmt | None = import_statement
+    if conditional is not None:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+    elif local:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
         if tree.parent(import_statement) is init_statement:
-            import_statement_kept: ast.stmt | None = None  # it goes with initialize's `if`
+            import_statement_kept = None  # it goes with initialize's `if`
         elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
             import_statement_kept = import_statement
         else:
             raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
                                 "nor in the `if` that guards initialize")
     else:
-        init_statement, enabled, flags = _initialize_guard(tree, init, init_use, enabled, optional)
+        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional,
+                                                                      checks)
         import_statement_kept = import_statement
-    function = tree.parent(init_statement)  # a function, or the module of a script
-    if not isinstance(function, (*_FUNCTIONS, ast.Module)) or init_statement not in function.body:
-        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
-                            "undefined elsewhere)")
+    function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     model_name, opt_name = _bound_names(init.targets[0])
     tests = _availability_tests(availability, amp, optional)
-    for use in [u for u in uses if not any(u is a for a in availability)]:
-        if tree.function_of(use.ref.node) is not function or use.ref.node.lineno < init.lineno:
-            raise NotMechanical("an apex.amp use lies outside the function of initialize, or before it")
-    torch_bound = _names_usable(init_use.ref.scope, init, opt_name)
+    methods = _methods_reached(tree, [u for u in uses if not any(u is a for a in availability)], function,
+                               (init.lineno, block_end), opt_name)
+    scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
+    torch_bound = _names_usable(init_use.ref.scope, init, opt_name, scaler)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
     if condition is not None:
-        _stable(condition, function)
+        _stable(condition, function, condition.lineno)
+        for method in _other_methods(tree, function, condition):
+            _stable(condition, method, 0)
     comments = _comment_lines(tree.index.text)
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
-    return _Shape(amp, init_use, init, init_statement, function, model.id, optimizer.id, model_name, opt_name,
+    return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), optimizer.id, model_name, opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads)
+                  scale_reads, block_end, scaler)
+
+
+def _self_name(function: ast.AST) -> str:
+    assert isinstance(function, _FUNCTIONS)  # _methods_reached: a method
+    return function.args.args[0].arg
+
+
+def _methods_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: tuple[int, int],
+                     opt_name: str) -> list[ast.FunctionDef]:
+    """The other methods of initialize's class that hold apex.amp uses (a trainer's step method: the scaler then
+    lives in `self.scaler`); each use lies in initialize's function between initialize and `lines[1]`, or in such a
+    method. Such a method takes the same `self`, is called only as `self.method(...)` from initialize's function
+    where the scaler is bound, and is given initialize's optimizer for its parameter of that name (a scale_loss
+    there names it): every optimizer whose gradients it scales then steps through the scaler."""
+    methods: list[ast.FunctionDef] = []
+    for use in uses:
+        where = tree.function_of(use.ref.node)
+        if where is function and lines[0] <= use.ref.node.lineno <= lines[1]:
+            continue
+        if not (_sibling_method(tree, function, where) and isinstance(where, ast.FunctionDef)):
+            raise NotMechanical("an apex.amp use lies outside the function of initialize (or a method of its class), "
+                                "or before it, or after the `try` body that holds it")
+        if where not in methods:
+            methods.append(where)
+    for method in methods:
+        _called_from(tree, method, function, lines, opt_name)
+    if methods and any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):
+        raise NotMechanical(f"an attribute `{SCALER}` is already used in the module")
+    return methods
+
+
+def _other_methods(tree: _Tree, function: ast.AST, condition: ast.expr) -> list[ast.FunctionDef]:
+    """Where `condition` starts from the `self` of a method, the class's other methods but `__init__` (any of them
+    may run between initialize and a step, and rebind what the condition reads)."""
+    root = condition
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    holder = tree.parent(function)
+    if not (isinstance(holder, ast.ClassDef) and isinstance(function, ast.FunctionDef) and function.args.args
+            and isinstance(root, ast.Name) and root.id == _self_name(function)):
+        return []
+    return [s for s in holder.body if isinstance(s, ast.FunctionDef) and s is not function and s.name != "__init__"]
+
+
+def _sibling_method(tree: _Tree, function: ast.AST, other: ast.AST) -> bool:
+    """`other` is a plain method of the class whose plain method `function` is, with the same first parameter."""
+    def plain(node: ast.AST) -> bool:
+        return isinstance(node, ast.FunctionDef) and not node.decorator_list and bool(node.args.args)
+    return (plain(function) and plain(other) and tree.parent(function) is tree.parent(other)
+            and isinstance(tree.parent(function), ast.ClassDef) and _self_name(function) == _self_name(other))
+
+
+def _called_from(tree: _Tree, method: ast.FunctionDef, function: ast.AST, lines: tuple[int, int],
+                 opt_name: str) -> None:
+    """Every mention of `method` in the module is a call `self.method(...)` in `function` within `lines`, passing
+    `opt_name` itself for the method's parameter `opt_name`."""
+    self_name = _self_name(function)
+    parameters = [a.arg for a in method.args.args]
+    if opt_name not in parameters:
+        raise NotMechanical(f"`{method.name}` uses apex.amp but has no parameter `{opt_name}` to be given "
+                            "initialize's optimizer")
+    position = parameters.index(opt_name) - 1  # the call's arguments after self
+    for node in ast.walk(tree.engine.tree):
+        if not ((isinstance(node, ast.Attribute) and node.attr == method.name)
+                or (isinstance(node, ast.Name) and node.id == method.name)):
+            continue
+        call = tree.parent(node)
+        given = None
+        if isinstance(call, ast.Call) and call.func is node and not any(isinstance(a, ast.Starred) for a in call.args):
+            keyword = next((k.value for k in call.keywords if k.arg == opt_name), None)
+            given = keyword or (call.args[position] if position < len(call.args) else None)
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self_name
+                and tree.function_of(node) is function and lines[0] <= node.lineno <= lines[1]
+                and isinstance(given, ast.Name) and given.id == opt_name):
+            raise NotMechanical(f"`{method.name}` is used otherwise than called from `{getattr(function, 'name', '')}` "
+                                f"after initialize with its optimizer")
+
+
+def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef
+                                                                       | ast.Module, int]:
+    """The function (or the module of a script) whose own body holds initialize's statement, directly or inside the
+    bodies of `try` statements (flair's trainers); and the last line where the scaler is sure to be bound: the end
+    of the innermost such `try` body (a handler, or what follows the `try`, may run without it), else of the
+    function."""
+    node: ast.AST = init_statement
+    parent = tree.parent(node)
+    block_end = None
+    while isinstance(parent, ast.Try) and node in parent.body:
+        block_end = block_end or _last_line(parent.body[-1])
+        node, parent = parent, tree.parent(parent)
+    if not isinstance(parent, (*_FUNCTIONS, ast.Module)) or node not in parent.body:
+        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
+                            "undefined elsewhere)")
+    return parent, block_end or max(_last_line(s) for s in parent.body)
 
 
 def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
@@ -310,8 +425,12 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
                             "elsewhere, where the forward passes to put under autocast and apex's one process-wide "
                             "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
                             "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
-    if len(inits) > 1 or not scale_losses:
-        raise NotMechanical("not one initialize call with at least one scale_loss")
+    if len(inits) > 1:
+        raise NotMechanical(f"initialize is called {len(inits)} times (in two branches, or again to restore a "
+                            "checkpoint): a scaler is created once, in one place")
+    if not scale_losses:
+        raise NotMechanical("initialize with no scale_loss beside it: the backward passes are elsewhere (another "
+                            "module, or inference only), where the scaler it becomes cannot reach")
     if by_rule:
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
@@ -326,27 +445,102 @@ def _availability_tests(availability: list[AmpUse], amp: str,
     for use in availability:
         test = use.ref.parent
         if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
-                and optional is not None and is_availability_test(test, optional, use.ref.scope)):
-            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None`")
+                and optional is not None and (is_availability_test(test, optional, use.ref.scope)
+                                              or is_availability_test(test, optional, use.ref.scope, missing=True))):
+            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None` or `{amp} is None`")
         tests.append((use, test))
     return tests
 
 
 def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
-                      optional: OptionalImport | None) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...]]:
+                      optional: OptionalImport | None, checks: _ApexChecks
+                      ) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None]:
     """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
-    `enabled=` of the scaler and of autocast (True once the optional import is gone). The statement that
-    initialize becomes the scaler of, the `enabled` expression, the flag."""
+    `enabled=` of the scaler and of autocast (True once the optional import is gone). Or, beside the optional
+    import, `if COND:` with COND a parameter of the function or an attribute chain from one (flair's `use_amp`, a
+    caller's choice): COND goes to `enabled=`, as for a local import's condition. The statement that initialize
+    becomes the scaler of, the `enabled` expression, the flag, the condition."""
     guard = tree.parent(init)
     if optional is None or not isinstance(guard, ast.If):
-        return init, enabled, ()
-    if guard.body != [init] or guard.orelse:
+        return init, enabled, (), None
+    if checks.strip(guard.body) != [init] or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
-    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     if enabled is not None:
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+    if flag_reason(guard.test, optional, init_use.ref.scope) is not None \
+            and _parameter_chain(guard.test, tree.function_of(guard)):
+        return guard, guard.test, (), guard.test
+    if guard.body != [init]:
+        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
-    return guard, guard.test, (guard.test.id,)
+    return guard, guard.test, (guard.test.id,), None
+
+
+def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
+    """`test` is a name or an attribute chain whose root is a parameter of `function`, bound nowhere else in it."""
+    if not (_chain(test) and isinstance(function, _FUNCTIONS)):
+        return False
+    root = test
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    assert isinstance(root, ast.Name)
+    arguments = function.args
+    parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    stored = any(isinstance(node, ast.Name) and node.id == root.id and not isinstance(node.ctx, ast.Load)
+                 for node in ast.walk(function))
+    return root.id in parameters and not stored
+
+
+def conditional_import(module: ast.Module, import_node: ast.ImportFrom) -> ast.If | None:
+    """The module-level `if TEST:` holding only `import_node` (transformers 3's `if is_apex_available():`), or None.
+    Where TEST was false, apex.amp was unbound and every use of it failed; the rewrite removes the `if`."""
+    return next((s for s in module.body if isinstance(s, ast.If) and s.body == [import_node] and not s.orelse
+                 and isinstance(s.test, (ast.Name, ast.Call))), None)
+
+
+class _ApexChecks:
+    """`if not TEST: raise ...` before initialize under its `if`: TEST says whether apex is there, so the check goes
+    with initialize's `if` (torch.amp, which takes apex.amp's place, is always there). TEST is the test of the
+    module-level `if` around the import (transformers 3's `is_apex_available()`), or a call of a module-level
+    function that only returns a flag of the optional import (transformers 2's)."""
+
+    def __init__(self, tree: _Tree, conditional: ast.If | None, optional: OptionalImport | None,
+                 scope: Scope) -> None:
+        self.tree, self.conditional, self.optional, self.scope = tree, conditional, optional, scope
+
+    def strip(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """`body` without the checks it starts with."""
+        position = 0
+        while position < len(body) - 1 and self._is_check(body[position]):
+            position += 1
+        return body[position:]
+
+    def _is_check(self, statement: ast.stmt) -> bool:
+        if not (isinstance(statement, ast.If) and not statement.orelse
+                and all(isinstance(s, ast.Raise) for s in statement.body)
+                and isinstance(statement.test, ast.UnaryOp) and isinstance(statement.test.op, ast.Not)):
+            return False
+        test = statement.test.operand
+        if self.conditional is not None:
+            return ast.dump(test) == ast.dump(self.conditional.test) and self._module_name(self.conditional.test)
+        if self.optional is None or not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)
+                                         and not test.args and not test.keywords and self._module_name(test)):
+            return False
+        module = self.tree.engine.module_scope
+        definition = next((s for s in self.tree.engine.tree.body
+                           if isinstance(s, ast.FunctionDef) and s.name == test.func.id), None)
+        body = definition.body if definition is not None else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # a docstring
+        returned = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+        return (definition is not None and len(module.bindings.get(test.func.id, [])) == 1
+                and isinstance(returned, ast.Name) and flag_reason(returned, self.optional, module) is None)
+
+    def _module_name(self, test: ast.expr) -> bool:
+        """The test's name means the same where initialize is as at module level."""
+        name = test.func if isinstance(test, ast.Call) else test
+        return isinstance(name, ast.Name) and self.scope.lookup(name.id)[0] is self.tree.engine.module_scope
 
 
 def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
@@ -361,15 +555,15 @@ def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stm
     return import_node
 
 
-def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt,
-                 enabled: ast.expr | None) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
+def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enabled: ast.expr | None,
+                 checks: _ApexChecks) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
     """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
-    chain): COND goes to `enabled=` of the scaler and of autocast. The statement initialize becomes the scaler of,
-    the `enabled` expression, the condition."""
+    chain; checks that apex is there may come first, `checks`): COND goes to `enabled=` of the scaler and of
+    autocast. The statement initialize becomes the scaler of, the `enabled` expression, the condition."""
     guard = tree.parent(init)
     if not isinstance(guard, ast.If):
         return init, enabled, None
-    if guard.body not in ([init], [import_statement, init]) or guard.orelse:
+    if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
     if not _chain(guard.test):
         raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
@@ -384,35 +578,39 @@ def _chain(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-def _stable(condition: ast.expr, function: ast.AST) -> None:
+def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
     """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
-    the `if` that tests it (nor, for an attribute chain, the name it starts from)."""
-    root = condition
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    dumps = {ast.dump(condition), ast.dump(root)}
+    line `after` (nor, for an attribute chain, any chain it starts with)."""
+    dumps = set()
+    link: ast.expr = condition
+    while isinstance(link, ast.Attribute):
+        dumps.add(ast.dump(link))
+        link = link.value
+    dumps.add(ast.dump(link))
     for node in ast.walk(function):
         targets = (node.targets if isinstance(node, ast.Assign) else
                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
         for target in targets:
             for part in ast.walk(target):
                 if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
-                        and part.lineno > condition.lineno \
+                        and part.lineno > after \
                         and ast.dump(part).replace("Store()", "Load()") in dumps:
                     raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
 
 def _bound_names(target: ast.expr) -> tuple[str, str]:
+    """The model's name (or attribute chain, `self.model`) and the optimizer's, as initialize binds them."""
     if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
-            and isinstance(target.elts[0], ast.Name) and isinstance(target.elts[1], ast.Name)):
+            and _chain(target.elts[0]) and isinstance(target.elts[1], ast.Name)):
         raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
-    return target.elts[0].id, target.elts[1].id
+    return ast.unparse(target.elts[0]), target.elts[1].id
 
 
-def _names_usable(scope: Scope, init: ast.Assign, opt_name: str) -> bool:
-    """The names the rewrite writes mean what it means where initialize is: the scaler's is free, the package's
-    is torch's (or unbound: then it is imported), the optimizer is not rebound. Whether torch's is bound."""
-    if scope.lookup(SCALER)[1]:
+def _names_usable(scope: Scope, init: ast.Assign, opt_name: str, scaler: str) -> bool:
+    """The names the rewrite writes mean what it means where initialize is: the scaler's is free (a local's; an
+    attribute's is checked with the methods), the package's is torch's (or unbound: then it is imported), the
+    optimizer is not rebound. Whether torch's is bound."""
+    if scaler == SCALER and scope.lookup(SCALER)[1]:
         raise NotMechanical(f"the name `{SCALER}` is already bound")
     found, torch_bindings = scope.lookup(_NATIVE.package)
     if not all(b.kind == "import" and b.qname == _NATIVE.package for b in torch_bindings):
@@ -447,16 +645,18 @@ def _call_of(use: AmpUse) -> ast.Call:
     return call
 
 
-def _initialize_arguments(call: ast.Call) -> tuple[ast.Name, ast.Name, ast.expr | None]:
+def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.Name, ast.expr | None]:
+    """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
     model, optimizer = call.args if len(call.args) == 2 else (None, None)
-    if not (isinstance(model, ast.Name) and isinstance(optimizer, ast.Name)):
+    if not (model is not None and _chain(model) and isinstance(optimizer, ast.Name)):
         raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
                             "hand)")
     enabled = None
     for keyword in call.keywords:
-        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS:
+        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
+                and keyword.arg != "num_losses":
             raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
-                                "keep_batchnorm_fp32 and master_weights")
+                                "keep_batchnorm_fp32, master_weights and num_losses")
         value = keyword.value
         if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
                                                 and value.value == rules.DYNAMIC_LOSS_SCALE):
@@ -495,19 +695,50 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
             raise NotMechanical(f"opt_level is {value.value!r} (O1 is rewritten; O2 and O3 under --unsafe-fixes)")
         return _unsafe_level(tree, value.value, [rules.UNSAFE_OPT_LEVELS[value.value], *extras])
     text = tree.text(value)
-    option = _argparse_option(tree, value)
+    option = _argparse_option(tree, value) or _parameter_default(tree, value)
     if option is None:
         return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
     flag, default, choices = option
-    said = f"opt_level `{text}` is the option {flag} (default {default!r}" + (
+    kind = "option" if flag.startswith("-") else "parameter"
+    said = f"opt_level `{text}` is the {kind} {flag} (default {default!r}" + (
         f", choices {', '.join(choices)})" if choices else ")")
     if default == rules.NATIVE_OPT_LEVEL and not extras:
         return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
     return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *extras])
 
 
+def _several_losses(opt_level: _OptLevel, init_call: ast.Call, scale_losses: list[AmpUse]) -> _OptLevel:
+    """`num_losses=N` and `scale_loss(..., loss_id=i)`: one GradScaler for every loss (what PyTorch recommends:
+    scale() each loss, one step per optimizer, one update per iteration), under --unsafe-fixes, the note saying
+    what changes: apex kept a scale per loss, one scale is bounded by the loss whose gradients overflow first."""
+    calls = [use.ref.parent for use in scale_losses if isinstance(use.ref.parent, ast.Call)]
+    if not (any(k.arg == "num_losses" for k in init_call.keywords)
+            or any(len(c.args) > 2 or any(k.arg == "loss_id" for k in c.keywords) for c in calls)):
+        return opt_level
+    notes = [opt_level.note] if opt_level.note else []
+    return _OptLevel(opt_level.level, "; ".join([*notes, rules.SEVERAL_LOSSES]), True)
+
+
 def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:
     return _OptLevel(level, "; ".join(notes), True)
+
+
+def _parameter_default(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
+    """`name`, a parameter of initialize's function with a literal string default (flair's `amp_opt_level="O1"`)
+    that nothing in the function rebinds: its name, its default, no choices; else None."""
+    function = tree.function_of(value)
+    if not (isinstance(value, ast.Name) and isinstance(function, _FUNCTIONS)):
+        return None
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults))
+    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+    default = defaults.get(value.id)
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)) or any(
+            isinstance(node, ast.Name) and node.id == value.id and not isinstance(node.ctx, ast.Load)
+            for node in ast.walk(function)):
+        return None
+    return value.id, default.value, []
 
 
 def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
@@ -573,8 +804,10 @@ class _Rewrite:
     messages: dict[int, str] = field(default_factory=dict)  # id(ref) -> what became of the use
     flags: list[str] = field(default_factory=list)  # the flags that guard apex's calls
     steps: list[ast.Expr] = field(default_factory=list)  # the `optimizer.step()` statements
+    branch_steps: list[ast.Expr] = field(default_factory=list)  # steps whose `if` steps otherwise in its other branch
     regions: list[tuple[int, int]] = field(default_factory=list)  # the forward passes' lines, put under autocast
-    forward_blocks: set[int] = field(default_factory=set)  # id() of the blocks holding a scale_loss
+    # id() of the blocks holding a scale_loss, and where the forward pass of the next one there starts
+    forward_blocks: dict[int, int] = field(default_factory=dict)
     backward_statements: list[ast.stmt] = field(default_factory=list)  # what each scale_loss became
     unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
     unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
@@ -614,10 +847,33 @@ def _rewrite_availability_tests(rw: _Rewrite) -> None:
     """`amp is not None` -> `True`."""
     amp = rw.shape.amp
     for use, test in rw.shape.availability:
+        value = "False" if isinstance(test.ops[0], ast.Is) else "True"
+        said = "it said whether apex imported, and torch.amp, which takes apex.amp's place, is always there"
+        if value == "False" and _raises_alone(rw, test):
+            guard = rw.tree.parent(test)
+            assert isinstance(guard, ast.If)
+            index = rw.tree.index
+            rw.splices.append((index.line_start(guard.lineno), index.line_end(_last_line(guard)), ""))
+            rw.messages[id(use.ref)] = f"`if {amp} is None: raise ...` is removed: {said}"
+            continue
         start, end = rw.tree.index.span(test)
-        rw.splices.append((start, end, "True"))
-        rw.messages[id(use.ref)] = (f"`{amp} is not None` -> `True`: it said whether apex imported, and torch.amp, "
-                                    "which takes apex.amp's place, is always there")
+        rw.splices.append((start, end, value))
+        rw.messages[id(use.ref)] = f"`{rw.tree.text(test)}` -> `{value}`: {said}"
+
+
+def _raises_alone(rw: _Rewrite, test: ast.Compare) -> bool:
+    """`if amp is None: raise ...` (apex missing was an error), no `else`, on lines of its own without comments,
+    with other statements in its block (removed, the block is not left empty)."""
+    guard = rw.tree.parent(test)
+    if not (isinstance(guard, ast.If) and guard.test is test and not guard.orelse
+            and all(isinstance(s, ast.Raise) for s in guard.body)):
+        return False
+    block, _ = rw.tree.block_of(guard)
+    try:
+        _whole_lines_only(rw, guard)
+    except NotMechanical:
+        return False
+    return len(block) > 1
 
 
 def _rewrite_initialize(rw: _Rewrite) -> None:
@@ -626,7 +882,7 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     statement = shape.init_statement
     _whole_lines_only(rw, statement)
     indent = rw.tree.indent(statement.lineno)
-    created = f"{indent}{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
+    created = f"{indent}{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
     if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
         created = (f"{indent}{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
                    + created)
@@ -639,21 +895,40 @@ def _rewrite_steps(rw: _Rewrite) -> None:
     opt_name = shape.opt_name
     steps = [node for node in ast.walk(shape.function)
              if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
-    if not steps or any(s.lineno < shape.init.lineno or tree.function_of(s) is not shape.function for s in steps) \
+    if not steps or any(s.lineno < shape.init.lineno or s.lineno > shape.block_end
+                        or tree.function_of(s) is not shape.function for s in steps) \
             or _other_steps(shape.function, opt_name, steps):
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = tree.index.span(step.value)
-        rw.splices.append((start, end, f"{SCALER}.step({opt_name})"))
+        rw.splices.append((start, end, f"{rw.shape.scaler}.step({opt_name})"))
         _ends_its_line(rw, step)
-        at = tree.index.line_end(_last_line(step))
-        rw.splices.append((at, at, f"{tree.indent(step.lineno)}{SCALER}.update(){shape.newline}"))
+        holder = tree.parent(step)
+        after: ast.stmt = step
+        if isinstance(holder, ast.If) and _steps_otherwise(holder, step, opt_name):
+            after = holder  # the update after the `if`: the other branch steps too (its unscale_ is checked later)
+            _ends_its_line(rw, holder)
+            rw.branch_steps.append(step)
+        at = tree.index.line_end(_last_line(after))
+        rw.splices.append((at, at, f"{tree.indent(after.lineno)}{rw.shape.scaler}.update(){shape.newline}"))
     rw.steps = steps
 
 
+def _steps_otherwise(holder: ast.If, step: ast.Expr, opt_name: str) -> bool:
+    """`if T: other_step(optimizer) else: optimizer.step()` (or the other way round; transformers' TPU branch,
+    `xm.optimizer_step(optimizer)`): each branch a single statement, the other a call given the optimizer."""
+    branches = [holder.body, holder.orelse]
+    if [step] not in branches:
+        return False
+    other = branches[1] if branches[0] == [step] else branches[0]
+    call = other[0].value if len(other) == 1 and isinstance(other[0], ast.Expr) else None
+    return isinstance(call, ast.Call) and any(isinstance(a, ast.Name) and a.id == opt_name for a in call.args)
+
+
 def _rewrite_scale_losses(rw: _Rewrite) -> None:
-    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast."""
-    for use in rw.shape.scale_losses:
+    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast
+    (several in one block, one per loss: those between it and the backward before it)."""
+    for use in sorted(rw.shape.scale_losses, key=lambda u: (u.ref.node.lineno, u.ref.node.col_offset)):
         _rewrite_scale_loss(rw, use)
 
 
@@ -670,10 +945,11 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     rw.backward_statements.append(statement)
     block, position = tree.block_of(statement)
     # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-    begin = block.index(shape.init_statement) + 1 if shape.init_statement in block else 0
-    if id(block) in rw.forward_blocks or position <= begin:
-        raise NotMechanical("two scale_loss in one block, or no forward pass before a scale_loss in its block")
-    rw.forward_blocks.add(id(block))
+    begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
+                                  if shape.init_statement in block else 0)
+    if position <= begin and id(block) not in rw.forward_blocks:
+        raise NotMechanical("no forward pass before a scale_loss in its block")
+    rw.forward_blocks[id(block)] = position + 1
     kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
     if guard is None:
         _whole_lines_only(rw, statement)
@@ -681,17 +957,22 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     # loss and the arguments stay where they are (another rule may edit inside them)
     loss_start, loss_end = index.span(loss)
     rw.splices.append((index.line_start(statement.lineno), loss_start,
-                       f"{tree.indent(statement.lineno)}{SCALER}.scale("))
+                       f"{tree.indent(statement.lineno)}{rw.shape.scaler}.scale("))
     rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
     if guard is not None:  # the `else:` and its `loss.backward()` go
         rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
-    first, last = _put_under_autocast(rw, block[begin:position])
-    where = f"line {first}" if first == last else f"lines {first}-{last}"
     amp = shape.amp
+    if position > begin:
+        first, last = _put_under_autocast(rw, block[begin:position])
+        where = f"; {'line' if first == last else 'lines'} {first}{'' if first == last else f'-{last}'} before it run "
+        where += f"under `{rw.autocast}`"
+    else:
+        where = "; right after the backward of another loss (the scaler scales each loss with its one scale)"
     before = (f"`if {tree.text(guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
-              f"`{SCALER}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as it "
-              "is)" if guard is not None else f"`{amp}.scale_loss(...)` -> `{SCALER}.scale(...).backward(...)`")
-    rw.messages[id(use.ref)] = f"{before}; {where} before it run under `{rw.autocast}`"
+              f"`{shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as "
+              "it is)" if guard is not None
+              else f"`{amp}.scale_loss(...)` -> `{shape.scaler}.scale(...).backward(...)`")
+    rw.messages[id(use.ref)] = f"{before}{where}"
 
 
 def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
@@ -755,11 +1036,11 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
         raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
     assert isinstance(with_node, ast.With)
     scaled = item.optional_vars.id
-    optimizer = call.args[1] if len(call.args) == 2 else None
+    optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
     if not (isinstance(optimizer, ast.Name) and optimizer.id == opt_name
-            and all(k.arg == "delay_unscale" for k in call.keywords)):
+            and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
         raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
-                            "delay_unscale")
+                            "delay_unscale and loss_id")
     body = with_node.body
     backward = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
     if not (isinstance(backward, ast.Call) and isinstance(backward.func, ast.Attribute)
@@ -809,15 +1090,19 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
             block, position = tree.block_of(guard)
             following = block[position + 1] if position + 1 < len(block) else None
+        branch_step = next((s for s in rw.branch_steps if rw.tree.parent(s) is following), None)
+        if branch_step is not None:
+            following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
         if following is None or following.lineno not in step_lines:
             raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
                                 "partial, scaled gradients)")
         _starts_its_line(rw, statement)
         start, end = tree.index.span(call)
         rw.splices.append((start, end, rules.OPTIMIZER_PARAMS_OF.format(optimizer=opt_name)))
-        rw.line_splice(statement.lineno, f"{SCALER}.unscale_({opt_name})")
-        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> `{SCALER}.unscale_({opt_name})`, "
-                                    "then clipping over the optimizer's param_groups (what master_params iterated)")
+        rw.line_splice(statement.lineno, f"{rw.shape.scaler}.unscale_({opt_name})")
+        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> "
+                                    f"`{shape.scaler}.unscale_({opt_name})`, then clipping over the optimizer's "
+                                    "param_groups (what master_params iterated)")
         rw.unscaled_steps.add(following.lineno)
 
 
@@ -827,6 +1112,11 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
     block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
     allows); read in the micro-steps of an accumulation, they cannot be unscaled yet."""
     tree, steps = rw.tree, rw.steps
+    for step in rw.branch_steps:
+        if step.lineno not in rw.unscaled_steps:
+            # update() after the `if` needs the inf checks unscale_ records where the other branch steps
+            raise NotMechanical(f"the step on line {step.lineno} shares its `if` with another step, and no clipping "
+                                "unscales before that `if`")
     for step in steps:
         if step.lineno in rw.unscaled_steps:
             continue
@@ -836,7 +1126,7 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         if readers:
             first = readers[0]
             _starts_its_line(rw, first)
-            rw.line_splice(first, f"{SCALER}.unscale_({rw.shape.opt_name})")
+            rw.line_splice(first, f"{rw.shape.scaler}.unscale_({rw.shape.opt_name})")
             rw.unscaled_at.append(first.lineno)
     for statement in rw.backward_statements:
         block, position = tree.block_of(statement)
@@ -860,9 +1150,9 @@ def _rewrite_state(rw: _Rewrite) -> None:
         start, end = index.span(use.ref.node)
         method = use.ref.parts[1]
         if method == "state_dict":
-            rw.splices.append((start, end, f"{SCALER}.{method}"))
+            rw.splices.append((start, end, f"{rw.shape.scaler}.{method}"))
             rw.messages[id(use.ref)] = (
-                f"`{amp}.state_dict` -> `{SCALER}.state_dict`: checkpoints now hold GradScaler's format "
+                f"`{amp}.state_dict` -> `{rw.shape.scaler}.state_dict`: checkpoints now hold GradScaler's format "
                 f"{rules.SCALER_STATE_KEYS}, not apex's {rules.APEX_STATE_KEYS}")
             continue
         helper = helper or _scaler_state_helper(rw, use.ref.scope)
@@ -873,10 +1163,10 @@ def _rewrite_state(rw: _Rewrite) -> None:
         around = index.text[end:state_start] + index.text[state_end:index.span(call)[1]]
         if "#" in around:
             raise NotMechanical("a comment sits inside the parentheses of load_state_dict")
-        rw.splices.append((start, state_start, f"{SCALER}.load_state_dict({helper[0]}("))
+        rw.splices.append((start, state_start, f"{rw.shape.scaler}.load_state_dict({helper[0]}("))
         rw.splices.append((state_end, index.span(call)[1], "))"))
         rw.messages[id(use.ref)] = (
-            f"`{amp}.load_state_dict(state)` -> `{SCALER}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
+            f"`{amp}.load_state_dict(state)` -> `{rw.shape.scaler}.load_state_dict({helper[0]}(state))`: `{helper[0]}` "
             f"({'added at module level' if helper[1] else 'already in the module'}) also reads the format "
             f"apex.amp.state_dict() wrote ({rules.APEX_STATE_KEYS}) into GradScaler's, with "
             "apex's dynamic scaling: old apex checkpoints load")
@@ -930,8 +1220,9 @@ def _rewrite_scale_reads(rw: _Rewrite) -> None:
                 raise NotMechanical("loss_scalers[0].loss_scale is not called")
             whole = call
         start, end = index.span(whole)
-        rw.splices.append((start, end, f"{SCALER}.get_scale()"))
-        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{SCALER}.get_scale()` "
+        rw.splices.append((start, end, f"{rw.shape.scaler}.get_scale()"))
+        rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{rw.shape.scaler}.get_scale()`"
+                                    " "
                                     "(the GradScaler updates its scale in update(), apex did in scale_loss)")
 
 
@@ -1015,8 +1306,8 @@ def _initialize_message(rw: _Rewrite) -> None:
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
     outside = sorted({node.lineno for node in ast.walk(shape.function)
-                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                      and node.func.id == shape.model_name and node.lineno > _last_line(shape.init)
+                      if isinstance(node, ast.Call) and _chain(node.func)
+                      and ast.unparse(node.func) == shape.model_name and node.lineno > _last_line(shape.init)
                       and not any(a <= node.lineno <= b for a, b in covered)
                       and tree.function_of(node) is shape.function})
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
@@ -1031,11 +1322,11 @@ def _initialize_message(rw: _Rewrite) -> None:
     opt_name = shape.opt_name
     rw.messages[id(shape.init_use.ref)] = (
         f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
-        f"`{SCALER} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
-        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{SCALER}.step({opt_name})` and "
-        f"`{SCALER}.update()`"
-        + (f"; `{SCALER}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} (apex had "
-           "unscaled them when scale_loss exited)" if rw.unscaled_at else "")
+        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
+        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` and "
+        f"`{rw.shape.scaler}.update()`"
+        + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
+           "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
 
 
@@ -1067,9 +1358,22 @@ def _reads_gradients(rw: _Rewrite, statement: ast.stmt) -> bool:
     for node in ast.walk(statement):
         if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
             return True
-        if isinstance(node, ast.Call) and rw.tree.engine.resolve(node.func, rw.shape.scope) in rules.GRADIENT_CLIPPING:
+        if isinstance(node, ast.Call) and _resolved(rw, node.func) in rules.GRADIENT_CLIPPING:
             return True
     return False
+
+
+def _resolved(rw: _Rewrite, node: ast.expr) -> str | None:
+    """The qualified name of `node`; a chain from an unbound `torch` (a name a star import may bind, flair's) is
+    taken as torch's, as the rewrite takes it where it adds `import torch`."""
+    found = rw.tree.engine.resolve(node, rw.shape.scope)
+    root = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if found is None and _chain(node) and isinstance(root, ast.Name) and root.id == _NATIVE.package \
+            and not rw.shape.scope.lookup(root.id)[1]:
+        return ast.unparse(node)
+    return found
 
 
 def _is_step(node: ast.AST, opt_name: str) -> bool:

@@ -377,6 +377,7 @@ DEEPSPEED_AMP_KEY = "amp"
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
 
+LOAD_STATE = "apex.amp.load_state_dict"
 # `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
 # (its name clash-free): a checkpoint written by apex.amp.state_dict() loads into the GradScaler. apex's dynamic
 # scaler is the GradScaler's defaults (x2 after 2000 clean steps, /2 on overflow), and its count of clean steps
@@ -428,6 +429,11 @@ INITIALIZE_KEYWORDS: dict[str, str] = {
     "max_loss_scale": "max_loss_scale: GradScaler has no ceiling for its scale",
     "num_losses": "num_losses gives each loss its own scale: one GradScaler serves every loss with one scale",
 }
+# What mapping several losses (`num_losses`, `loss_id`) onto one GradScaler changes (the note of that unsafe rewrite).
+SEVERAL_LOSSES = ("num_losses/loss_id become one GradScaler for every loss (PyTorch's pattern: scale() each loss, "
+                  "one step per optimizer, one update per iteration): apex kept a loss scale per loss, the one "
+                  "scale is bounded by the loss whose gradients overflow first, so a loss with small gradients is "
+                  "scaled less than apex scaled it")
 # The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
 # an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
 UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
