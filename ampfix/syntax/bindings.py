@@ -137,6 +137,11 @@ _FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeEr
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
+# A string that names a deprecated path spells `amp` (the roots) or `autocast` (each name outside them, the
+# state functions: the part `ampfix.io.codec.NAMES_PART` tests first; tests/test_prefilter.py checks both).
+STRING_PARTS = ("amp", "autocast")
+
+
 class Walker:
     def __init__(self) -> None:
         self.module_scope = Scope("module", None)
@@ -351,7 +356,7 @@ class Walker:
         if isinstance(node, ast.Call):
             return self.call(node, scope, annotation)
         if isinstance(node, ast.Constant):
-            if isinstance(node.value, str) and "amp" in node.value:
+            if isinstance(node.value, str) and any(part in node.value for part in STRING_PARTS):
                 self.strings.append(StringRef(node, scope, annotation, self.guards))
             return []
         if isinstance(node, ast.Lambda):
