@@ -53,9 +53,9 @@ def _state_function_path(sink: Sink, ref: StringRef, path: str, new_path: str, c
     twin is one function for every device (`torch.is_autocast_enabled` is also CUDA's own, not deprecated, check):
     a patch of its path would stand in for every device's state, not the one the old name read."""
     sink.add_finding(ref.node, code,
-                     f"string names the deprecated `{path}`: once the code calls `{new_path}` with the device (\"{device}\"), a "
-                     f"patch or lookup of this path no longer reaches it; `{new_path}` serves every device, so the "
-                     "string is not rewritten", fixable=False, suggestion=f'"{new_path}"')
+                     f"string names the deprecated `{path}`: once the code calls `{new_path}` with the device "
+                     f"(\"{device}\"), a patch or lookup of this path no longer reaches it; `{new_path}` serves every "
+                     "device, so the string is not rewritten", fixable=False, suggestion=f'"{new_path}"')
 
 
 def _string_annotation(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
