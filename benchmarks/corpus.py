@@ -6,10 +6,13 @@
     python benchmarks/corpus.py --only fastai --json /tmp/corpus.json
 
 Each package==version below is fetched once with `pip download --no-deps` into
-benchmarks/.corpus/downloads/ (gitignored), and its .py files are unpacked into
+benchmarks/.corpus/downloads/ (gitignored), and its .py and .ipynb files are unpacked into
 benchmarks/.corpus/src/. Every .py file is then decoded as `ampfix.io.files` decodes it and run
 through the engine in this process (`ampfix.engine.fix_source`, default safe options), then once
-more on its output.
+more on its output. A notebook goes through the notebook codec as `ampfix check` reads it
+(`ampfix.io.notebooks`: its code cells as one module, IPython syntax masked): the oracle and the
+line accounting run on that module, the output is the new notebook decoded again (it must read back
+and parse), and the second run is on that.
 
 What is measured, per package:
 
@@ -17,7 +20,8 @@ What is measured, per package:
   engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
   `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
   through the file's imports with a plain per-function scope rule, to something under those
-  modules, any string whose whole value is such a dotted path, and any string that parses as an
+  modules (a `torch` no binding explains, in a file with a star import, is read as torch; a name
+  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names), any string whose whole value is such a dotted path, and any string that parses as an
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
@@ -38,7 +42,9 @@ What is measured, per package:
   (line, code, fixable) — `check` promises what `rewrite` does.
 - the autocast state functions (`torch.get_autocast_gpu_dtype()` and the other 13 names torch 2.4
   deprecated, `DEPRECATED_STATE_FUNCTIONS`): found through the same resolution, and counted again apart
-  (found, fixed, left by reason, unreported) below each table, beside the namespace figures.
+  (found, fixed, left by reason, unreported) below each table, beside the namespace figures, and per
+  package in a second table with the notebooks' own figures (notebooks, found, fixed, left, unreported,
+  cells that may hold a use and do not parse); the lines left follow by package and reason.
 - cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp`,
   `cuda import amp` or a state function's name; `code miss` counts those among them whose match lies in code (not in a
   comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
@@ -51,7 +57,7 @@ project's dependencies), as `ampfix rewrite` with no flag would target it in tha
 **held (floor)** counts the lines left because a rule needs a newer torch than the floor: their own
 category, out of `left+rep.` (a release with no torch floor is measured at the newest torch again).
 
-Downloads take ~16 MB; the run is one process (keep it light on shared machines).
+Downloads take ~31 MB; the run is one process (keep it light on shared machines).
 """
 
 from __future__ import annotations
