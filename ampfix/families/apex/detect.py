@@ -70,7 +70,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
     apex_imported = False
     for imp in walker.imports:
         apex_imported |= any(_owned(q) for q in _import_qnames(imp.node))
-    apex_imported = apex_imported or _imported_dynamically(walker.chains)
+    apex_imported = apex_imported or (mentions_apex(analysis.index.text) and _imported_dynamically(walker.chains))
     if apex_imported:
         uses: list[tuple[ChainRef, Binding, str, Rule]] = []
         for ref in walker.chains:
