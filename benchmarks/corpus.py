@@ -105,6 +105,7 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("transformers==4.40.2", "wheel"),  # the FlashAttention-2 classes: torch.get_autocast_gpu_dtype() in 27 models
     ("pytorch-lightning==1.5.10", "wheel"),  # native AMP and apex plugins side by side
     ("gpytorch==1.11", "sdist"),  # ships 49 example notebooks in its sdist
+    ("pytorch-pfn-extras==0.6.7", "sdist"),  # a framework's AMP helpers (runtime, trainer, tests)
 )
 
 # The autocast state functions torch 2.4 deprecated (each warns a DeprecationWarning on torch 2.13), written
