@@ -6,10 +6,13 @@
     python benchmarks/corpus.py --only fastai --json /tmp/corpus.json
 
 Each package==version below is fetched once with `pip download --no-deps` into
-benchmarks/.corpus/downloads/ (gitignored), and its .py files are unpacked into
+benchmarks/.corpus/downloads/ (gitignored), and its .py and .ipynb files are unpacked into
 benchmarks/.corpus/src/. Every .py file is then decoded as `ampfix.io.files` decodes it and run
 through the engine in this process (`ampfix.engine.fix_source`, default safe options), then once
-more on its output.
+more on its output. A notebook goes through the notebook codec as `ampfix check` reads it
+(`ampfix.io.notebooks`: its code cells as one module, IPython syntax masked): the oracle and the
+line accounting run on that module, the output is the new notebook decoded again (it must read back
+and parse), and the second run is on that.
 
 What is measured, per package:
 
@@ -17,7 +20,8 @@ What is measured, per package:
   engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
   `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
   through the file's imports with a plain per-function scope rule, to something under those
-  modules, any string whose whole value is such a dotted path, and any string that parses as an
+  modules (a `torch` no binding explains, in a file with a star import, is read as torch; a name
+  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names), any string whose whole value is such a dotted path, and any string that parses as an
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
@@ -38,7 +42,9 @@ What is measured, per package:
   (line, code, fixable) — `check` promises what `rewrite` does.
 - the autocast state functions (`torch.get_autocast_gpu_dtype()` and the other 13 names torch 2.4
   deprecated, `DEPRECATED_STATE_FUNCTIONS`): found through the same resolution, and counted again apart
-  (found, fixed, left by reason, unreported) below each table, beside the namespace figures.
+  (found, fixed, left by reason, unreported) below each table, beside the namespace figures, and per
+  package in a second table with the notebooks' own figures (notebooks, found, fixed, left, unreported,
+  cells that may hold a use and do not parse); the lines left follow by package and reason.
 - cross-checks: `grep` counts the lines whose text matches `(cuda|cpu).amp`,
   `cuda import amp` or a state function's name; `code miss` counts those among them whose match lies in code (not in a
   comment or string, by `tokenize`) that the oracle did not find: an oracle blind spot, target 0.
@@ -51,7 +57,7 @@ project's dependencies), as `ampfix rewrite` with no flag would target it in tha
 **held (floor)** counts the lines left because a rule needs a newer torch than the floor: their own
 category, out of `left+rep.` (a release with no torch floor is measured at the newest torch again).
 
-Downloads take ~16 MB; the run is one process (keep it light on shared machines).
+Downloads take ~31 MB; the run is one process (keep it light on shared machines).
 """
 
 from __future__ import annotations
@@ -93,6 +99,13 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("fairscale==0.4.13", "sdist"),
     ("pytorch-ignite==0.4.11", "wheel"),
     ("allennlp==2.10.1", "wheel"),
+    # Added for issues 17 and 19: the shapes those issues name, on code nobody here wrote.
+    ("yolov5==7.0.13", "wheel"),  # yolov5's pip package: `from ...common import *` provides torch, `from torch.cuda import amp`
+    ("timm==0.9.2", "wheel"),  # fast_norm: torch.get_autocast_gpu_dtype() / is_autocast_cpu_enabled() beside cuda.amp
+    ("transformers==4.40.2", "wheel"),  # the FlashAttention-2 classes: torch.get_autocast_gpu_dtype() in 27 models
+    ("pytorch-lightning==1.5.10", "wheel"),  # native AMP and apex plugins side by side
+    ("gpytorch==1.11", "sdist"),  # ships 49 example notebooks in its sdist
+    ("pytorch-pfn-extras==0.6.7", "sdist"),  # a framework's AMP helpers (runtime, trainer, tests)
 )
 
 # The autocast state functions torch 2.4 deprecated (each warns a DeprecationWarning on torch 2.13), written
@@ -111,12 +124,15 @@ _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # ---------------------------------------------------------------------------------------------
 # Fetching and unpacking
 
+UNPACKED = (".py", ".ipynb")
+COMPLETE = ".complete-ipynb"  # a tree unpacked with its notebooks (trees marked `.complete` had .py files only)
+
 
 def fetch(requirement: str, kind: str, cache: Path, offline: bool) -> Path:
-    """The unpacked source tree of one release (only its .py files), downloading it if needed."""
+    """The unpacked source tree of one release (only its .py and .ipynb files), downloading it if needed."""
     name = requirement.replace("==", "-")
     tree = cache / "src" / name
-    if (tree / ".complete").exists():
+    if (tree / COMPLETE).exists():
         return tree
     downloads = cache / "downloads" / name
     archives = sorted(downloads.glob("*")) if downloads.is_dir() else []
@@ -132,7 +148,7 @@ def fetch(requirement: str, kind: str, cache: Path, offline: bool) -> Path:
     if len(archives) != 1:
         raise SystemExit(f"{requirement}: expected one archive in {downloads}, found {len(archives)}")
     _unpack_python_files(archives[0], tree)
-    (tree / ".complete").touch()
+    (tree / COMPLETE).touch()
     return tree
 
 
@@ -140,10 +156,10 @@ def _unpack_python_files(archive: Path, tree: Path) -> None:
     tree.mkdir(parents=True, exist_ok=True)
     if archive.suffix in (".whl", ".zip"):
         with zipfile.ZipFile(archive) as zf:
-            zf.extractall(tree, [m for m in zf.namelist() if m.endswith(".py") and ".." not in m])
+            zf.extractall(tree, [m for m in zf.namelist() if m.endswith(UNPACKED) and ".." not in m])
     else:
         with tarfile.open(archive) as tf:
-            members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith(".py")]
+            members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith(UNPACKED)]
             tf.extractall(tree, members, filter="data")
 
 
@@ -214,8 +230,13 @@ class DeprecatedUses(ast.NodeVisitor):
         self.state_lines: set[int] = set()  # those with an autocast state function (a subset of `lines`)
         self.via_import: dict[int, set[int]] = defaultdict(set)  # use line -> its import's line(s)
         self._scopes: list[dict[str, set[tuple[str | None, int | None]]]] = []
+        self._star = False
 
     def scan(self, tree: ast.Module) -> set[int]:
+        # `from x import *` anywhere: a name no binding explains may be provided by it (research code gets
+        # `torch` from `from models.common import *`); read as the module it spells, torch's only.
+        self._star = any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)
+                         for node in ast.walk(tree))
         self._scopes.append(_bindings(tree.body))
         self.generic_visit(tree)
         return self.lines
@@ -315,6 +336,8 @@ class DeprecatedUses(ast.NodeVisitor):
                 if deprecated:
                     return deprecated[0][0], [line for _, line in deprecated]
                 return (resolved[0][0] if resolved else None), []
+        if self._star and node.id == "torch":
+            return ".".join(["torch", *reversed(parts)]), []
         return None, []
 
 
@@ -345,6 +368,10 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
             continue
         if isinstance(node, ast.Lambda):
             continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            module = _dynamic_import(node.value)  # torch = __import__("torch"); m = importlib.import_module(...)
+            if module is not None:
+                bound[node.targets[0].id].add((module, node.lineno))
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             bound[node.id].add((None, None))
         elif isinstance(node, ast.ExceptHandler) and node.name:
@@ -353,6 +380,23 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
             continue
         stack.extend(ast.iter_child_nodes(node))
     return dict(bound)
+
+
+def _dynamic_import(value: ast.expr) -> str | None:
+    """The module an `__import__("a.b")` (binds `a`, or `a.b` with a fromlist) or an
+    `importlib.import_module("a.b")` / `import_module("a.b")` call binds; None for anything else."""
+    if not (isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Constant)
+            and isinstance(value.args[0].value, str)):
+        return None
+    name, func = value.args[0].value, value.func
+    if isinstance(func, ast.Name) and func.id == "__import__":
+        fromlist = len(value.args) >= 4 or any(k.arg == "fromlist" for k in value.keywords)
+        return name if fromlist else name.split(".")[0]
+    if (isinstance(func, ast.Name) and func.id == "import_module"
+            or isinstance(func, ast.Attribute) and func.attr == "import_module"
+            and isinstance(func.value, ast.Name) and func.value.id == "importlib"):
+        return name
+    return None
 
 
 def deprecated_lines(source: str) -> DeprecatedUses | None:
@@ -447,12 +491,22 @@ class PackageResult:
     state_left: int = 0
     state_unreported: int = 0
     state_reasons: Counter = field(default_factory=Counter)
+    # The same figures for notebooks (their code cells as `ampfix check` reads them; counted above too).
+    notebooks: int = 0
+    nb_found: int = 0
+    nb_fixed: int = 0
+    nb_left: int = 0
+    nb_unreported: int = 0
+    nb_cells_unparsable: int = 0  # cells that may hold a use and do not parse (AMP901 findings)
 
 
 def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
-    from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
+    from ampfix.io.codec import NOTEBOOK_SUFFIX
     from ampfix.syntax.encoding import DECODE_ERRORS, decode_source  # the CLI's decoding: BOM, coding cookie
 
+    if path.name.endswith(NOTEBOOK_SUFFIX):
+        measure_notebook(path, rel, result, options)
+        return
     data = path.read_bytes()
     try:
         source, _ = decode_source(data)
@@ -460,6 +514,66 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         result.unparsable += 1
         return
     result.files += 1
+    measure_source(source, rel, result, options)
+
+
+def measure_notebook(path: Path, rel: str, result: PackageResult, options) -> None:
+    """A notebook as `ampfix check` reads it (ampfix.io.notebooks, the codec of ampfix.io.files): its code
+    cells as one module, IPython syntax masked. The oracle and the line accounting run on that module; the
+    output and the second run go through the codec (the new notebook decoded again). Counted in the
+    package's columns, and again apart (`nb_*`)."""
+    from ampfix.io.codec import DecodeError
+    from ampfix.io.notebooks import NOTEBOOK
+
+    try:
+        decoded = NOTEBOOK.decode(path.read_bytes(), options.retargets)
+    except DecodeError as error:
+        result.unparsable += 1
+        result.details.append({"category": "notebook not read", "file": rel, "line": 1, "text": "",
+                               "message": error.message})
+        return
+    result.files += 1
+    result.notebooks += 1
+    for finding in decoded.findings:  # a cell that may hold a use and does not parse: left out, reported
+        result.nb_cells_unparsable += 1
+        result.details.append({"category": "notebook cell not parsed", "file": rel, "line": finding.line,
+                               "text": f"cell {finding.cell}", "message": finding.message})
+    before = (result.found, result.fixed, result.left, result.unreported)
+    measure_source(decoded.source, rel, result, options, notebook=decoded)
+    after = (result.found, result.fixed, result.left, result.unreported)
+    result.nb_found, result.nb_fixed, result.nb_left, result.nb_unreported = (
+        total + now - then for total, now, then in
+        zip((result.nb_found, result.nb_fixed, result.nb_left, result.nb_unreported), after, before))
+
+
+def _output_checked(fixed, options, notebook):
+    """The output's problem (None: it parses), its line, and a second run's result (None where there is none).
+    A notebook's output is the new notebook, decoded again by its codec."""
+    from ampfix.engine import fix_source
+    from ampfix.io.codec import DecodeError
+    from ampfix.io.notebooks import NOTEBOOK
+
+    if notebook is None:
+        new_source = fixed.new_source
+    else:
+        converted = notebook.converted(fixed)
+        if converted.new_text is None:
+            return None, 1, None
+        try:
+            new_source = NOTEBOOK.decode(converted.new_text.encode("utf-8"), options.retargets).source
+        except DecodeError as error:
+            return f"the new notebook cannot be read: {error.message}", 1, None
+    try:
+        ast.parse(new_source)
+    except (SyntaxError, ValueError) as error:
+        return str(error), getattr(error, "lineno", 1) or 1, None
+    return None, 1, fix_source(new_source, options)
+
+
+def measure_source(source: str, rel: str, result: PackageResult, options, notebook=None) -> None:
+    """One module through the engine and the oracle. `notebook`: the decoded notebook `source` is the module of."""
+    from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
+
     lines = source.splitlines()
 
     def detail(category: str, line: int, **extra) -> None:
@@ -480,7 +594,7 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
     start = time.perf_counter()
     fixed = fix_source(source, options)
     checked = check_source(source, options)
-    again = fix_source(fixed.new_source, options) if fixed.changed else None
+    problem, problem_line, again = _output_checked(fixed, options, notebook) if fixed.changed else (None, 1, None)
     result.seconds += time.perf_counter() - start
 
     if fixed.findings:
@@ -492,6 +606,8 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
     if any(f.code == SYNTAX_ERROR_CODE for f in fixed.findings):
         return  # counted above as unparsable (the oracle cannot parse it either)
     internal = [f for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
+    if notebook is not None and fixed.changed:  # the cells told apart after the rewrite, or an AMP900
+        internal += [f for f in notebook.converted(fixed).findings if f.code == INTERNAL_ERROR_CODE]
     if internal:
         result.amp900_files += 1
         result.amp900_lines += len(found)
@@ -501,11 +617,9 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         result.check_fix_differ += 1
         detail("check and fix disagree", 1)
     if fixed.changed:
-        try:
-            ast.parse(fixed.new_source)
-        except (SyntaxError, ValueError) as error:
+        if problem is not None:
             result.broken += 1
-            detail("broken output", getattr(error, "lineno", 1) or 1, message=str(error))
+            detail("broken output", problem_line, message=problem)
         if again is not None and again.changed:
             result.second_run_changed += 1
             detail("changed by a second run", 1, diff=again.diff(rel)[:2000])
@@ -620,6 +734,22 @@ def render(results: list[PackageResult], total: PackageResult) -> str:
     return "\n".join([line(rows[0]), rule, *map(line, rows[1:-1]), line(rows[-1])])
 
 
+APART = (("package", "name"), ("state found", "state_found"), ("state fixed", "state_fixed"),
+         ("state left", "state_left"), ("state unrep.", "state_unreported"), ("notebooks", "notebooks"),
+         ("nb found", "nb_found"), ("nb fixed", "nb_fixed"), ("nb left", "nb_left"), ("nb unrep.", "nb_unreported"),
+         ("cells not parsed", "nb_cells_unparsable"))
+
+
+def render_apart(results: list[PackageResult], total: PackageResult) -> str:
+    """The state functions' and the notebooks' own figures, per package (the main table counts them too)."""
+    rows = [[title for title, _ in APART]] + [[str(getattr(r, attr)) for _, attr in APART] for r in [*results, total]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(APART))]
+    lines = ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) + " |"
+             for row in rows]
+    rule = "|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+    return "\n".join([lines[0], rule, *lines[1:]])
+
+
 def totals(results: list[PackageResult]) -> PackageResult:
     total = PackageResult("**total**", floor="")
     for r in results:
@@ -680,6 +810,14 @@ def main(argv: list[str] | None = None) -> int:
               f"unreported {total.state_unreported}; left by reason:")
         for reason, count in total.state_reasons.most_common():
             print(f"  {count:4d}  {reason}")
+        print()
+        print("per package: the autocast state functions, the notebooks, and the lines left by reason")
+        print()
+        print(render_apart(results, total))
+        print()
+        for r in results:
+            for reason, count in r.reasons.most_common():
+                print(f"  {r.name}: {count:3d}  {reason}")
     newest_total = passes["newest"][1]
     if args.details:
         print()

@@ -471,3 +471,16 @@ def test_the_o1_pattern_beside_every_other_apex_name_is_rewritten_and_the_others
                                                      for n, name in [*lines.items(), *imports.items()])
                 if rule is not None}
     assert len(expected) == 2 * len(others) and left == expected
+
+
+def test_apex_bound_by_importlib_or_dunder_import_is_reported_with_the_binding():
+    from ampfix.engine import fix_source
+
+    source = ('import importlib\namp = importlib.import_module("apex.amp")\n'
+              'model, optimizer = amp.initialize(model, optimizer)\napex = __import__("apex")\n'
+              'with apex.amp.scale_loss(loss, optimizer) as scaled:\n    scaled.backward()\n')
+    result = fix_source(source)
+    assert not result.changed
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(3, "AMP101", False), (5, "AMP102", False)]
+    assert "not rewritten: `amp` bound by `importlib.import_module('apex.amp')` on line 2, which no rewrite moves " \
+           "with its uses" in result.findings[0].message

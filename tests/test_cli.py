@@ -61,6 +61,7 @@ def test_check_json_shape(tree: Path):
             "fixable": True,
             "unsafe": False,
             "fixed": False,
+            "follows": False,
             "suggestion": 'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
             "target_torch": None,  # no flag, no key, no project metadata: the newest
             "target_source": None,

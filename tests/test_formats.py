@@ -158,3 +158,33 @@ def test_json_and_diff_keep_their_streams(in_tmp: Path):
     assert result.stdout.startswith("--- a/a.py\n+++ b/a.py\n")
     assert json.loads(result.stderr)[0]["code"] == "AMP001"
     assert os.path.exists("a.py") and Path("a.py").read_text() == DEPRECATED
+
+
+# Line 4's annotation follows its moved import under its own word (no text of its own changes).
+FOLLOWS = ("from typing import Optional\n\nfrom torch.cuda.amp import GradScaler\n\n\n"
+           "def make(scaler: Optional[GradScaler]):\n    return GradScaler()\n")
+
+
+def test_every_format_says_which_uses_follow_their_import(in_tmp: Path):
+    Path("a.py").write_text(FOLLOWS)
+    rows = json.loads(invoke("check", "--output-format", "json", "a.py").stdout)
+    assert [(row["line"], row["fixed"], row["follows"]) for row in rows] == [(3, False, False), (6, False, True),
+                                                                              (7, False, False)]
+    github = invoke("rewrite", "--output-format", "github", "a.py").stdout.splitlines()
+    assert [line.split("::")[2].split(":")[0] for line in github] == ["fixed", "followed its import", "fixed"]
+    assert github[1] == ("::notice file=a.py,line=6,col=27,title=AMP002::followed its import: "
+                         "`torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler` (type position)")
+    Path("a.py").write_text(FOLLOWS)
+    log = json.loads(invoke("rewrite", "--output-format", "sarif", "a.py").stdout)
+    results = log["runs"][0]["results"]
+    assert [(r["properties"]["follows"], r["message"]["text"].split(":")[0]) for r in results] == [
+        (False, "fixed"), (True, "followed its import"), (False, "fixed")]
+    jsonschema.validate(log, SCHEMA)
+
+
+def test_a_use_left_by_a_blocked_import_says_left_once(in_tmp: Path):
+    Path("a.py").write_text("from torch.cuda import amp\n\nwith amp.autocast():\n    pass\nmodules = [amp]\n")
+    lines = invoke("rewrite", "a.py").stdout.splitlines()
+    assert "a.py:3:6: AMP001 left: `torch.cuda.amp.autocast` left: `amp` is also used on line 5 in a way that " \
+           'cannot be rewritten; suggested: torch.amp.autocast("cuda", enabled=..., dtype=..., ' \
+           'cache_enabled=...)' in lines

@@ -186,7 +186,10 @@ def test_every_name_the_prefilter_searches_holds_the_part_the_codec_tests_first(
     from ampfix.families import RETARGET_NAMES
     from ampfix.io.codec import NAMES_PART, PYTHON
 
+    from ampfix.syntax.bindings import STRING_PARTS
+
     part = NAMES_PART.decode("ascii")
+    assert part in STRING_PARTS  # the walk keeps the strings that may name them (the strings planner)
     assert SPELLED_NAMES.names and RETARGET_NAMES.names
     assert all(part in name for name in (*SPELLED_NAMES.names, *RETARGET_NAMES.names))
     assert PYTHON.could_hold(b"import torch\nt = torch.get_autocast_gpu_dtype()\n", False)

@@ -58,6 +58,11 @@ def _place(finding: Finding) -> str:
     return f"{cell}{finding.line}:{finding.col}"
 
 
+def _done(finding: Finding) -> str:
+    """What `rewrite` did to a fixed finding, as the text format says it."""
+    return "followed its import" if finding.follows else "fixed"
+
+
 def _message(finding: Finding) -> str:
     """The message, with the suggested rewrite when a person has to finish the job."""
     needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
@@ -125,6 +130,9 @@ def findings_json(results: Iterable[FileResult]) -> str:
             "fixable": f.fixable,
             "unsafe": f.unsafe,
             "fixed": f.fixed,
+            # Its fix changes no text of its own: the use follows its moved import (the text summary counts
+            # these apart from the fixes); with `fixed` false, it would.
+            "follows": f.follows,
             "suggestion": f.suggestion,
             # The target torch the file was worked at ("2.0"; null: the newest) and what set it: "--target-torch",
             # "pyproject.toml [tool.ampfix]", the project metadata file; null: nothing (docs/rules.md).
@@ -245,7 +253,7 @@ def github_annotations(results: Iterable[FileResult]) -> str:
     for result in results:
         for finding in result.findings:
             level = "notice" if finding.fixed else "error"
-            message = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            message = f"{_done(finding)}: {finding.message}" if finding.fixed else _message(finding)
             if finding.cell is None:
                 where = f"line={finding.line},col={finding.col}"
             else:  # the notebook file's line that holds the cell's line; the cell's place in the message
@@ -273,10 +281,10 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = ()) ->
     sarif_results = []
     for result in results:
         for finding in result.findings:
-            text = f"fixed: {finding.message}" if finding.fixed else _message(finding)
+            text = f"{_done(finding)}: {finding.message}" if finding.fixed else _message(finding)
             region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
             properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
-                                             "fixed": finding.fixed}
+                                             "fixed": finding.fixed, "follows": finding.follows}
             if finding.cell is not None:  # the notebook file's line; the cell's place in the message and properties
                 region = {"startLine": finding.file_line or 1}
                 text = f"{_place(finding)}: {text}"

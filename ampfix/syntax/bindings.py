@@ -8,6 +8,7 @@ whose head some import of interest binds.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from typing import Any
 from dataclasses import dataclass, field
@@ -138,6 +139,12 @@ _FALLBACK_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeEr
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
+# A string that names a deprecated path spells `amp` (the roots) or `autocast` (each name outside them, the
+# state functions: the part `ampfix.io.codec.NAMES_PART` tests first; tests/test_prefilter.py checks both).
+STRING_PARTS = ("amp", "autocast")
+_STRING_PART = re.compile("|".join(map(re.escape, STRING_PARTS)))  # one search of each literal, in C
+
+
 class _ExpressionWalker:
     """What the walk records (scopes, bindings, chains, strings, imports) and its walk of expressions."""
 
@@ -209,7 +216,7 @@ class _ExpressionWalker:
             literal = node.value
             if isinstance(literal, str):
                 self.literals.append(node)
-                if "amp" in literal:
+                if _STRING_PART.search(literal):
                     self.strings.append(StringRef(node, scope, annotation, self.guards))
             elif isinstance(literal, bytes):
                 self.literals.append(node)

@@ -33,6 +33,9 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
                          fixable=False)
         return
     new_path = symbol[2].new
+    if path in context.family.deprecated_names:  # a state function: its twin takes the device
+        _state_function_path(sink, ref, path, new_path, symbol[1].code, symbol[2].device)
+        return
     literal = literal_with(context.lines, ref.node, [(0, len(path), new_path)])
     fixable = literal is not None
     unsafe_fixes = context.options.unsafe_fixes
@@ -43,6 +46,16 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
         message += " (an unsafe fix exists: --unsafe-fixes)"
     sink.add((sink.finding(ref.node, symbol[1].code, message, fixable=fixable, unsafe=True,
                            will_fix=fixable and unsafe_fixes, suggestion=f'"{new_path}"'),), edits)
+
+
+def _state_function_path(sink: Sink, ref: StringRef, path: str, new_path: str, code: str, device: str | None) -> None:
+    """`mock.patch("torch.get_autocast_gpu_dtype")`: reported, never rewritten, not even as an unsafe fix. The
+    twin is one function for every device (`torch.is_autocast_enabled` is also CUDA's own, not deprecated, check):
+    a patch of its path would stand in for every device's state, not the one the old name read."""
+    sink.add_finding(ref.node, code,
+                     f"string names the deprecated `{path}`: once the code calls `{new_path}` with the device "
+                     f"(\"{device}\"), a patch or lookup of this path no longer reaches it; `{new_path}` serves every "
+                     "device, so the string is not rewritten", fixable=False, suggestion=f'"{new_path}"')
 
 
 def _string_annotation(context: ModuleContext, sink: Sink, ref: StringRef) -> None:

@@ -163,10 +163,11 @@ def _settle(settlement: Settlement, groups: list[tuple[int, str]], use: Use, dec
         else:
             why = (f"a feature check moves with the uses it guards, and `{'.'.join(blocker.ref.parts)}` on line "
                    f"{blocker.ref.node.lineno} stays")
-        return replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(), message=f"left: {why}")
+        return replace(decision, edit=None, fixable=False, unsafe=False, dtype_edits=(),
+                       message=f"`{use.full}` left: {why}")
     if suppressed is not None and decision.edit is not None:
         return replace(decision, edit=None, fixable=False, unsafe=False,
-                       message=f"left: `{use.ref.parts[0]}` is {suppressed}")
+                       message=f"`{use.full}` left: `{use.ref.parts[0]}` is {suppressed}")
     return decision
 
 

@@ -17,7 +17,7 @@ from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
                                          plan_rewrite)
-from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, resolve
+from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_import, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
@@ -71,6 +71,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
     apex_imported = False
     for imp in walker.imports:
         apex_imported |= any(_owned(q) for q in _import_qnames(imp.node))
+    apex_imported = apex_imported or (mentions_apex(analysis.index.text) and _imported_dynamically(walker.chains))
     if apex_imported:
         uses: list[tuple[ChainRef, Binding, str, Rule]] = []
         for ref in walker.chains:
@@ -205,6 +206,9 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
     the function that uses it: the rewrite checks where in it), or why there is none."""
     bindings = {id(binding): binding for _, binding in uses}
     binding = next(iter(bindings.values()), None)
+    dynamic = next((b for b in bindings.values() if b.inferred is not None), None)
+    if dynamic is not None:
+        return f"`{dynamic.name}` {dynamic.inferred}, which no rewrite moves with its uses"
     not_plain = ("apex.amp is not reached through one `from apex import amp` (at module level, or in the function "
                  "of its uses), or its name is also bound otherwise")
     if binding is None or len(bindings) != 1 or binding.qname != rules.AMP_MODULE:
@@ -225,6 +229,17 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             and conditional_import(analysis.tree, node) is not None:
         return node  # `if is_apex_available(): from apex import amp` at module level
     return optional_import(analysis.tree, binding, analysis.walker.module_scope)
+
+
+def _imported_dynamically(chains: list[ChainRef]) -> bool:
+    """`amp = importlib.import_module("apex.amp")` / `apex = __import__("apex")`: apex bound without an import
+    statement (the walk binds the name to the module, as it does torch's)."""
+    for ref in chains:
+        if ref.role == "store" and isinstance(ref.parent, (ast.Assign, ast.AnnAssign)):
+            imported = dynamic_import(ref.parent.value)
+            if imported is not None and _owned(imported[0]):
+                return True
+    return False
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:

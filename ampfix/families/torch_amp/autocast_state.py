@@ -57,6 +57,8 @@ RULE = Rule(
         ),
         # A reference: a functools.partial under --unsafe-fixes.
         Example("import torch\nfn = torch.get_autocast_gpu_dtype\n", reported="AMP007"),
+        # A string naming one: reported, never rewritten (the twin serves every device; a patch of it would too).
+        Example('from unittest import mock\np = mock.patch("torch.get_autocast_gpu_dtype")\n', reported="AMP007"),
         # Not deprecated: the default target leaves them.
         Example("import torch\non = torch.is_autocast_enabled()\ntorch.set_autocast_enabled(on)\n"),
     ),
