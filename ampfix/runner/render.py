@@ -153,9 +153,12 @@ def _run_line(label: str, report: RunReport | None) -> str:
         return f"{label}: not run"
     if report.error is not None:
         return f"{label}: {report.error}"
+    calls = report.deprecated_api_calls
+    deprecated = (f", {sum(item['count'] for item in calls)} deprecated API call(s) at {len(calls)} site(s)"
+                  if calls else "")
     return (
         f"{label}: exit {report.exit_code}, {report.optimizer_steps} optimizer steps, "
-        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites"
+        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites{deprecated}"
     )
 
 
