@@ -122,6 +122,8 @@ class Recorder:
         self.scaler_calls = dict.fromkeys(SCALER_CALLS, 0)
         self.skipped_steps = 0
         self.grad_scalers: list[dict[str, Any]] = []
+        # The loss scale each of apex.amp's loss scalers holds now (the emulation's, see apex_amp).
+        self.apex_loss_scales: list[float] = []
         self.optimizer_steps = 0
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
@@ -192,6 +194,9 @@ class Recorder:
     def scaler_called(self, name: str, what: str = "") -> None:
         self.scaler_calls[name] += 1
         self._trace(f"scaler.{name}", what)
+
+    def apex_loss_scales_now(self, scales: list[float]) -> None:
+        self.apex_loss_scales = list(scales)
 
     def scaler_updated_without_step(self, site: Site) -> None:
         self._trace("scaler.update_without_step", "", site)
@@ -296,6 +301,7 @@ class Recorder:
             "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
             "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
             "grad_scalers": self.grad_scalers,
+            "apex_loss_scales": self.apex_loss_scales,
             "optimizer_steps": self.optimizer_steps,
             "losses": self.losses,
             "deprecations": [
