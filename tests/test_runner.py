@@ -35,6 +35,10 @@ JOBS: dict[str, list[str]] = {
     "boundaries_run": ["run", "boundaries.py"],
     "odd_fft_run": ["run", "boundaries.py", "--", "24"],
     "silenced_run": ["run", "silenced.py"],
+    # The autocast state functions torch 2.4 deprecated (issue 19), warnings silenced.
+    "autocast_state_run": ["run", "autocast_state.py"],
+    "autocast_state_verify": ["verify", "autocast_state.py", "--rewritten", "autocast_state.migrated.py"],
+    "autocast_state_engine_verify": ["verify", "autocast_state.py"],
     "project_verify": ["verify", "project_amp/run.py"],
     "project_unmigrated_verify": ["verify", "project_amp/run.py", "--rewritten", "project_amp/run.py"],
     "nested_idiomatic_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.idiomatic.py"],
@@ -293,6 +297,72 @@ def test_deprecated_calls_are_counted_though_the_script_silences_warnings(silenc
         (22, 3, "FutureWarning", True),  # torch.cuda.amp.autocast(), each step
     }
     assert "FutureWarning" not in silenced_run.stderr.split("ampfix run:")[0]  # and the script's filter still holds
+
+
+def _state_message(old: str, new: str, device: str) -> str:
+    return f"torch.{old}() is deprecated. Please use torch.{new}() with '{device}' first instead (AMP007)"
+
+
+def test_deprecated_autocast_state_calls_are_counted_at_their_line(autocast_state_run: Job) -> None:
+    report = autocast_state_run.report
+    assert autocast_state_run.returncode == 0, autocast_state_run.stderr
+    calls = {(item["line"], item["message"], item["count"]) for item in report["deprecations"]}
+    assert {item["category"] for item in report["deprecations"]} == {"DeprecationWarning"}
+    assert all(item["api"] for item in report["deprecations"])
+    get, set_, is_, set_enabled = "get_autocast_dtype", "set_autocast_dtype", "is_autocast_enabled", "set_autocast_enabled"
+    assert calls == {
+        (22, _state_message("get_autocast_gpu_dtype", get, "cuda"), 2),  # in the Function, each step
+        (35, _state_message("get_autocast_gpu_dtype", get, "cuda"), 2),  # `from torch import ... as gpu_dtype`
+        (41, _state_message("is_autocast_cpu_enabled", is_, "cpu"), 1),  # `import torch as th`
+        (41, _state_message("get_autocast_cpu_dtype", get, "cpu"), 1),
+        (42, _state_message("get_autocast_gpu_dtype", get, "cuda"), 1),
+        (43, _state_message("set_autocast_gpu_dtype", set_, "cuda"), 1),
+        (44, _state_message("get_autocast_gpu_dtype", get, "cuda"), 1),
+        (45, _state_message("set_autocast_gpu_dtype", set_, "cuda"), 1),
+        (46, _state_message("set_autocast_cpu_enabled", set_enabled, "cpu"), 1),
+        (47, _state_message("set_autocast_cpu_dtype", set_, "cpu"), 1),
+        (49, _state_message("get_autocast_xla_dtype", get, "xla"), 1),  # through a reference, at the call
+        (49, _state_message("get_autocast_ipu_dtype", get, "ipu"), 1),
+        (49, _state_message("is_autocast_xla_enabled", is_, "xla"), 1),
+        (49, _state_message("is_autocast_ipu_enabled", is_, "ipu"), 1),
+        (50, _state_message("set_autocast_xla_dtype", set_, "xla"), 1),
+        (51, _state_message("set_autocast_ipu_dtype", set_, "ipu"), 1),
+        (52, _state_message("set_autocast_xla_enabled", set_enabled, "xla"), 1),
+        (53, _state_message("set_autocast_ipu_enabled", set_enabled, "ipu"), 1),
+        (55, _state_message("set_autocast_gpu_dtype", set_, "cuda"), 1),  # counted though it raises
+    }  # fmt: skip
+    # What the script read is what a GPU gives: CUDA's float16 though bfloat16 ran, CUDA autocast off in a
+    # "cpu" region; and the script's filter still holds.
+    assert autocast_state_run.stdout.splitlines() == [
+        "cuda region: torch.float16 True torch.float16",
+        "cuda region: torch.float16 True torch.float16",
+        "cpu region: False True torch.bfloat16",
+        "outside: torch.float16 False",
+        "set: torch.bfloat16",
+        "other devices: torch.bfloat16 torch.float16 False False",
+        "refused: dtype must be a torch.dtype (got str)",  # torch's own error, through the runner's wrapper
+    ]
+    assert "DeprecationWarning" not in autocast_state_run.stderr.split("ampfix run:")[0]
+
+
+def test_verify_shows_the_originals_deprecated_calls(autocast_state_verify: Job) -> None:
+    assert autocast_state_verify.returncode == 0, autocast_state_verify.stderr
+    assert autocast_state_verify.report["equivalent"] is True
+    shown = " ".join(autocast_state_verify.stderr.split())  # the report, its lines wrapped by the console
+    assert "original: exit 0, 2 optimizer steps, 2 losses, 2 autocast sites, 21 deprecated API call(s) at 19 site(s)" \
+        " rewrite : exit 0, 2 optimizer steps, 2 losses, 2 autocast sites note:" in shown
+
+
+def test_a_rewrite_left_calling_a_state_function_is_not_migrated(autocast_state_engine_verify: Job) -> None:
+    # ampfix's rewrite leaves `from torch import set_autocast_cpu_enabled` (its twin has another name) and the
+    # reference `read = torch.get_autocast_xla_dtype` (a partial only under --unsafe-fixes).
+    report = autocast_state_engine_verify.report
+    assert autocast_state_engine_verify.returncode == 1, autocast_state_engine_verify.stderr
+    assert report["equivalent"] is False
+    assert report["first_difference"] == (
+        "the rewrite still calls a deprecated API at autocast_state.py:46 and 1 other site(s) ("
+        + _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu") + "): not migrated"
+    )
 
 
 def test_verify_rewrites_the_local_modules_the_script_imports(project_verify: Job) -> None:

@@ -88,6 +88,7 @@ def test_apex_loss_scaling_is_reported_as_its_grad_scaler_twin(apex_run: Job) ->
     # scale_loss on each of the 6 batches (apex unscales and updates the scale inside each), a step every 2.
     assert report["scaler"] == {"scale": 6, "unscale": 0, "step": 0, "update": 6, "skipped_steps": 0}
     assert report["optimizer_steps"] == 3
+    assert report["apex_loss_scales"] == [65536.0]  # no overflow in 6 updates: the scale apex started with
     printed = [float(line.split()[3]) for line in apex_run.stdout.splitlines() if line.startswith("batch ")]
     assert [round(loss, 5) for loss in report["losses"]] == printed  # the unscaled losses
 
@@ -95,6 +96,11 @@ def test_apex_loss_scaling_is_reported_as_its_grad_scaler_twin(apex_run: Job) ->
 def test_the_summary_says_apex_was_emulated(apex_run: Job) -> None:
     summary = " ".join(apex_run.stderr.split())  # rich wraps lines
     assert f"emulated apex_yolo.py:72 {EMULATED_O1} (×1)" in summary
+    # In apex's terms: apex has no scaler.step() (the script steps its optimizer), so no "step 0".
+    assert ("apex.amp loss scaling scale_loss 6 · loss scale updates 6 · optimizer steps skipped (inf/NaN gradients) 0 "
+            "· optimizer steps taken 3 · loss scale now 65536 created at apex_yolo.py:72 (apex.amp loss scaler, "
+            "emulated; as a GradScaler):") in summary
+    assert "GradScaler calls" not in summary
 
 
 def test_o2_is_not_emulated_and_fails_as_a_missing_feature(apex_o2_run: Job) -> None:

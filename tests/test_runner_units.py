@@ -476,3 +476,36 @@ def test_local_imports_follow_the_script_into_its_own_modules_only() -> None:
     # `from exp.exp_main import ...` (exp/ has no __init__.py), then its `from .metrics import mae`;
     # torch, numpy and sys are not the project's.
     assert found == [root / "exp" / "exp_main.py", root / "exp" / "metrics.py"]
+
+
+def _rendered(report: RunReport) -> str:
+    console = Console(file=io.StringIO(), width=400)
+    render.render_run(report, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]  # the StringIO given above
+    return "\n".join(" ".join(line.split()) for line in text.splitlines())  # the grid's padding dropped
+
+
+def test_apex_loss_scaling_is_shown_in_apexs_terms() -> None:
+    # apex steps no scaler: the script's optimizer.step() ran 3 times, and once more skipped after an overflow,
+    # which halved the scale.
+    apex_scaler = {"device": "cuda", "init_scale": 65536.0, "enabled": True, "emulating": "apex.amp loss scaler",
+                   "file": "/x/train.py", "line": 7}
+    process = _process(
+        scaler={"scale": 4, "unscale": 0, "step": 0, "update": 4, "skipped_steps": 1},
+        grad_scalers=[apex_scaler], apex_loss_scales=[32768.0], optimizer_steps=3,
+    )
+    shown = _rendered(_report(process))
+    assert ("\napex.amp loss scaling scale_loss 4 · loss scale updates 4 · optimizer steps skipped (inf/NaN gradients) 1 "
+            "· optimizer steps taken 3 · loss scale now 32768\n") in shown
+    assert "GradScaler calls" not in shown and "step 0" not in shown
+    assert "\ncreated at train.py:7 (apex.amp loss scaler, emulated; as a GradScaler): device='cuda' " \
+        "init_scale=65536.0 enabled=True\n" in shown
+
+
+def test_a_native_grad_scaler_is_shown_in_its_own_terms() -> None:
+    native = {"device": "cuda", "init_scale": 65536.0, "enabled": True, "file": "/x/train.py", "line": 7}
+    process = _process(scaler={"scale": 3, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0},
+                       grad_scalers=[native], optimizer_steps=3)
+    shown = _rendered(_report(process))
+    assert "\nGradScaler calls scale 3 · unscale_ 0 · step 3 · update 3 · skipped steps 0\n" in shown
+    assert "apex.amp" not in shown

@@ -27,7 +27,7 @@ import torch
 from ampfix.runner.cuda_autocast import CudaPolicy
 from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
 from ampfix.runner.patching import replace, with_arguments_adjusted, with_call_bound
-from ampfix.runner.sites import find_site
+from ampfix.runner.sites import find_site, read_by_script
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
 _original_is_autocast_enabled = torch.is_autocast_enabled
@@ -120,23 +120,28 @@ class ActiveRegions:
 
 
 def _enter_cuda_state(region: Any) -> Any:
-    """A "cuda" region runs as a CPU one, so torch never sets the CUDA autocast dtype that a nested
-    ``torch.amp.autocast("cuda")`` without a dtype inherits: set here as on a GPU (the requested,
-    effective dtype), restored on exit. Returns what to restore, or None."""
+    """A "cuda" region runs as a CPU one, so torch never sets the CUDA autocast state: the dtype that a nested
+    ``torch.amp.autocast("cuda")`` without a dtype inherits, and that ``torch.get_autocast_dtype("cuda")`` /
+    ``get_autocast_gpu_dtype()`` read (float16 by default, whatever the run's dtype), and whether CUDA autocast
+    is on, which the script reads with ``torch.is_autocast_enabled()``. Set here as on a GPU (the requested,
+    effective dtype; the region's enabled), restored on exit. Returns what to restore, or None."""
     dtype = getattr(region, "_ampfix_cuda_dtype", None)
     if not isinstance(dtype, torch.dtype):
         return None
-    previous = _original_get_autocast_dtype("cuda")
+    previous = (_original_get_autocast_dtype("cuda"), _original_is_autocast_enabled("cuda"))
     try:
         torch.set_autocast_dtype("cuda", dtype)
     except RuntimeError:  # a dtype CUDA autocast refuses: the region itself fails as on a GPU
         return None
+    torch.set_autocast_enabled("cuda", bool(region._enabled))
     return previous
 
 
 def _restore_cuda_state(previous: Any) -> None:
     if previous is not None:
-        torch.set_autocast_dtype("cuda", previous)
+        dtype, enabled = previous
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.set_autocast_enabled("cuda", enabled)
 
 
 @contextlib.contextmanager
@@ -255,12 +260,21 @@ def _note_whether_dtype_given(deprecated: Any) -> None:
     replace(deprecated, "__init__", with_arguments_adjusted(deprecated.__init__, note))
 
 
-def install_autocast_state_queries() -> None:
-    """torch.is_autocast_enabled("cuda") (and the legacy no-argument form) asks the CPU state."""
+def install_autocast_state_queries(active: ActiveRegions) -> None:
+    """torch.is_autocast_enabled("cuda") (and the legacy no-argument form) asks the CPU state, which runs the
+    "cuda" regions (and the ones torch opens for them: custom_fwd's, checkpointing's), except where the script
+    (or a library it uses) asks inside a region it opened for "cpu": that one does not turn CUDA autocast on or
+    off on a GPU, so it reads the CUDA state as a GPU keeps it (:func:`_enter_cuda_state`)."""
 
     @functools.wraps(_original_is_autocast_enabled)
     def is_autocast_enabled(device_type: str = "cuda") -> bool:
-        return _original_is_autocast_enabled("cpu" if device_type == "cuda" else device_type)
+        if device_type != "cuda":
+            return _original_is_autocast_enabled(device_type)
+        stack = active.stack()
+        in_cpu_region = bool(stack) and stack[-1].device_requested == "cpu" and stack[-1].site.origin == "script"
+        if in_cpu_region and read_by_script() is not None:
+            return _original_is_autocast_enabled("cuda")
+        return _original_is_autocast_enabled("cpu")
 
     torch.is_autocast_enabled = is_autocast_enabled
 
@@ -485,12 +499,42 @@ def _record_class(recorder: Recorder, cls: type, message: str) -> None:
     replace(cls, "__new__", staticmethod(__new__))
 
 
-def _recorded_function(recorder: Recorder, function: Any, message: str) -> Any:
-    category = _category(function)
+def _recorded_function(
+    recorder: Recorder, function: Any, message: str, category: str | None = None, *, owns_warnings: bool = False
+) -> Any:
+    category = category or _category(function)
 
     @functools.wraps(function)
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        with recorder.deprecated_call(message, category, find_site()):
+        with recorder.deprecated_call(message, category, find_site(), owns_warnings=owns_warnings):
             return function(*args, **kwargs)
 
     return recorded
+
+
+def record_deprecated_state_functions(recorder: Recorder) -> None:
+    """torch 2.4's per-device autocast state functions (``torch.get_autocast_gpu_dtype()`` and its
+    siblings, AMP007) carry no ``__deprecated__``: they are C functions that warn from C++, so the script's
+    warning filters decide whether they are seen. Each that the installed torch has is wrapped, transparently
+    (same arguments, return value and exceptions), to be counted at the script's file:line like the rest.
+    The list is the rules' (``TORCH_AMP.deprecated_names``); the warning they raise while counted is theirs
+    (``owns_warnings``: its text carries the build's C++ source line, so it is not compared)."""
+    import importlib
+
+    from ampfix.families import TORCH_AMP
+
+    for qualified in sorted(TORCH_AMP.deprecated_names):
+        module_name, _, name = qualified.rpartition(".")
+        symbol = TORCH_AMP.symbol(qualified)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        function = getattr(module, name, None)
+        if function is None or symbol is None or symbol[2] is None:
+            continue
+        rule, target = symbol[1], symbol[2]
+        device = f" with {target.device!r} first" if target.device else ""
+        message = f"{qualified}() is deprecated. Please use {target.new}(){device} instead ({rule.code})"
+        replace(module, name, _recorded_function(recorder, function, message, DeprecationWarning.__name__,
+                                                 owns_warnings=True))

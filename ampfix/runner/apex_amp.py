@@ -144,6 +144,7 @@ class AmpState:
         if loss_scale is None:
             loss_scale = "dynamic" if opt_level == "O1" else 1.0
         self.loss_scalers = [LossScaler(loss_scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)]
+        self._record_loss_scales()
         description = "float16 autocast from initialize on" if patch else "float32"
         scaling = "dynamic loss scaling from 2**16" if loss_scale == "dynamic" else f"static loss scale {loss_scale!r}"
         self.recorder.emulated_use(f"apex.amp {opt_level} ({description}, {scaling})", site)
@@ -156,6 +157,9 @@ class AmpState:
         if patch:
             self._enter_global_region()
         return models_out if optimizers is None else (models_out, optimizers_out)
+
+    def _record_loss_scales(self) -> None:
+        self.recorder.apex_loss_scales_now([scaler.loss_scale() for scaler in self.loss_scalers])
 
     def _record_scaler(self, arguments: dict[str, Any], site) -> None:
         self.recorder.scaler_created({"device": "cuda", **arguments}, site, emulating="apex.amp loss scaler")
@@ -243,6 +247,7 @@ class AmpState:
                 self.installed.scaling.unscaled()
             should_skip = False if delay_overflow_check else scaler.update_scale()
             self.recorder.scaler_called("update")
+            self._record_loss_scales()
             if should_skip:
                 for optimizer in optimizers:
                     self._skip_next_step(optimizer)
@@ -298,6 +303,7 @@ class AmpState:
             self.loss_scalers[index]._unskipped = value["unskipped"]
             self.recorder.scaler_state("load_state_dict", value["loss_scale"], find_site())
             index += 1
+        self._record_loss_scales()
         if unexpected:
             keys = ", ".join(f'"{key}"' for key in unexpected)
             raise RuntimeError(f"Error(s) in loading state_dict. Unexpected key(s) in state_dict: {keys}. ")

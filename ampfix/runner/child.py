@@ -81,11 +81,10 @@ def _capture_deprecations(recorder: Recorder) -> None:
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         running = recorder.deprecated_call_running()
-        if running is not None and issubclass(category, _DEPRECATIONS) and str(message) == running[0]:
+        if running is not None and issubclass(category, _DEPRECATIONS) and running.raised(str(message)):
             # Counted by the runner itself (see amp_patches.record_deprecated_calls), shown at the script's line.
-            _, _, site, count = running
-            if count == 1:
-                original_show(message, category, site.file, site.line, file, None)
+            if running.count == 1:
+                original_show(message, category, running.site.file, running.site.line, file, None)
             return
         if issubclass(category, _DEPRECATIONS):
             if recorder.deprecation(str(message), category.__name__, filename, lineno) > 1:

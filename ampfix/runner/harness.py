@@ -65,8 +65,10 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
         ("the record of deprecated AMP calls", lambda: amp_patches.record_deprecated_calls(recorder)),
+        ("the record of deprecated autocast state calls",
+         lambda: amp_patches.record_deprecated_state_functions(recorder)),
         ("autocast", lambda: amp_patches.install_autocast(recorder, plan, limit.at_boundary, active)),
-        ("torch.is_autocast_enabled", amp_patches.install_autocast_state_queries),
+        ("torch.is_autocast_enabled", lambda: amp_patches.install_autocast_state_queries(active)),
         ("custom_fwd/custom_bwd", lambda: amp_patches.install_custom_fwd_bwd(recorder, plan)),
         (
             "GradScaler",

@@ -61,6 +61,11 @@ class RunReport:
         return [{**scaler, "process": p["label"]} for p in self.processes for scaler in p["grad_scalers"]]
 
     @property
+    def apex_loss_scales(self) -> list[float]:
+        """The loss scale each emulated apex.amp loss scaler ended with (empty without apex.amp)."""
+        return [scale for p in self.processes for scale in p.get("apex_loss_scales", [])]
+
+    @property
     def optimizer_steps(self) -> int:
         return sum(process["optimizer_steps"] for process in self.processes)
 
@@ -121,6 +126,7 @@ class RunReport:
             "op_dtypes": self.op_dtypes,
             "scaler": self.scaler,
             "grad_scalers": self.grad_scalers,
+            "apex_loss_scales": self.apex_loss_scales,
             "optimizer_steps": self.optimizer_steps,
             "losses": self.losses,
             "deprecations": self.deprecations,

@@ -86,6 +86,21 @@ class CustomFwdKey:
         return {"device_type": self.device_requested, "cast_inputs": self.cast_inputs_requested}
 
 
+@dataclass(frozen=True)
+class RunningCall:
+    """The deprecated call the runner is counting in this thread (see :meth:`Recorder.deprecated_call`)."""
+
+    message: str
+    category: str
+    site: Site
+    count: int
+    owns_warnings: bool = False
+
+    def raised(self, message: str) -> bool:
+        """Whether a deprecation warning with this text, raised now, is this call's own."""
+        return self.owns_warnings or message == self.message
+
+
 def dtype_name(dtype: Any) -> str:
     """'torch.bfloat16' -> 'bfloat16'; anything that is not a dtype keeps its repr."""
     text = str(dtype)
@@ -107,6 +122,8 @@ class Recorder:
         self.scaler_calls = dict.fromkeys(SCALER_CALLS, 0)
         self.skipped_steps = 0
         self.grad_scalers: list[dict[str, Any]] = []
+        # The loss scale each of apex.amp's loss scalers holds now (the emulation's, see apex_amp).
+        self.apex_loss_scales: list[float] = []
         self.optimizer_steps = 0
         self.losses: list[float] = []
         self.deprecations: dict[tuple[str, str, str, int], int] = {}
@@ -178,6 +195,9 @@ class Recorder:
         self.scaler_calls[name] += 1
         self._trace(f"scaler.{name}", what)
 
+    def apex_loss_scales_now(self, scales: list[float]) -> None:
+        self.apex_loss_scales = list(scales)
+
     def scaler_updated_without_step(self, site: Site) -> None:
         self._trace("scaler.update_without_step", "", site)
 
@@ -223,20 +243,22 @@ class Recorder:
         return count
 
     @contextlib.contextmanager
-    def deprecated_call(self, message: str, category: str, site: Site) -> Iterator[int]:
+    def deprecated_call(self, message: str, category: str, site: Site, *, owns_warnings: bool = False) -> Iterator[int]:
         """A call of a deprecated API, counted here whatever warning filters the script set; while it runs,
         :meth:`deprecated_call_running` names it, so the warning it raises (if shown) is not counted twice.
-        Yields how many times this one has been seen."""
+        ``owns_warnings``: every deprecation warning raised while it runs is its own, whatever its text (a C
+        function that calls no Python code, whose warning text the build decorates). Yields how many times
+        this one has been seen."""
         count = self.deprecation(message, category, site.file, site.line)
         self.deprecated_apis.add((message, category, site.file, site.line))
         outer = getattr(self._calls, "running", None)
-        self._calls.running = (message, category, site, count)
+        self._calls.running = RunningCall(message, category, site, count, owns_warnings)
         try:
             yield count
         finally:
             self._calls.running = outer
 
-    def deprecated_call_running(self) -> tuple[str, str, Site, int] | None:
+    def deprecated_call_running(self) -> RunningCall | None:
         return getattr(self._calls, "running", None)
 
     def unemulated_use(self, feature: str, site: Site) -> None:
@@ -279,6 +301,7 @@ class Recorder:
             "op_dtypes": {dtype_name(dtype): count for dtype, count in self.op_dtypes.items()},
             "scaler": {**self.scaler_calls, "skipped_steps": self.skipped_steps},
             "grad_scalers": self.grad_scalers,
+            "apex_loss_scales": self.apex_loss_scales,
             "optimizer_steps": self.optimizer_steps,
             "losses": self.losses,
             "deprecations": [

@@ -61,6 +61,25 @@ def _scaler_text(report: RunReport) -> str:
     return f"{text} · skipped steps {calls['skipped_steps']}"
 
 
+def _apex_scaling_text(report: RunReport) -> str:
+    """The loss scaling of an apex.amp script in apex's terms: it has no scaler.step() (the script steps its
+    optimizer, which apex skips once after inf/NaN gradients), and the scale is apex's own."""
+    calls = report.scaler
+    scales = report.apex_loss_scales
+    scale = " / ".join(f"{value:g}" for value in scales) if scales else "none (loss scaling off)"
+    return (
+        f"scale_loss {calls['scale']} · loss scale updates {calls['update']} · optimizer steps skipped "
+        f"(inf/NaN gradients) {calls['skipped_steps']} · optimizer steps taken {report.optimizer_steps} · "
+        f"loss scale now {scale}"
+    )
+
+
+def _scales_like_apex(report: RunReport) -> bool:
+    """Every loss scaler of the run is the emulated apex.amp's (a script that also builds a GradScaler is
+    shown in GradScaler's terms)."""
+    return bool(report.grad_scalers) and all(scaler.get("emulating") for scaler in report.grad_scalers)
+
+
 def _custom_fwd_text(item: dict[str, Any]) -> str:
     """'train.py:14 cuda cast_inputs=float16, ran as cpu cast_inputs=bfloat16 (×1)'."""
     requested = f"{item['device_requested']} cast_inputs={item['cast_inputs_requested']}"
@@ -74,12 +93,15 @@ def _facts_grid(report: RunReport) -> Table:
     grid.add_column()
     op_dtypes = " · ".join(f"{name} {count}" for name, count in report.op_dtypes.items()) or "none"
     grid.add_row("ops inside autocast", op_dtypes)
-    grid.add_row("GradScaler calls", _scaler_text(report))
+    if _scales_like_apex(report):
+        grid.add_row("apex.amp loss scaling", _apex_scaling_text(report))
+    else:
+        grid.add_row("GradScaler calls", _scaler_text(report))
     for scaler in report.grad_scalers:
         arguments = " ".join(
             f"{name}={scaler[name]!r}" for name in scaler if name not in ("file", "line", "process", "emulating")
         )
-        emulating = f" ({scaler['emulating']}, emulated)" if scaler.get("emulating") else ""
+        emulating = f" ({scaler['emulating']}, emulated; as a GradScaler)" if scaler.get("emulating") else ""
         grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}{emulating}: {arguments}")
     for index, item in enumerate(report.custom_fwd):
         grid.add_row("custom_fwd" if index == 0 else "", _custom_fwd_text(item))
@@ -153,9 +175,12 @@ def _run_line(label: str, report: RunReport | None) -> str:
         return f"{label}: not run"
     if report.error is not None:
         return f"{label}: {report.error}"
+    calls = report.deprecated_api_calls
+    deprecated = (f", {sum(item['count'] for item in calls)} deprecated API call(s) at {len(calls)} site(s)"
+                  if calls else "")
     return (
         f"{label}: exit {report.exit_code}, {report.optimizer_steps} optimizer steps, "
-        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites"
+        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites{deprecated}"
     )
 
 
