@@ -202,6 +202,21 @@ NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not
      "forward passes to put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be "
      "rewritten alone (a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by "
      "hand)"),
+    # a trainer set up in __init__ (issue 21's first example): what is not proved is reported, not guessed
+    ("trainer_init_condition_rebound", "AMP101",
+     "not rewritten: `self.use_amp`, the condition of initialize as the methods test it, is assigned on line 16"),
+    ("trainer_init_optimizer_reassigned", "AMP101",
+     "not rewritten: `self.optimizer` is assigned again on line 16 (initialize's optimizer must be the one every "
+     "method scales and steps)"),
+    ("trainer_init_condition_not_assigned", "AMP101",
+     "not rewritten: `use_amp`, the condition of initialize in `__init__`, is not a parameter assigned to an "
+     "attribute before it (`self.flag = flag`) for the other methods to test"),
+    ("trainer_init_step_given_the_loss", "AMP101",
+     "not rewritten: the forward pass that computes `loss` is not in `step` but in its callers: O1 ran it in mixed "
+     "precision, it now runs in float32 unless they put it under `torch.autocast(\"cuda\", dtype=torch.float16, "
+     "enabled=bool(self.use_amp))` (an unsafe fix exists: --unsafe-fixes)"),
+    ("trainer_imports_in_each_method", "AMP101",
+     "not rewritten: torch is not imported where the local `from apex import amp` is"),
 ])
 def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason: str):
     from ampfix.engine import fix_source

@@ -167,6 +167,12 @@ def _plan_groups(analysis: ApexModule,
 
     initializers = [node for node, uses in groups if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
     initializing = [where(node) for node in initializers]
+    klass = _class_of(analysis.tree, initializers[0]) if initializing == ["__init__"] else None
+    if klass is not None and all(_class_of(analysis.tree, node) is klass for node, _ in groups):
+        # a trainer set up in `__init__`, its other methods each importing apex.amp (the first example):
+        # one rewrite, the scaler in `self.scaler`
+        return plan_rewrite(analysis, [use for _, uses in groups for use in uses], initializers[0], None,
+                            method_imports=tuple(node for node, _ in groups if node is not initializers[0]))
     for node, _ in groups:
         klass = _class_of(analysis.tree, node)
         if where(node) not in initializing and klass is not None \
