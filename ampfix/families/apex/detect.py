@@ -178,9 +178,9 @@ def _plan_groups(analysis: ApexModule,
         if where(node) not in initializing and klass is not None \
                 and any(_class_of(analysis.tree, other) is klass for other in initializers):
             return (f"apex.amp is imported by `{where(node)}` and by {', '.join(f'`{n}`' for n in initializing)}, "
-                    "methods of one class: a class whose methods each import it (initialize in one, the other uses in "
-                    "another) is not rewritten (by hand: `self.scaler = torch.amp.GradScaler(...)` where initialize "
-                    "was, used in the other methods)")
+                    "methods of one class: a class whose methods each import it is rewritten where initialize is in "
+                    "`__init__` (the scaler is then there before any other method runs), not here (by hand: "
+                    "`self.scaler = torch.amp.GradScaler(...)` where initialize was, used in the other methods)")
         if where(node) not in initializing:
             elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
                          else "nor anywhere in the module: mixed precision is switched on elsewhere")
