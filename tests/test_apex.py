@@ -487,3 +487,25 @@ def test_the_o1_pattern_beside_every_other_apex_name_is_rewritten_and_the_others
                                                      for n, name in [*lines.items(), *imports.items()])
                 if rule is not None}
     assert len(expected) == 2 * len(others) and left == expected
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    # an early return: the object may be made without the scaler its methods use
+    ("        if use_amp:\n            from apex", "        if not use_amp:\n            return\n"
+     "        if use_amp:\n            from apex",
+     "`__init__` may return before initialize, leaving the object without the scaler"),
+    # a subclass whose own __init__ may not make the scaler (one in another module cannot be seen)
+    ("        return loss.item()\n", "        return loss.item()\n\n\nclass Quiet(Trainer):\n"
+     "    def __init__(self, model):\n        self.model = model\n",
+     "a subclass of `Trainer` has an `__init__` of its own, which may not make the scaler"),
+])
+def test_a_trainer_set_up_in_init_is_left_where_an_object_may_lack_the_scaler(old: str, new: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / "trainer_init_forward_in_method.in.py").read_text()
+    assert source.count(old) == 1
+    source = source.replace(old, new)
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert not initialize.fixed and initialize.message.endswith(f"not rewritten: {reason}"), initialize.message

@@ -394,6 +394,15 @@ def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: a
             raise NotMechanical("an apex.amp use lies outside the methods of initialize's class")
         if where not in methods:
             methods.append(where)
+    klass = tree.parent(function)
+    assert isinstance(klass, ast.ClassDef)  # _self_of: a method
+    if any(isinstance(node, ast.Return) and node.lineno < init.lineno and tree.function_of(node) is function
+           for node in ast.walk(function)):
+        raise NotMechanical("`__init__` may return before initialize, leaving the object without the scaler")
+    if any(isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == klass.name for b in node.bases)
+           and any(isinstance(m, _FUNCTIONS) and m.name == "__init__" for m in node.body)
+           for node in ast.walk(tree.engine.tree)):
+        raise NotMechanical(f"a subclass of `{klass.name}` has an `__init__` of its own, which may not make the scaler")
     attribute = opt_name.partition(".")[2]
     for node in ast.walk(tree.engine.tree):
         if isinstance(node, ast.Attribute) and node.attr == attribute and not isinstance(node.ctx, ast.Load) \
