@@ -205,9 +205,9 @@ NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not
      "hand)"),
     # a trainer set up in __init__ (issue 21's first example): what is not proved is reported, not guessed
     ("trainer_init_condition_rebound", "AMP101",
-     "not rewritten: `self.use_amp`, the condition of initialize as the methods test it, is assigned on line 16"),
+     "not rewritten: `self.use_amp`, the condition of initialize as the methods test it, is assigned on line 15"),
     ("trainer_init_optimizer_reassigned", "AMP101",
-     "not rewritten: `self.optimizer` is assigned again on line 16 (initialize's optimizer must be the one every "
+     "not rewritten: `self.optimizer` is assigned again on line 15 (initialize's optimizer must be the one every "
      "method scales and steps)"),
     ("trainer_init_condition_not_assigned", "AMP101",
      "not rewritten: `use_amp`, the condition of initialize in `__init__`, is not a parameter assigned to an "
