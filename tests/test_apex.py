@@ -69,7 +69,8 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
 
 
 @pytest.mark.parametrize(("name", "unsafe"), [("apex_ddp", False), ("apex_condition", False),
-                                             ("apex_trainer", False), ("apex_losses", True)])
+                                             ("apex_trainer", False), ("apex_losses", True),
+                                             ("apex_init_trainer", False), ("apex_init_trainer_step", True)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
@@ -202,6 +203,21 @@ NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not
      "forward passes to put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be "
      "rewritten alone (a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by "
      "hand)"),
+    # a trainer set up in __init__ (issue 21's first example): what is not proved is reported, not guessed
+    ("trainer_init_condition_rebound", "AMP101",
+     "not rewritten: `self.use_amp`, the condition of initialize as the methods test it, is assigned on line 15"),
+    ("trainer_init_optimizer_reassigned", "AMP101",
+     "not rewritten: `self.optimizer` is assigned again on line 15 (initialize's optimizer must be the one every "
+     "method scales and steps)"),
+    ("trainer_init_condition_not_assigned", "AMP101",
+     "not rewritten: `use_amp`, the condition of initialize in `__init__`, is not a parameter assigned to an "
+     "attribute before it (`self.flag = flag`) for the other methods to test"),
+    ("trainer_init_step_given_the_loss", "AMP101",
+     "not rewritten: the forward pass that computes `loss` is not in `step` but in its callers: O1 ran it in mixed "
+     "precision, it now runs in float32 unless they put it under `torch.autocast(\"cuda\", dtype=torch.float16, "
+     "enabled=bool(self.use_amp))` (an unsafe fix exists: --unsafe-fixes)"),
+    ("trainer_imports_in_each_method", "AMP101",
+     "not rewritten: torch is not imported where the local `from apex import amp` is"),
 ])
 def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason: str):
     from ampfix.engine import fix_source
@@ -484,3 +500,25 @@ def test_apex_bound_by_importlib_or_dunder_import_is_reported_with_the_binding()
     assert [(f.line, f.code, f.fixed) for f in result.findings] == [(3, "AMP101", False), (5, "AMP102", False)]
     assert "not rewritten: `amp` bound by `importlib.import_module('apex.amp')` on line 2, which no rewrite moves " \
            "with its uses" in result.findings[0].message
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    # an early return: the object may be made without the scaler its methods use
+    ("        if use_amp:\n            from apex", "        if not use_amp:\n            return\n"
+     "        if use_amp:\n            from apex",
+     "`__init__` may return before initialize, leaving the object without the scaler"),
+    # a subclass whose own __init__ may not make the scaler (one in another module cannot be seen)
+    ("        return loss.item()\n", "        return loss.item()\n\n\nclass Quiet(Trainer):\n"
+     "    def __init__(self, model):\n        self.model = model\n",
+     "a subclass of `Trainer` has an `__init__` of its own, which may not make the scaler"),
+])
+def test_a_trainer_set_up_in_init_is_left_where_an_object_may_lack_the_scaler(old: str, new: str, reason: str):
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / "trainer_init_forward_in_method.in.py").read_text()
+    assert source.count(old) == 1
+    source = source.replace(old, new)
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert not initialize.fixed and initialize.message.endswith(f"not rewritten: {reason}"), initialize.message

@@ -34,6 +34,9 @@ JOBS: dict[str, list[str]] = {
     "trainer_off_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py", "--", "--fp16", "0"],
     "trainer_wrong_clip_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.wrong_clip.py"],
     "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
+    "init_trainer_verify": ["verify", "apex_init_trainer.py", "--rewritten", "apex_init_trainer.native.py"],
+    "init_trainer_step_verify": ["verify", "apex_init_trainer_step.py", "--rewritten",
+                                 "apex_init_trainer_step.native.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -180,6 +183,27 @@ def test_a_trainers_scaler_in_self_verifies_across_its_methods(trainer_verify: J
     assert report["equivalent"] is True and report["first_difference"] is None
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
     assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+
+
+def test_a_trainer_set_up_in_its_init_verifies_with_its_scaler_in_self(init_trainer_verify: Job) -> None:
+    """Issue 21's first example with its forward pass in the trainer: `self.scaler` made in `__init__` where
+    initialize was, each of the 4 steps' losses the same bit for bit, clipping unscaled as apex's was."""
+    report = init_trainer_verify.report
+    assert init_trainer_verify.returncode == 0, init_trainer_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_a_trainer_given_its_loss_by_the_caller_is_named_as_losing_the_callers_autocast(
+        init_trainer_step_verify: Job) -> None:
+    """The issue's example as given (the unsafe rewrite): the caller's forward pass, under O1 in the original, runs
+    outside any autocast in the rewrite, and verify says so at the caller's line."""
+    report = init_trainer_step_verify.report
+    assert init_trainer_step_verify.returncode == 1, init_trainer_step_verify.stderr
+    assert report["first_difference"] == (
+        "step 0: original call of Sequential under autocast(cuda float16) at apex_init_trainer_step.py:32; rewrite "
+        "call of Sequential outside autocast at apex_init_trainer_step.native.py:28")
 
 
 def test_a_trainer_with_the_flag_off_differs_only_by_its_disabled_scaler(trainer_off_verify: Job) -> None:

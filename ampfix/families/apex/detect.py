@@ -168,14 +168,20 @@ def _plan_groups(analysis: ApexModule,
 
     initializers = [node for node, uses in groups if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
     initializing = [where(node) for node in initializers]
+    klass = _class_of(analysis.tree, initializers[0]) if initializing == ["__init__"] else None
+    if klass is not None and all(_class_of(analysis.tree, node) is klass for node, _ in groups):
+        # a trainer set up in `__init__`, its other methods each importing apex.amp (the first example):
+        # one rewrite, the scaler in `self.scaler`
+        return plan_rewrite(analysis, [use for _, uses in groups for use in uses], initializers[0], None,
+                            method_imports=tuple(node for node, _ in groups if node is not initializers[0]))
     for node, _ in groups:
         klass = _class_of(analysis.tree, node)
         if where(node) not in initializing and klass is not None \
                 and any(_class_of(analysis.tree, other) is klass for other in initializers):
             return (f"apex.amp is imported by `{where(node)}` and by {', '.join(f'`{n}`' for n in initializing)}, "
-                    "methods of one class: a class whose methods each import it (initialize in one, the other uses in "
-                    "another) is not rewritten (by hand: `self.scaler = torch.amp.GradScaler(...)` where initialize "
-                    "was, used in the other methods)")
+                    "methods of one class: a class whose methods each import it is rewritten where initialize is in "
+                    "`__init__` (the scaler is then there before any other method runs), not here (by hand: "
+                    "`self.scaler = torch.amp.GradScaler(...)` where initialize was, used in the other methods)")
         if where(node) not in initializing:
             elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
                          else "nor anywhere in the module: mixed precision is switched on elsewhere")

@@ -123,26 +123,30 @@ class NotMechanical(Exception):
 
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
-                 optional: OptionalImport | None = None, commit: bool = True) -> Rewritten | UnsafeOnly | str:
+                 optional: OptionalImport | None = None, commit: bool = True,
+                 method_imports: tuple[ast.ImportFrom, ...] = ()) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
     of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
-    why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`)."""
+    why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`).
+    `method_imports`: the local imports of the other methods of a trainer set up in `__init__` (`import_node`'s)."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     try:
-        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional))
+        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional, method_imports))
         for sub_rewrite in _SUB_REWRITES:
             sub_rewrite(rewrite)
         _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)
     opt_level = rewrite.shape.opt_level
-    if opt_level.unsafe and not engine.options.unsafe_fixes:
-        return UnsafeOnly(f"{opt_level.note} (an unsafe fix exists: --unsafe-fixes)")
+    unsafe = opt_level.unsafe or bool(rewrite.unsafe_notes)
+    if unsafe and not engine.options.unsafe_fixes:
+        notes = ([opt_level.note] if opt_level.note else []) + rewrite.unsafe_notes
+        return UnsafeOnly(f"{'; '.join(notes)} (an unsafe fix exists: --unsafe-fixes)")
     _initialize_message(rewrite)
     if commit:
         engine.add_splices(rewrite.splices)
-    return Rewritten(rewrite.messages, rewrite.shape.opt_level.unsafe, tuple(rewrite.splices))
+    return Rewritten(rewrite.messages, unsafe, tuple(rewrite.splices))
 
 
 def commit_rewrites(analysis: ApexModule, rewrites: list[Rewritten]) -> Rewritten | str:
@@ -239,6 +243,18 @@ class _Shape:
     scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
     block_end: int = 0  # the last line where the scaler is bound for sure (the end of initialize's `try` body)
     scaler: str = SCALER  # how the scaler is spelled: a local, or `self.scaler` in a trainer's methods
+    # a trainer set up in `__init__` (`self.model, self.optimizer = amp.initialize(...)`): the methods holding the
+    # other uses, their local imports, and the condition as they test it (`self.use_amp`, where __init__ tests
+    # `use_amp` and assigns `self.use_amp = use_amp`)
+    methods: tuple[ast.FunctionDef, ...] = ()
+    method_imports: tuple[ast.ImportFrom, ...] = ()
+    method_condition: ast.expr | None = None
+    in_init: bool = False  # initialize in `__init__`, binding `self.<optimizer>`: the steps are in `methods`
+
+    @property
+    def step_holders(self) -> tuple[ast.AST, ...]:
+        """Where the optimizer's steps are: initialize's function, or a trainer's methods (set up in __init__)."""
+        return self.methods if self.in_init else (self.function,)
 
     @property
     def scope(self) -> Scope:
@@ -246,6 +262,8 @@ class _Shape:
 
     @property
     def where(self) -> str:
+        if self.in_init:
+            return ", ".join(f"`{m.name}`" for m in self.methods)
         return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
 
     def spell(self, qname: str) -> str:
@@ -253,7 +271,8 @@ class _Shape:
         return self.torch_name + qname[len(_NATIVE.package):]
 
 
-def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None) -> _Shape:
+def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
+           method_imports: tuple[ast.ImportFrom, ...] = ()) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
     inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(uses, optional)
     init_use = inits[0]
@@ -288,10 +307,20 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                                                                       checks)
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
-    model_name, opt_name = _bound_names(init.targets[0])
+    self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" else None
+    model_name, opt_name = _bound_names(init.targets[0], self_name)
     tests = _availability_tests(availability, amp, optional)
-    methods = _methods_reached(tree, [u for u in uses if not any(u is a for a in availability)], function,
-                               (init.lineno, block_end), opt_name)
+    own_uses = [u for u in uses if not any(u is a for a in availability)]
+    method_condition = None
+    in_init = self_name is not None and opt_name.startswith(f"{self_name}.")
+    if in_init:  # a trainer set up in __init__
+        methods = _trainer_methods(tree, own_uses, function, init, opt_name)
+        method_condition = _method_condition(tree, function, init_statement, condition)
+    elif method_imports:
+        raise NotMechanical("apex.amp is imported in several methods of a class, and initialize is not in `__init__` "
+                            "binding `self.<optimizer>`")
+    else:
+        methods = _methods_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
     scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
     torch_bound = _names_usable(init_use.ref.scope, init, opt_name, scaler)
     if local and not torch_bound:
@@ -304,10 +333,19 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     device, dtype = _device_and_dtype(tree.engine)
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
-    return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), optimizer.id, model_name, opt_name,
+    return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
+                  opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads, block_end, scaler)
+                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init)
+
+
+def _self_of(tree: _Tree, function: ast.AST) -> str | None:
+    """The first parameter of a plain method (undecorated, directly in a class), or None."""
+    if isinstance(function, ast.FunctionDef) and function.args.args and not function.decorator_list \
+            and isinstance(tree.parent(function), ast.ClassDef):
+        return function.args.args[0].arg
+    return None
 
 
 def _self_name(function: ast.AST) -> str:
@@ -337,6 +375,88 @@ def _methods_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: 
     if methods and any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):
         raise NotMechanical(f"an attribute `{SCALER}` is already used in the module")
     return methods
+
+
+def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: ast.Assign,
+                     opt_name: str) -> list[ast.FunctionDef]:
+    """initialize in `__init__`, binding `self.<optimizer>` (the issue's first example): `self.scaler` is bound when
+    the object is made, before any other method can run, so the uses may lie in any plain method of the class with
+    the same `self`. The methods holding them; `self.<optimizer>` is assigned nowhere in the module but in
+    `__init__` up to initialize (every step and scale_loss then means initialize's optimizer)."""
+    methods: list[ast.FunctionDef] = []
+    for use in uses:
+        where = tree.function_of(use.ref.node)
+        if where is function:
+            if use.ref.node.lineno < init.lineno:
+                raise NotMechanical("apex.amp is used in `__init__` before initialize")
+            continue
+        if not (_sibling_method(tree, function, where) and isinstance(where, ast.FunctionDef)):
+            raise NotMechanical("an apex.amp use lies outside the methods of initialize's class")
+        if where not in methods:
+            methods.append(where)
+    klass = tree.parent(function)
+    assert isinstance(klass, ast.ClassDef)  # _self_of: a method
+    if any(isinstance(node, ast.Return) and node.lineno < init.lineno and tree.function_of(node) is function
+           for node in ast.walk(function)):
+        raise NotMechanical("`__init__` may return before initialize, leaving the object without the scaler")
+    if any(isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == klass.name for b in node.bases)
+           and any(isinstance(m, _FUNCTIONS) and m.name == "__init__" for m in node.body)
+           for node in ast.walk(tree.engine.tree)):
+        raise NotMechanical(f"a subclass of `{klass.name}` has an `__init__` of its own, which may not make the scaler")
+    attribute = opt_name.partition(".")[2]
+    for node in ast.walk(tree.engine.tree):
+        if isinstance(node, ast.Attribute) and node.attr == attribute and not isinstance(node.ctx, ast.Load) \
+                and not (tree.function_of(node) is function and node.lineno <= init.lineno):
+            raise NotMechanical(f"`{opt_name}` is assigned again on line {node.lineno} (initialize's optimizer must "
+                                "be the one every method scales and steps)")
+    if any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):
+        raise NotMechanical(f"an attribute `{SCALER}` is already used in the module")
+    return methods
+
+
+def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
+                      condition: ast.expr | None) -> ast.expr | None:
+    """The condition of initialize as the trainer's other methods test it: itself where it reads `self`
+    (`self.use_amp`); for a parameter (`use_amp`), the attribute `__init__` assigns it to in its own body before
+    initialize's `if` (`self.use_amp = use_amp`), the parameter rebound nowhere in `__init__`. Either way the
+    attribute is assigned nowhere else in the module (nor, for a chain, what it starts with): else NotMechanical."""
+    if condition is None:
+        return None
+    self_name = _self_name(function)
+    tested = condition
+    if not _reads_self(condition, self_name):
+        assert isinstance(function, ast.FunctionDef)  # _self_of: a method
+        block, position = tree.block_of(init_statement)
+        found = next((s.targets[0] for s in block[:position] if isinstance(s, ast.Assign) and len(s.targets) == 1
+                      and isinstance(s.value, ast.Name) and isinstance(condition, ast.Name)
+                      and s.value.id == condition.id and _reads_self(s.targets[0], self_name)), None)
+        if found is None or block is not function.body or not _parameter_chain(condition, function):
+            raise NotMechanical(f"`{tree.text(condition)}`, the condition of initialize in `__init__`, is not a "
+                                "parameter assigned to an attribute before it (`self.flag = flag`) for the other "
+                                "methods to test")
+        tested = found
+    assigned = tree.parent(tested) if tested is not condition else None
+    attributes = set()
+    link = tested
+    while isinstance(link, ast.Attribute):
+        attributes.add(link.attr)
+        link = link.value
+    for node in ast.walk(tree.engine.tree):
+        if isinstance(node, ast.Attribute) and node.attr in attributes and not isinstance(node.ctx, ast.Load) \
+                and tree.parent(node) is not assigned \
+                and not (tree.function_of(node) is function and node.lineno < init_statement.lineno):
+            raise NotMechanical(f"`{tree.text(tested)}`, the condition of initialize as the methods test it, is "
+                                f"assigned on line {node.lineno}")
+    return tested
+
+
+def _reads_self(node: ast.expr, self_name: str) -> bool:
+    """`node` is an attribute chain from `self_name` (`self.use_amp`, `self.args.fp16`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+        if isinstance(node, ast.Name):
+            return node.id == self_name
+    return False
 
 
 def _other_methods(tree: _Tree, function: ast.AST, condition: ast.expr) -> list[ast.FunctionDef]:
@@ -598,12 +718,17 @@ def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
                     raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
 
 
-def _bound_names(target: ast.expr) -> tuple[str, str]:
-    """The model's name (or attribute chain, `self.model`) and the optimizer's, as initialize binds them."""
-    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2
-            and _chain(target.elts[0]) and isinstance(target.elts[1], ast.Name)):
+def _bound_names(target: ast.expr, self_name: str | None = None) -> tuple[str, str]:
+    """The model's name (or attribute chain, `self.model`) and the optimizer's, as initialize binds them; in a
+    trainer's `__init__` (`self_name` its first parameter) the optimizer may be an attribute `self.optimizer`."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and _chain(target.elts[0])):
         raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
-    return ast.unparse(target.elts[0]), target.elts[1].id
+    optimizer = target.elts[1]
+    if not (isinstance(optimizer, ast.Name) or (isinstance(optimizer, ast.Attribute) and self_name is not None
+                                                and isinstance(optimizer.value, ast.Name)
+                                                and optimizer.value.id == self_name)):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    return ast.unparse(target.elts[0]), ast.unparse(optimizer)
 
 
 def _names_usable(scope: Scope, init: ast.Assign, opt_name: str, scaler: str) -> bool:
@@ -645,10 +770,10 @@ def _call_of(use: AmpUse) -> ast.Call:
     return call
 
 
-def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.Name, ast.expr | None]:
+def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr | None]:
     """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
     model, optimizer = call.args if len(call.args) == 2 else (None, None)
-    if not (model is not None and _chain(model) and isinstance(optimizer, ast.Name)):
+    if not (model is not None and _chain(model) and optimizer is not None and _chain(optimizer)):
         raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
                             "hand)")
     enabled = None
@@ -812,6 +937,8 @@ class _Rewrite:
     unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
     unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
     evaluation: list[ast.With] = field(default_factory=list)  # the `no_grad` blocks given the autocast
+    unsafe_notes: list[str] = field(default_factory=list)  # what changes beyond O1's meaning (--unsafe-fixes)
+    no_forward: list[str] = field(default_factory=list)  # the methods whose scale_loss has no forward pass before it
 
     def __post_init__(self) -> None:
         self.flags.extend(self.shape.flags)
@@ -832,8 +959,11 @@ class _Rewrite:
 
     @property
     def autocast(self) -> str:
+        """autocast as the rewrite writes it; in a trainer's methods, its condition as they test it."""
         shape = self.shape
-        enabled = f", enabled={self.enabled})" if self.enabled is not None else ")"
+        condition = shape.method_condition
+        enabled_text = self.enabled if condition is None else f"bool({self.tree.text(condition)})"
+        enabled = f", enabled={enabled_text})" if enabled_text is not None else ")"
         return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
 
     def line_splice(self, before: ast.stmt | int, text: str) -> None:
@@ -884,8 +1014,11 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     indent = rw.tree.indent(statement.lineno)
     created = f"{indent}{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
     if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
-        created = (f"{indent}{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
-                   + created)
+        rebound = f"{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
+        if shape.condition is not None and statement is not shape.init:  # bound where initialize bound them
+            created += f"{indent}if {rw.tree.text(shape.condition)}:{shape.newline}{indent}    {rebound}"
+        else:
+            created = f"{indent}{rebound}" + created
     rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
 
 
@@ -893,11 +1026,13 @@ def _rewrite_steps(rw: _Rewrite) -> None:
     """Every `optimizer.step()` -> `scaler.step(optimizer)`; `scaler.update()`."""
     shape, tree = rw.shape, rw.tree
     opt_name = shape.opt_name
-    steps = [node for node in ast.walk(shape.function)
-             if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
-    if not steps or any(s.lineno < shape.init.lineno or s.lineno > shape.block_end
-                        or tree.function_of(s) is not shape.function for s in steps) \
-            or _other_steps(shape.function, opt_name, steps):
+    holders = shape.step_holders
+    everywhere = tree.parent(shape.function) if shape.in_init else shape.function  # a trainer's class
+    assert everywhere is not None
+    steps = [node for node in ast.walk(everywhere) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
+    if not steps or any(tree.function_of(s) not in holders or (
+            not shape.in_init and not shape.init.lineno <= s.lineno <= shape.block_end) for s in steps) \
+            or _other_steps(everywhere, opt_name, steps):
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = tree.index.span(step.value)
@@ -922,7 +1057,7 @@ def _steps_otherwise(holder: ast.If, step: ast.Expr, opt_name: str) -> bool:
         return False
     other = branches[1] if branches[0] == [step] else branches[0]
     call = other[0].value if len(other) == 1 and isinstance(other[0], ast.Expr) else None
-    return isinstance(call, ast.Call) and any(isinstance(a, ast.Name) and a.id == opt_name for a in call.args)
+    return isinstance(call, ast.Call) and any(_is_optimizer(a, opt_name) for a in call.args)
 
 
 def _rewrite_scale_losses(rw: _Rewrite) -> None:
@@ -947,7 +1082,10 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
     begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
                                   if shape.init_statement in block else 0)
-    if position <= begin and id(block) not in rw.forward_blocks:
+    while begin < position and block[begin] in shape.method_imports:
+        begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
+    caller_forward = position <= begin and id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
+    if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
         raise NotMechanical("no forward pass before a scale_loss in its block")
     rw.forward_blocks[id(block)] = position + 1
     kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
@@ -962,7 +1100,9 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     if guard is not None:  # the `else:` and its `loss.backward()` go
         rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
     amp = shape.amp
-    if position > begin:
+    if caller_forward:
+        where = _caller_forward_note(rw, tree.function_of(statement), loss)
+    elif position > begin:
         first, last = _put_under_autocast(rw, block[begin:position])
         where = f"; {'line' if first == last else 'lines'} {first}{'' if first == last else f'-{last}'} before it run "
         where += f"under `{rw.autocast}`"
@@ -979,9 +1119,11 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     """The `if flag:` around a scale_loss, its `else` the plain backward; None where the `if` is one of its own
     (`if i % k == 0:`), a block like any other."""
     guard = rw.tree.parent(with_node)
-    optional, condition = rw.shape.optional, rw.shape.condition
-    if condition is not None and isinstance(guard, ast.If) and ast.dump(guard.test) == ast.dump(condition):
-        _plain_backward_else(guard, with_node, loss, backward)  # initialize's own condition
+    optional = rw.shape.optional
+    if _tests_condition(rw, guard):
+        assert isinstance(guard, ast.If)  # _tests_condition
+        # initialize's own condition (a trainer method's local import may come first: it goes with the `if`)
+        _plain_backward_else(guard, with_node, loss, backward, rw.shape.method_imports)
         return guard
     if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
             and guard.body == [with_node]):
@@ -992,10 +1134,30 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     return guard
 
 
+def _loss_from_caller(rw: _Rewrite, block: list[ast.stmt], loss: ast.expr) -> bool:
+    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter, scale_loss first in its
+    body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
+    method = rw.tree.function_of(block[0])
+    return (rw.shape.in_init and method in rw.shape.methods and isinstance(method, ast.FunctionDef)
+            and block is method.body and isinstance(loss, ast.Name) and _parameter_chain(loss, method))
+
+
+def _caller_forward_note(rw: _Rewrite, method: ast.AST, loss: ast.expr) -> str:
+    """What changes where the forward pass is the caller's: O1 ran it in float16, it now runs in float32 unless the
+    caller puts it under autocast (an unsafe fix: the numerics change)."""
+    name = getattr(method, "name", "?")
+    note = (f"the forward pass that computes `{rw.tree.text(loss)}` is not in `{name}` but in its callers: O1 ran it "
+            f"in mixed precision, it now runs in float32 unless they put it under `{rw.autocast}`")
+    if note not in rw.unsafe_notes:
+        rw.unsafe_notes.append(note)
+    return f"; {note}"
+
+
 def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
-    """Is `node` an `if` testing the condition that guarded initialize?"""
-    condition = rw.shape.condition
-    return condition is not None and isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(condition)
+    """Is `node` an `if` testing the condition that guarded initialize (in a trainer's methods, as they test it)?"""
+    condition = rw.shape.method_condition if rw.shape.in_init else rw.shape.condition
+    # a name or attribute chain (`_chain`), compared as text: the trainer's is an assignment's target
+    return condition is not None and isinstance(node, ast.If) and ast.unparse(node.test) == ast.unparse(condition)
 
 
 def _comments_after_the_with(rw: _Rewrite, guard: ast.If, with_node: ast.With) -> str:
@@ -1037,7 +1199,7 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
     assert isinstance(with_node, ast.With)
     scaled = item.optional_vars.id
     optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
-    if not (isinstance(optimizer, ast.Name) and optimizer.id == opt_name
+    if not (optimizer is not None and _is_optimizer(optimizer, opt_name)
             and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
         raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
                             "delay_unscale and loss_id")
@@ -1053,12 +1215,14 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
     return call.args[0], backward
 
 
-def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> None:
+def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call,
+                         imports: tuple[ast.ImportFrom, ...] = ()) -> None:
     """`if flag: with amp.scale_loss(loss, opt) as s: s.backward(ARGS)` / `else: loss.backward(ARGS)`: the
-    same loss, the same arguments, in both branches."""
+    same loss, the same arguments, in both branches (`imports`: a local import may come first in the `if`)."""
     other = guard.orelse[0] if len(guard.orelse) == 1 else None
     call = other.value if isinstance(other, ast.Expr) else None
-    if not (guard.body == [with_node] and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+    body = guard.body[1:] if len(guard.body) == 2 and guard.body[0] in imports else guard.body
+    if not (body == [with_node] and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
             and call.func.attr == "backward" and ast.dump(call.func.value) == ast.dump(loss)
             and [ast.dump(a) for a in (*call.args, *call.keywords)]
             == [ast.dump(a) for a in (*backward.args, *backward.keywords)]):
@@ -1073,8 +1237,7 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
     step_lines = {s.lineno for s in rw.steps}
     for use in shape.clips:
         call = _call_of(use)
-        if not (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Name)
-                and call.args[0].id == opt_name):
+        if not (len(call.args) == 1 and not call.keywords and _is_optimizer(call.args[0], opt_name)):
             raise NotMechanical("master_params is not given the optimizer alone")
         clip = tree.parent(call)
         statement = tree.parent(clip)
@@ -1283,6 +1446,23 @@ def _rewrite_import(rw: _Rewrite) -> None:
     rw.splices.append((index.line_start(removed.lineno), index.line_end(_last_line(removed)), replacement))
 
 
+def _rewrite_method_imports(rw: _Rewrite) -> None:
+    """A trainer's other methods each import apex.amp (the issue's first example): an import first in the `if`
+    collapsed around a scale_loss goes with it; one in the method's own body is removed; anywhere else it would
+    stay, failing on current apex, and the rewrite is held back."""
+    index = rw.tree.index
+    for node in rw.shape.method_imports:
+        holder = rw.tree.parent(node)
+        if isinstance(holder, ast.If) and holder in rw.backward_statements and holder.body[0] is node:
+            continue
+        if not (holder in rw.shape.methods and isinstance(holder, ast.FunctionDef) and node in holder.body
+                and len(holder.body) > 1):
+            raise NotMechanical(f"the `from apex import {rw.shape.amp}` on line {node.lineno} is neither in the body "
+                                "of a method using it nor first in the `if` around its scale_loss")
+        _whole_lines_only(rw, node)
+        rw.splices.append((index.line_start(node.lineno), index.line_end(_last_line(node)), ""))
+
+
 def _check_splices(rw: _Rewrite) -> None:
     """The splices do not overlap, none falls in a forward pass (then those are re-indented), and no other
     rule's edit crosses one: `ampfix.engine.apply` merges the edits between the splices, not across one."""
@@ -1305,11 +1485,12 @@ def _initialize_message(rw: _Rewrite) -> None:
     """What became of initialize, with what the autocast covers and what it does not."""
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
-    outside = sorted({node.lineno for node in ast.walk(shape.function)
+    holders = (shape.function, *shape.methods)
+    outside = sorted({node.lineno for holder in holders for node in ast.walk(holder)
                       if isinstance(node, ast.Call) and _chain(node.func)
                       and ast.unparse(node.func) == shape.model_name and node.lineno > _last_line(shape.init)
                       and not any(a <= node.lineno <= b for a, b in covered)
-                      and tree.function_of(node) is shape.function})
+                      and tree.function_of(node) in holders})
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
                                      f"{_lines([b.lineno for b in rw.evaluation])}"
                                      if rw.evaluation else "")
@@ -1319,6 +1500,9 @@ def _initialize_message(rw: _Rewrite) -> None:
             f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
             f"calls outside {shape.where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
             "of their own)")
+    if not covered and shape.in_init:
+        note = ("; O1 put every call after initialize in mixed precision: no forward pass is in the trainer's "
+                "methods, so no autocast is added (its callers' forward passes run in float32 unless under one)")
     opt_name = shape.opt_name
     rw.messages[id(shape.init_use.ref)] = (
         f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
@@ -1333,7 +1517,8 @@ def _initialize_message(rw: _Rewrite) -> None:
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
     _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses, _rewrite_clipping,
-    _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import)
+    _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
+    _rewrite_method_imports)
 
 
 # What the stages ask of statements ------------------------------------------------------------------------
@@ -1376,18 +1561,21 @@ def _resolved(rw: _Rewrite, node: ast.expr) -> str | None:
     return found
 
 
+def _is_optimizer(node: ast.expr, opt_name: str) -> bool:
+    """`node` is the optimizer initialize bound: its name, or a trainer's `self.optimizer`."""
+    return _chain(node) and ast.unparse(node) == opt_name
+
+
 def _is_step(node: ast.AST, opt_name: str) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == opt_name
-            and not node.args and not node.keywords)
+            and _is_optimizer(node.func.value, opt_name) and not node.args and not node.keywords)
 
 
 def _other_steps(function: ast.AST, opt_name: str, steps: list[ast.Expr]) -> bool:
     """A step of the optimizer that is not a statement of its own (a closure, a value used)."""
     counted = {id(s.value) for s in steps}
     for node in ast.walk(function):
-        if isinstance(node, ast.Attribute) and node.attr == "step" and isinstance(node.value, ast.Name) \
-                and node.value.id == opt_name:
+        if isinstance(node, ast.Attribute) and node.attr == "step" and _is_optimizer(node.value, opt_name):
             call = next((c for c in ast.walk(function) if isinstance(c, ast.Call) and c.func is node), None)
             if call is None or id(call) not in counted:
                 return True
