@@ -182,6 +182,17 @@ def test_every_format_says_which_uses_follow_their_import(in_tmp: Path):
     jsonschema.validate(log, SCHEMA)
 
 
+def test_github_and_sarif_under_diff_say_what_a_rewrite_would_do(in_tmp: Path):
+    Path("a.py").write_text(FOLLOWS)
+    github = invoke("rewrite", "--diff", "--output-format", "github", "a.py").stderr.splitlines()
+    assert [line.split("::")[2].split(":")[0] for line in github] == ["would fix", "would follow its import",
+                                                                      "would fix"]
+    log = json.loads(invoke("rewrite", "--diff", "--output-format", "sarif", "a.py").stderr)
+    assert [r["message"]["text"].split(":")[0] for r in log["runs"][0]["results"]] == [
+        "would fix", "would follow its import", "would fix"]
+    assert Path("a.py").read_text() == FOLLOWS  # a dry run
+
+
 def test_a_use_left_by_a_blocked_import_says_left_once(in_tmp: Path):
     Path("a.py").write_text("from torch.cuda import amp\n\nwith amp.autocast():\n    pass\nmodules = [amp]\n")
     lines = invoke("rewrite", "a.py").stdout.splitlines()

@@ -241,9 +241,9 @@ def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_
     if output_format == "json":
         findings_out.write(report.findings_json(results) + "\n")
     elif output_format == "github":
-        findings_out.write(report.github_annotations(results))
+        findings_out.write(report.github_annotations(results, mode))
     elif output_format == "sarif":
-        findings_out.write(report.sarif(results, targets) + "\n")
+        findings_out.write(report.sarif(results, targets, mode) + "\n")
     else:
         colour = terminal.colour(findings_out)
         for result in results:

@@ -58,8 +58,10 @@ def _place(finding: Finding) -> str:
     return f"{cell}{finding.line}:{finding.col}"
 
 
-def _done(finding: Finding) -> str:
-    """What `rewrite` did to a fixed finding, as the text format says it."""
+def _done(finding: Finding, mode: str) -> str:
+    """What `rewrite` did to a fixed finding (what `--diff` would do), as the text format says it."""
+    if mode == "diff":
+        return "would follow its import" if finding.follows else "would fix"
     return "followed its import" if finding.follows else "fixed"
 
 
@@ -247,13 +249,13 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_annotations(results: Iterable[FileResult]) -> str:
+def github_annotations(results: Iterable[FileResult], mode: str = "check") -> str:
     """One `::error` line per finding (a `::notice` for one `rewrite` fixed), shown on the diff."""
     lines = []
     for result in results:
         for finding in result.findings:
             level = "notice" if finding.fixed else "error"
-            message = f"{_done(finding)}: {finding.message}" if finding.fixed else _message(finding)
+            message = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
             if finding.cell is None:
                 where = f"line={finding.line},col={finding.col}"
             else:  # the notebook file's line that holds the cell's line; the cell's place in the message
@@ -267,7 +269,7 @@ def github_annotations(results: Iterable[FileResult]) -> str:
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = ()) -> str:
+def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mode: str = "check") -> str:
     """A SARIF 2.1.0 log: one run, every rule and error code described, one result per finding; the
     targets set for the run (`targets`, as the text summary names them) in the run's properties."""
     import json
@@ -281,7 +283,7 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = ()) ->
     sarif_results = []
     for result in results:
         for finding in result.findings:
-            text = f"{_done(finding)}: {finding.message}" if finding.fixed else _message(finding)
+            text = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
             region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
             properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
                                              "fixed": finding.fixed, "follows": finding.follows}
