@@ -1128,7 +1128,8 @@ def _rewrite_several_steps(rw: _Rewrite) -> None:
     steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr)
              and any(_is_step(node.value, name) for name in shape.optimizers)]
     if any(_other_steps(function, name, steps) for name in shape.optimizers) \
-            or any(not shape.init.lineno <= s.lineno <= shape.block_end for s in steps):
+            or any(not shape.init.lineno <= s.lineno <= shape.block_end or tree.function_of(s) is not function
+                   for s in steps):
         raise NotMechanical("a step of one of the optimizers is used otherwise (a closure, a value)")
     stepped = sorted(_stepped(s) for s in steps)
     if stepped != sorted(shape.optimizers):
