@@ -1103,6 +1103,9 @@ def _rewrite_steps(rw: _Rewrite) -> None:
     if not steps or any(tree.function_of(s) not in holders or (
             not shape.in_init and not shape.init.lineno <= s.lineno <= shape.block_end) for s in steps) \
             or _other_steps(everywhere, opt_name, steps):
+        if not steps and _used_as_a_list(everywhere, opt_name):
+            raise NotMechanical(f"`{opt_name}` is iterated or indexed: a list of optimizers the rewrite cannot see "
+                                "into (give initialize a list of names: `[o1, o2]`)")
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = tree.index.span(step.value)
@@ -1147,6 +1150,13 @@ def _rewrite_several_steps(rw: _Rewrite) -> None:
     at = tree.index.line_end(_last_line(steps[-1]))
     rw.splices.append((at, at, f"{tree.indent(steps[-1].lineno)}{shape.scaler}.update(){shape.newline}"))
     rw.steps = steps
+
+
+def _used_as_a_list(function: ast.AST, opt_name: str) -> bool:
+    """`for o in optimizers`, `optimizers[i]`: the optimizer's name holds several."""
+    return any(isinstance(node, (ast.For, ast.comprehension)) and _chain(node.iter) and ast.unparse(node.iter)
+               == opt_name or isinstance(node, ast.Subscript) and _chain(node.value)
+               and ast.unparse(node.value) == opt_name for node in ast.walk(function))
 
 
 def _stepped(step: ast.Expr) -> str:
