@@ -1625,16 +1625,20 @@ def _initialize_message(rw: _Rewrite) -> None:
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
     holders = (shape.function, *shape.methods)
+    target = shape.init.targets[0]
+    bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
+    models = [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [shape.model_name]
     outside = sorted({node.lineno for holder in holders for node in ast.walk(holder)
                       if isinstance(node, ast.Call) and _chain(node.func)
-                      and ast.unparse(node.func) == shape.model_name and node.lineno > _last_line(shape.init)
+                      and ast.unparse(node.func) in models and node.lineno > _last_line(shape.init)
                       and not any(a <= node.lineno <= b for a, b in covered)
                       and tree.function_of(node) in holders})
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
                                      f"{_lines([b.lineno for b in rw.evaluation])}"
                                      if rw.evaluation else "")
     note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
-            f"the calls of `{shape.model_name}` on {_lines(outside)}, and any call outside {shape.where}, are outside "
+            f"the calls of {', '.join(f'`{m}`' for m in models)} on {_lines(outside)}, and any call outside "
+            f"{shape.where}, are outside "
             "it (float32 unless under an autocast of their own)" if outside else
             f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
             f"calls outside {shape.where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
