@@ -112,6 +112,7 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/trainer_init_forward_in_method", "apex/trainer_init_module_import_state",
                 "unsafe_fixes/apex_trainer_init_step_given_the_loss", "apex/several_optimizers_lists",
                 "apex/several_optimizers_clipped", "apex/several_optimizers_list_names",
+                "apex/several_optimizers_clipped_before_steps",
                 "unsafe_fixes/apex_several_optimizers_losses",
                 "roots/star_import_torch"}
 

@@ -1366,6 +1366,7 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
     """Clipping over master_params directly before a step -> unscale_, then clipping over param_groups."""
     shape, tree = rw.shape, rw.tree
     step_lines = {s.lineno for s in rw.steps}
+    unscaled: set[tuple[int, str]] = set()  # (the step clipped before, the optimizer unscaled)
     for use in shape.clips:
         call = _call_of(use)
         opt_name = next((name for name in shape.optimizers or (shape.opt_name,) if len(call.args) == 1
@@ -1386,6 +1387,10 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
             block, position = tree.block_of(guard)
             following = block[position + 1] if position + 1 < len(block) else None
+        while shape.optimizers and following is not None and _clips_master_params(rw, following):
+            # several optimizers, each clipped over its master_params, then the steps: each unscale_ before its
+            # clipping, every one before the steps
+            following = block[block.index(following) + 1] if block.index(following) + 1 < len(block) else None
         branch_step = next((s for s in rw.branch_steps if rw.tree.parent(s) is following), None)
         if branch_step is not None:
             following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
@@ -1399,7 +1404,16 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
         rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> "
                                     f"`{shape.scaler}.unscale_({opt_name})`, then clipping over the optimizer's "
                                     "param_groups (what master_params iterated)")
+        if (following.lineno, opt_name) in unscaled:
+            raise NotMechanical(f"`{opt_name}` is clipped twice before its step (unscale_ may run once per step)")
+        unscaled.add((following.lineno, opt_name))
         rw.unscaled_steps.add(following.lineno)
+
+
+def _clips_master_params(rw: _Rewrite, statement: ast.stmt) -> bool:
+    """Does `statement` hold a master_params use (clipping over it, checked where that use is rewritten)?"""
+    uses = {id(use.ref.node) for use in rw.shape.clips}
+    return any(id(node) in uses for node in ast.walk(statement))
 
 
 def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
@@ -1420,8 +1434,7 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         begin = next((block.index(s) + 1 for s in rw.backward_statements if s in block), 0)
         readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
         if rw.shape.optimizers:
-            clipping = {id(node) for use in rw.shape.clips for node in (use.ref.node,)}
-            readers = [s for s in readers if not any(id(node) in clipping for node in ast.walk(s))]
+            readers = [s for s in readers if not _clips_master_params(rw, s)]
             if readers:
                 raise NotMechanical(f"gradients are read on line {readers[0].lineno}, before the steps of several "
                                     "optimizers, not by clipping over one optimizer's master_params")
