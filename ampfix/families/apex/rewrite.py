@@ -311,7 +311,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" else None
-    model_name, opt_name, optimizers = _bound_targets(tree, init, model, optimizer, function, self_name)
+    model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
     method_condition = None
@@ -743,7 +743,7 @@ def _bound_names(target: ast.expr, self_name: str | None = None) -> tuple[str, s
     return ast.unparse(target.elts[0]), ast.unparse(optimizer)
 
 
-def _bound_targets(tree: _Tree, init: ast.Assign, model: ast.expr, optimizer: ast.expr, function: ast.AST,
+def _bound_targets(init: ast.Assign, model: ast.expr, optimizer: ast.expr, function: ast.AST,
                    self_name: str | None) -> tuple[str, str, tuple[str, ...]]:
     """The model's and the optimizer's targets as initialize binds them (texts), and the optimizers' names where
     it is given a list of them."""
