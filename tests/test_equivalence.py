@@ -110,7 +110,10 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/private_loss_scale_read", "apex/flair_trainer", "apex/trainer_conditional_import",
                 "apex/local_imports_in_two_functions", "unsafe_fixes/apex_several_losses", "apex/optional_none_check_alone",
                 "apex/trainer_init_forward_in_method", "apex/trainer_init_module_import_state",
-                "unsafe_fixes/apex_trainer_init_step_given_the_loss",
+                "unsafe_fixes/apex_trainer_init_step_given_the_loss", "apex/several_optimizers_lists",
+                "apex/several_optimizers_clipped", "apex/several_optimizers_list_names",
+                "apex/several_optimizers_clipped_before_steps",
+                "unsafe_fixes/apex_several_optimizers_losses",
                 "roots/star_import_torch"}
 
 

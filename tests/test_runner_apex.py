@@ -34,6 +34,9 @@ JOBS: dict[str, list[str]] = {
     "trainer_off_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py", "--", "--fp16", "0"],
     "trainer_wrong_clip_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.wrong_clip.py"],
     "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
+    "optimizers_verify": ["verify", "apex_optimizers.py", "--rewritten", "apex_optimizers.native.py"],
+    "optimizers_wrong_clip_verify": ["verify", "apex_optimizers.py", "--rewritten",
+                                     "apex_optimizers.wrong_clip.py"],
     "init_trainer_verify": ["verify", "apex_init_trainer.py", "--rewritten", "apex_init_trainer.native.py"],
     "init_trainer_step_verify": ["verify", "apex_init_trainer_step.py", "--rewritten",
                                  "apex_init_trainer_step.native.py"],
@@ -235,6 +238,28 @@ def test_several_losses_on_one_grad_scaler_differ_only_by_the_number_of_scales(l
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 8
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
     assert rewritten["scaler"] == {"scale": 8, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimizers_verify: Job) -> None:
+    """initialize given lists (two models, two optimizers): ampfix's rewrite, one GradScaler with unscale_ and step
+    for each optimizer and one update after the last step, is equivalent to apex; the losses bit for bit."""
+    report = optimizers_verify.report
+    assert optimizers_verify.returncode == 0, optimizers_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 8
+    assert rewritten["scaler"] == {"scale": 4, "unscale": 8, "step": 8, "update": 4, "skipped_steps": 0}
+
+
+def test_a_second_optimizer_clipped_without_its_unscale_is_not_equivalent(optimizers_wrong_clip_verify: Job) -> None:
+    report = optimizers_wrong_clip_verify.report
+    assert optimizers_wrong_clip_verify.returncode == 1, optimizers_wrong_clip_verify.stderr
+    # The decoder's gradients were clipped while scaled (Adam takes the tiny step that follows nearly in stride):
+    # the losses part at the third step.
+    assert report["first_difference"] == (
+        "step 2: original loss 1.155810832977295 (0x1.27e3380000000p+0) at apex_optimizers.py:16; rewrite loss "
+        "1.156628966331482 (0x1.2818d60000000p+0) at apex_optimizers.wrong_clip.py:13")
 
 
 def test_the_yolov5_rewrite_runs_with_amp_active_and_its_scaler_stepping(yolo_verify: Job) -> None:

@@ -250,6 +250,9 @@ class _Shape:
     method_imports: tuple[ast.ImportFrom, ...] = ()
     method_condition: ast.expr | None = None
     in_init: bool = False  # initialize in `__init__`, binding `self.<optimizer>`: the steps are in `methods`
+    # initialize given a list of optimizers: their names as bound after it (`opt_name` is then the left side's
+    # text); () for one optimizer
+    optimizers: tuple[str, ...] = ()
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -308,7 +311,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" else None
-    model_name, opt_name = _bound_names(init.targets[0], self_name)
+    model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
     method_condition = None
@@ -322,7 +325,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     else:
         methods = _methods_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
     scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
-    torch_bound = _names_usable(init_use.ref.scope, init, opt_name, scaler)
+    if optimizers and methods:
+        raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
+    torch_bound = _names_usable(init_use.ref.scope, init, optimizers or (opt_name,), scaler)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
     if condition is not None:
@@ -337,7 +342,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   opt_name,
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init)
+                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
+                  optimizers)
 
 
 def _self_of(tree: _Tree, function: ast.AST) -> str | None:
@@ -692,6 +698,12 @@ def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enab
     return guard, guard.test, guard.test
 
 
+def _chains(node: ast.expr, names: bool = False) -> bool:
+    """A list (or tuple) of names or attribute chains (`names`: of plain names only), not empty."""
+    return isinstance(node, (ast.List, ast.Tuple)) and bool(node.elts) and all(
+        isinstance(e, ast.Name) if names else _chain(e) for e in node.elts)
+
+
 def _chain(node: ast.expr) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
@@ -731,7 +743,60 @@ def _bound_names(target: ast.expr, self_name: str | None = None) -> tuple[str, s
     return ast.unparse(target.elts[0]), ast.unparse(optimizer)
 
 
-def _names_usable(scope: Scope, init: ast.Assign, opt_name: str, scaler: str) -> bool:
+def _bound_targets(init: ast.Assign, model: ast.expr, optimizer: ast.expr, function: ast.AST,
+                   self_name: str | None) -> tuple[str, str, tuple[str, ...]]:
+    """The model's and the optimizer's targets as initialize binds them (texts), and the optimizers' names where
+    it is given a list of them."""
+    if not any(isinstance(given, (ast.List, ast.Tuple)) for given in (model, optimizer)):
+        return (*_bound_names(init.targets[0], self_name), ())
+    if self_name is not None:
+        raise NotMechanical("initialize is given lists in `__init__` (a trainer's set-up takes one model and one "
+                            "optimizer)")
+    optimizers = _several_optimizers(init, model, optimizer, function)
+    target = init.targets[0]
+    assert isinstance(target, (ast.Tuple, ast.List))  # _several_optimizers
+    if not optimizers and not isinstance(target.elts[1], ast.Name):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    return ast.unparse(target.elts[0]), ast.unparse(target.elts[1]), optimizers
+
+
+def _several_optimizers(init: ast.Assign, models: ast.expr, optimizers: ast.expr,
+                        function: ast.AST) -> tuple[str, ...]:
+    """Lists of models and/or optimizers (`[m1, m2], [o1, o2] = amp.initialize([m1, m2], [o1, o2], ...)`): apex
+    returns them in the shapes it was given, the same objects (O1 patches them in place). The names of the
+    optimizers as bound after initialize: each name of a list on the left side, or, where one name takes the
+    list (`models, optimizers = ...`), the names given (that name must not be used again: a step through
+    `optimizers[i]` is not tied to a name); () for a single optimizer."""
+    target = init.targets[0]
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2):
+        raise NotMechanical("the left side of initialize is not two targets (models, optimizers)")
+    for given, bound in zip((models, optimizers), target.elts):
+        if isinstance(given, (ast.List, ast.Tuple)) and not (
+                isinstance(bound, ast.Name) or (isinstance(bound, (ast.List, ast.Tuple)) and len(bound.elts)
+                                                 == len(given.elts) and _chains(bound, bound is target.elts[1]))):
+            raise NotMechanical("the left side of initialize does not keep the shapes of its lists (a name, or a "
+                                "list of names as long as the one given)")
+        if not isinstance(given, (ast.List, ast.Tuple)) and not _chain(bound):
+            raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    if not isinstance(optimizers, (ast.List, ast.Tuple)):
+        return ()
+    bound = target.elts[1]
+    if isinstance(bound, (ast.List, ast.Tuple)):
+        names = tuple(ast.unparse(e) for e in bound.elts)
+    else:
+        assert isinstance(bound, ast.Name)
+        used = sorted({n.lineno for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == bound.id
+                       and n.lineno > _last_line(init)})
+        if used:
+            raise NotMechanical(f"the list of optimizers `{bound.id}` is used on {_lines(used)}: a step through it is "
+                                "not tied to an optimizer's name (bind them one by one: `[o1, o2] = ...`)")
+        names = tuple(ast.unparse(e) for e in optimizers.elts)
+    if len(set(names)) != len(names):
+        raise NotMechanical("the same optimizer is given to initialize twice")
+    return names
+
+
+def _names_usable(scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], scaler: str) -> bool:
     """The names the rewrite writes mean what it means where initialize is: the scaler's is free (a local's; an
     attribute's is checked with the methods), the package's is torch's (or unbound: then it is imported), the
     optimizer is not rebound. Whether torch's is bound."""
@@ -744,9 +809,10 @@ def _names_usable(scope: Scope, init: ast.Assign, opt_name: str, scaler: str) ->
     # that replaces initialize is created there
     if torch_bindings and found is scope and not all(b.line < init.lineno for b in torch_bindings):
         raise NotMechanical(f"the {'script' if scope.kind == 'module' else 'function'} imports torch after initialize")
-    for binding in scope.bindings.get(opt_name, []):
-        if binding.line > init.lineno:
-            raise NotMechanical("the optimizer is rebound after initialize")
+    for opt_name in opt_names:
+        for binding in scope.bindings.get(opt_name, []):
+            if binding.line > init.lineno:
+                raise NotMechanical("the optimizer is rebound after initialize")
     return bool(torch_bindings)
 
 
@@ -773,9 +839,10 @@ def _call_of(use: AmpUse) -> ast.Call:
 def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr | None]:
     """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
     model, optimizer = call.args if len(call.args) == 2 else (None, None)
-    if not (model is not None and _chain(model) and optimizer is not None and _chain(optimizer)):
-        raise NotMechanical("initialize is not given one model and one optimizer by name (lists keep their shapes by "
-                            "hand)")
+    if not (model is not None and (_chain(model) or _chains(model))
+            and optimizer is not None and (_chain(optimizer) or _chains(optimizer, names=True))):
+        raise NotMechanical("initialize is not given its models and optimizers by name (one each, or a list of "
+                            "names)")
     enabled = None
     for keyword in call.keywords:
         if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
@@ -1025,6 +1092,9 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
 def _rewrite_steps(rw: _Rewrite) -> None:
     """Every `optimizer.step()` -> `scaler.step(optimizer)`; `scaler.update()`."""
     shape, tree = rw.shape, rw.tree
+    if shape.optimizers:
+        _rewrite_several_steps(rw)
+        return
     opt_name = shape.opt_name
     holders = shape.step_holders
     everywhere = tree.parent(shape.function) if shape.in_init else shape.function  # a trainer's class
@@ -1033,6 +1103,9 @@ def _rewrite_steps(rw: _Rewrite) -> None:
     if not steps or any(tree.function_of(s) not in holders or (
             not shape.in_init and not shape.init.lineno <= s.lineno <= shape.block_end) for s in steps) \
             or _other_steps(everywhere, opt_name, steps):
+        if not steps and _used_as_a_list(everywhere, opt_name):
+            raise NotMechanical(f"`{opt_name}` is iterated or indexed: a list of optimizers the rewrite cannot see "
+                                "into (give initialize a list of names: `[o1, o2]`)")
         raise NotMechanical("no plain `optimizer.step()` statement, or a step used otherwise (a closure, a value)")
     for step in steps:
         start, end = tree.index.span(step.value)
@@ -1047,6 +1120,50 @@ def _rewrite_steps(rw: _Rewrite) -> None:
         at = tree.index.line_end(_last_line(after))
         rw.splices.append((at, at, f"{tree.indent(after.lineno)}{rw.shape.scaler}.update(){shape.newline}"))
     rw.steps = steps
+
+
+def _rewrite_several_steps(rw: _Rewrite) -> None:
+    """Several optimizers: each `o.step()` -> `scaler.step(o)`, and one `scaler.update()` after the last step
+    (the one scale is updated once per iteration, after every optimizer stepped). Each optimizer steps once, in
+    one block with the others, so that the place of the update is clear."""
+    shape, tree = rw.shape, rw.tree
+    function = shape.function
+    steps = [node for node in ast.walk(function) if isinstance(node, ast.Expr)
+             and any(_is_step(node.value, name) for name in shape.optimizers)]
+    if any(_other_steps(function, name, steps) for name in shape.optimizers) \
+            or any(not shape.init.lineno <= s.lineno <= shape.block_end or tree.function_of(s) is not function
+                   for s in steps):
+        raise NotMechanical("a step of one of the optimizers is used otherwise (a closure, a value)")
+    stepped = sorted(_stepped(s) for s in steps)
+    if stepped != sorted(shape.optimizers):
+        raise NotMechanical("the optimizers given to initialize do not each step once (`o.step()`), so the place of "
+                            "the scaler's one update per iteration is not clear")
+    block, _ = tree.block_of(steps[0])
+    if any(step not in block for step in steps):
+        raise NotMechanical("the steps of the optimizers are not in one block, so the place of the scaler's one "
+                            "update per iteration is not clear")
+    steps.sort(key=block.index)
+    for step in steps:
+        start, end = tree.index.span(step.value)
+        rw.splices.append((start, end, f"{shape.scaler}.step({_stepped(step)})"))
+        _ends_its_line(rw, step)
+    at = tree.index.line_end(_last_line(steps[-1]))
+    rw.splices.append((at, at, f"{tree.indent(steps[-1].lineno)}{shape.scaler}.update(){shape.newline}"))
+    rw.steps = steps
+
+
+def _used_as_a_list(function: ast.AST, opt_name: str) -> bool:
+    """`for o in optimizers`, `optimizers[i]`: the optimizer's name holds several."""
+    return any(isinstance(node, (ast.For, ast.comprehension)) and _chain(node.iter) and ast.unparse(node.iter)
+               == opt_name or isinstance(node, ast.Subscript) and _chain(node.value)
+               and ast.unparse(node.value) == opt_name for node in ast.walk(function))
+
+
+def _stepped(step: ast.Expr) -> str:
+    """The optimizer an `o.step()` statement steps."""
+    call = step.value
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)  # _is_step
+    return ast.unparse(call.func.value)
 
 
 def _steps_otherwise(holder: ast.If, step: ast.Expr, opt_name: str) -> bool:
@@ -1071,7 +1188,7 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     shape, tree, index = rw.shape, rw.tree, rw.tree.index
     call = _call_of(use)
     with_node = tree.parent(tree.parent(call))  # the call's withitem's With
-    loss, backward = _scale_loss_arguments(call, with_node, shape.opt_name)
+    loss, backward = _scale_loss_arguments(call, with_node, shape.opt_name, shape.optimizers)
     assert isinstance(with_node, ast.With)  # _scale_loss_arguments: the single item of a `with`
     # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
     # disabled scaler's scale() returns the loss as it is)
@@ -1191,15 +1308,22 @@ def _put_under_autocast(rw: _Rewrite, forward: list[ast.stmt]) -> tuple[int, int
     return first, last
 
 
-def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str) -> tuple[ast.expr, ast.Call]:
-    """The loss, and the backward call of the body."""
+def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str,
+                          optimizers: tuple[str, ...] = ()) -> tuple[ast.expr, ast.Call]:
+    """The loss, and the backward call of the body; where initialize was given several optimizers, scale_loss
+    is given them all (a list): apex unscaled the gradients of those it was given, the scaler unscales each
+    optimizer's at its step."""
     item = with_node.items[0] if isinstance(with_node, ast.With) and len(with_node.items) == 1 else None
     if not (item is not None and item.context_expr is call and isinstance(item.optional_vars, ast.Name)):
         raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
     assert isinstance(with_node, ast.With)
     scaled = item.optional_vars.id
     optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
-    if not (optimizer is not None and _is_optimizer(optimizer, opt_name)
+    if optimizers and optimizer is not None and not _all_optimizers(optimizer, optimizers):
+        raise NotMechanical(f"a scale_loss is not given every optimizer of initialize ({', '.join(optimizers)}): "
+                            "apex unscaled only the gradients of those it was given, the scaler unscales every "
+                            "optimizer's")
+    if not (optimizer is not None and (_is_optimizer(optimizer, opt_name) or bool(optimizers))
             and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
         raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
                             "delay_unscale and loss_id")
@@ -1230,14 +1354,24 @@ def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, bac
                             "loss's `.backward(...)` with the same arguments")
 
 
+def _steps_after_the_backwards(rw: _Rewrite) -> None:
+    """Several optimizers: every backward comes before the first step (the one update after the last step then
+    ends the iteration)."""
+    if rw.shape.optimizers and any(b.lineno > rw.steps[0].lineno for b in rw.backward_statements):
+        raise NotMechanical("a scale_loss comes after a step of one of the optimizers, so the place of the scaler's "
+                            "one update per iteration is not clear")
+
+
 def _rewrite_clipping(rw: _Rewrite) -> None:
     """Clipping over master_params directly before a step -> unscale_, then clipping over param_groups."""
     shape, tree = rw.shape, rw.tree
-    opt_name = shape.opt_name
     step_lines = {s.lineno for s in rw.steps}
+    unscaled: set[tuple[int, str]] = set()  # (the step clipped before, the optimizer unscaled)
     for use in shape.clips:
         call = _call_of(use)
-        if not (len(call.args) == 1 and not call.keywords and _is_optimizer(call.args[0], opt_name)):
+        opt_name = next((name for name in shape.optimizers or (shape.opt_name,) if len(call.args) == 1
+                         and not call.keywords and _is_optimizer(call.args[0], name)), None)
+        if opt_name is None:
             raise NotMechanical("master_params is not given the optimizer alone")
         clip = tree.parent(call)
         statement = tree.parent(clip)
@@ -1253,6 +1387,10 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
             block, position = tree.block_of(guard)
             following = block[position + 1] if position + 1 < len(block) else None
+        while shape.optimizers and following is not None and _clips_master_params(rw, following):
+            # several optimizers, each clipped over its master_params, then the steps: each unscale_ before its
+            # clipping, every one before the steps
+            following = block[block.index(following) + 1] if block.index(following) + 1 < len(block) else None
         branch_step = next((s for s in rw.branch_steps if rw.tree.parent(s) is following), None)
         if branch_step is not None:
             following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
@@ -1266,7 +1404,16 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
         rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> "
                                     f"`{shape.scaler}.unscale_({opt_name})`, then clipping over the optimizer's "
                                     "param_groups (what master_params iterated)")
+        if (following.lineno, opt_name) in unscaled:
+            raise NotMechanical(f"`{opt_name}` is clipped twice before its step (unscale_ may run once per step)")
+        unscaled.add((following.lineno, opt_name))
         rw.unscaled_steps.add(following.lineno)
+
+
+def _clips_master_params(rw: _Rewrite, statement: ast.stmt) -> bool:
+    """Does `statement` hold a master_params use (clipping over it, checked where that use is rewritten)?"""
+    uses = {id(use.ref.node) for use in rw.shape.clips}
+    return any(id(node) in uses for node in ast.walk(statement))
 
 
 def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
@@ -1286,6 +1433,11 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         block, position = tree.block_of(step)
         begin = next((block.index(s) + 1 for s in rw.backward_statements if s in block), 0)
         readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
+        if rw.shape.optimizers:
+            readers = [s for s in readers if not _clips_master_params(rw, s)]
+            if readers:
+                raise NotMechanical(f"gradients are read on line {readers[0].lineno}, before the steps of several "
+                                    "optimizers, not by clipping over one optimizer's master_params")
         if readers:
             first = readers[0]
             _starts_its_line(rw, first)
@@ -1486,16 +1638,20 @@ def _initialize_message(rw: _Rewrite) -> None:
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
     holders = (shape.function, *shape.methods)
+    target = shape.init.targets[0]
+    bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
+    models = [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [shape.model_name]
     outside = sorted({node.lineno for holder in holders for node in ast.walk(holder)
                       if isinstance(node, ast.Call) and _chain(node.func)
-                      and ast.unparse(node.func) == shape.model_name and node.lineno > _last_line(shape.init)
+                      and ast.unparse(node.func) in models and node.lineno > _last_line(shape.init)
                       and not any(a <= node.lineno <= b for a, b in covered)
                       and tree.function_of(node) in holders})
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
                                      f"{_lines([b.lineno for b in rw.evaluation])}"
                                      if rw.evaluation else "")
     note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
-            f"the calls of `{shape.model_name}` on {_lines(outside)}, and any call outside {shape.where}, are outside "
+            f"the calls of {', '.join(f'`{m}`' for m in models)} on {_lines(outside)}, and any call outside "
+            f"{shape.where}, are outside "
             "it (float32 unless under an autocast of their own)" if outside else
             f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
             f"calls outside {shape.where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
@@ -1504,11 +1660,14 @@ def _initialize_message(rw: _Rewrite) -> None:
         note = ("; O1 put every call after initialize in mixed precision: no forward pass is in the trainer's "
                 "methods, so no autocast is added (its callers' forward passes run in float32 unless under one)")
     opt_name = shape.opt_name
+    steps = (f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` "
+             f"and `{rw.shape.scaler}.update()`" if not shape.optimizers else
+             f"each optimizer's step ({', '.join(f'`{o}.step()`' for o in shape.optimizers)}) on "
+             f"{_lines([s.lineno for s in rw.steps])} -> `{shape.scaler}.step(optimizer)`, and one "
+             f"`{shape.scaler}.update()` after the last (one scaler serves every optimizer)")
     rw.messages[id(shape.init_use.ref)] = (
         f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
-        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; "
-        f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` and "
-        f"`{rw.shape.scaler}.update()`"
+        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; {steps}"
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
@@ -1516,7 +1675,8 @@ def _initialize_message(rw: _Rewrite) -> None:
 
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
-    _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses, _rewrite_clipping,
+    _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses,
+    _steps_after_the_backwards, _rewrite_clipping,
     _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
     _rewrite_method_imports)
 
@@ -1564,6 +1724,12 @@ def _resolved(rw: _Rewrite, node: ast.expr) -> str | None:
 def _is_optimizer(node: ast.expr, opt_name: str) -> bool:
     """`node` is the optimizer initialize bound: its name, or a trainer's `self.optimizer`."""
     return _chain(node) and ast.unparse(node) == opt_name
+
+
+def _all_optimizers(node: ast.expr, optimizers: tuple[str, ...]) -> bool:
+    """`node` is a list (or tuple) of every optimizer initialize was given, each once, in any order."""
+    return isinstance(node, (ast.List, ast.Tuple)) and all(_chain(e) for e in node.elts) \
+        and sorted(ast.unparse(e) for e in node.elts) == sorted(optimizers)
 
 
 def _is_step(node: ast.AST, opt_name: str) -> bool:
