@@ -256,7 +256,10 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     if args.skip_libcst:
         timings.remove(cst_floor)
     load_before = os.getloadavg()[0]
-    measure(timings, args.repeat)
+    try:
+        measure(timings, args.repeat)
+    finally:  # an interrupted run leaves no bytecode aside
+        aside.restore()
     load_after = os.getloadavg()[0]
 
     # Sense checks ----------------------------------------------------------------------------

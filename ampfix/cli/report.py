@@ -40,12 +40,10 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
     for finding in result.findings:
         if mode == "check":
             mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
+        elif finding.fixed:
+            mark = f" {_done(finding, mode)}{' (unsafe)' if finding.unsafe else ''}:"
         else:
-            if finding.follows and finding.fixed:
-                done = "would follow its import" if mode == "diff" else "followed its import"
-            else:
-                done = "would fix" if mode == "diff" else "fixed"
-            mark = f" {done}{' (unsafe)' if finding.unsafe else ''}:" if finding.fixed else " left:"
+            mark = " left:"
         where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
         lines.append(f"{where} {code}{mark} {_message(finding)}")
@@ -59,7 +57,7 @@ def _place(finding: Finding) -> str:
 
 
 def _done(finding: Finding, mode: str) -> str:
-    """What `rewrite` did to a fixed finding (what `--diff` would do), as the text format says it."""
+    """What `rewrite` did to a fixed finding (what `--diff` would do), in every format."""
     if mode == "diff":
         return "would follow its import" if finding.follows else "would fix"
     return "followed its import" if finding.follows else "fixed"

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from ampfix.core.rules import Target
 from ampfix.families.torch_amp import autocast
-from ampfix.syntax.bindings import Binding, ChainRef, Walker, import_scopes, qualified_name
+from ampfix.syntax.bindings import Binding, ChainRef, Walker, import_bindings, qualified_name
 from ampfix.syntax.context import ModuleContext
 
 # Every autocast that opens a region: the deprecated names, their twin, and torch's own alias.
@@ -78,8 +78,7 @@ class Nesting:
     def setters(self) -> list[tuple[ast.Call, str]]:
         found = []
         # A callee resolves only through an import binding of its head.
-        imported = {name for scope in import_scopes(self.walker) for name, bindings in scope.bindings.items()
-                    if any(b.kind == "import" for b in bindings)}
+        imported = {name for name, _ in import_bindings(self.walker)}
         for ref in self.walker.chains:
             if ref.role == "call" and ref.parts[0] in imported and isinstance(ref.parent, ast.Call) \
                     and ref.parent.func is ref.node:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -500,12 +500,16 @@ _STATEMENT_HANDLERS: dict[type, Callable[[Walker, Any, Scope], None]] = {
 }
 
 
-def import_scopes(walker: Walker) -> list[Scope]:
-    """The scopes that can hold an import binding: those of the import statements, of `__import__` /
-    `import_module` bindings, and the module's (where `global` puts them)."""
+def import_bindings(walker: Walker) -> Iterator[tuple[str, Binding]]:
+    """Every import binding of the module, in any scope, with the name it binds: an import statement's, or
+    `__import__` / `import_module`'s. Only their scopes are searched, and the module's (where `global` puts them)."""
     scopes = {id(scope): scope for scope in (*(imp.scope for imp in walker.imports), *walker.dynamic_import_scopes,
                                              walker.module_scope)}
-    return list(scopes.values())
+    for scope in scopes.values():
+        for name, bindings in scope.bindings.items():
+            for binding in bindings:
+                if binding.kind == "import":
+                    yield name, binding
 
 
 def attribute_chain(node: ast.Attribute) -> tuple[tuple[str, ...], ast.expr]:

@@ -20,7 +20,7 @@ from ampfix.core.locations import SourceIndex
 from ampfix.core.options import Options
 from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
 from ampfix.core.rules import Family, Rule
-from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_scopes, resolve
+from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_bindings, resolve
 from ampfix.syntax.guards import GuardJudge
 from ampfix.syntax.suppressions import Suppressions
 
@@ -60,11 +60,9 @@ class ModuleContext:
         """Each of `heads` -> every qualified name an import of the family's package binds it to, in any
         scope: what a chain headed by it can resolve through."""
         modules: dict[str, set[str]] = {}
-        for scope in import_scopes(self.walker):
-            for name, bindings in scope.bindings.items():
-                for b in bindings:
-                    if b.kind == "import" and b.qname is not None and self.family.owns(b.qname):
-                        modules.setdefault(name, set()).add(b.qname)
+        for name, binding in import_bindings(self.walker):
+            if binding.qname is not None and self.family.owns(binding.qname):
+                modules.setdefault(name, set()).add(binding.qname)
         return {name: frozenset(qnames) for name, qnames in modules.items()}
 
     def resolve(self, node: ast.expr, scope: Scope, *, within: Callable[[str], bool] | None = None,

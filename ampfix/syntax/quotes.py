@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from ampfix.core.locations import source_lines
+from ampfix.syntax.bindings import Walker
 from ampfix.syntax.context import ModuleContext
 
 DOUBLE, SINGLE = '"', "'"
@@ -26,9 +27,12 @@ def preferred_quote(source: str, literals: Iterable[ast.Constant] | None = None,
     f-strings found here when not given)."""
     if literals is None:
         try:
-            literals = _literals(ast.parse(source))
+            tree = ast.parse(source)
         except (SyntaxError, ValueError):
             return DOUBLE  # the engine asks only of a file it parsed
+        walker = Walker()  # the literals the engine's own walk collects, not a second way of finding them
+        walker.statements(tree.body, walker.module_scope)
+        literals, fstrings = walker.literals, walker.fstrings
     return _majority(source_lines(source), literals, fstrings)
 
 
@@ -61,18 +65,6 @@ def _within(fstrings: Iterable[ast.JoinedStr]) -> Callable[[ast.Constant], bool]
         return i >= 0 and at < spans[i][1]
 
     return inside
-
-
-def _literals(tree: ast.Module) -> Iterator[ast.Constant]:
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.JoinedStr):
-            continue  # an f-string, and the literal parts inside it
-        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-            yield node
-            continue
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _opening_quote(lines: list[str], node: ast.Constant) -> str | None:
