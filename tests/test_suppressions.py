@@ -135,3 +135,40 @@ def test_the_hook_path_on_a_file_without_amp_never_loads_the_suppression_scanner
     done = subprocess.run([sys.executable, "-c", PROBE.format(path=str(clean))], capture_output=True, text=True,
                           check=True)
     assert done.stdout.splitlines()[-1] == "LOADED True"
+
+
+def test_a_file_whose_noqa_name_only_other_tools_codes_is_not_tokenized():
+    assert scan("import os  # noqa: F401\nx = 1  # NOQA:E501,W291\n") is NONE
+    # `A` and `AM` are prefixes of ampfix's codes; a bare noqa covers every code; a `#` in a string before the
+    # comment does not hide it
+    assert scan("x = 1  # noqa: F401, A\n").covers(1, "AMP001")
+    assert scan("x = 1  # noqa: AM\n").covers(1, "AMP100")
+    assert scan("x = 1  # noqa\n").covers(1, "AMP001")
+    assert scan("x = '# noqa: F401'  # noqa: AMP001\n").covers(1, "AMP001")
+    assert scan("x = 1  # noqa:\ny = 2\n").covers(1, "AMP001")  # no codes after the colon: every code
+
+
+def test_every_code_starts_with_the_prefix_the_suppression_gate_assumes():
+    from ampfix.cli.report import ERROR_TITLES
+    from ampfix.families import ALL_RULES
+    from ampfix.syntax.suppressions import OWN_PREFIX
+
+    codes = {rule.code for rule in ALL_RULES} | set(ERROR_TITLES)
+    assert len(codes) > 20 and all(code.startswith(OWN_PREFIX) for code in codes)
+
+
+def test_comments_are_tokenized_only_when_a_finding_asks(monkeypatch):
+    import ampfix.syntax.suppressions as suppressions
+    from ampfix.engine import check_source
+
+    calls = []
+    real_tokens = suppressions.tokens
+    monkeypatch.setattr(suppressions, "tokens", lambda source: calls.append(source) or real_tokens(source))
+    # kept by the pre-filter (it names apex), a bare noqa, nothing to report: never tokenized
+    assert check_source("import apex_helpers  # noqa\nx = 1\n").findings == ()
+    assert calls == []
+    # a use on the noqa's line: tokenized once, and the use is suppressed as before
+    source = "import os  # noqa: F401\nimport torch\nx = torch.cuda.amp.autocast()  # noqa: AMP001\n"
+    assert check_source(source).findings == ()
+    assert calls == [source]
+    assert suppressions.scan_when_asked(source).lines == {3: ("AMP001",), 1: ("F401",)}

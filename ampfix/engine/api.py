@@ -75,9 +75,9 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
 
     if not could_hold_use(source, options.retargets, SPELLED_NAMES, RETARGET_NAMES):
         return SourceResult(source, source)
-    from ampfix.syntax.suppressions import scan
+    from ampfix.syntax.suppressions import scan_when_asked
 
-    suppressions = scan(source)
+    suppressions = scan_when_asked(source)
     if suppressions.skip_file:
         return SourceResult(source, source)
     try:

@@ -20,9 +20,8 @@ from ampfix.syntax.context import ModuleContext
 def suppress_uses(context: ModuleContext, decided: list[tuple[Use, Decision]]
                   ) -> tuple[list[tuple[Use, Decision]], dict[tuple[int, str], str]]:
     """`decided` without the suppressed uses, and the groups they (or their imports) hold, with why."""
+    # The comments are read only where a deprecated import or a use asks (`scan_when_asked`).
     suppressed_groups: dict[tuple[int, str], str] = {}
-    if context.suppressions.lines == {}:
-        return decided, suppressed_groups
     for imp in context.walker.imports:
         aliases = list(deprecated_aliases(context, imp))
         # One suppressed name holds the whole statement: split, the names moved to a new line
