@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ampfix.cli.app import app
-from ampfix.io.files import FileResult, process_data
+from ampfix.io.files import FileResult, process_data, process_file
 from ampfix.io.ipython_syntax import masked_cell
 from ampfix.core.options import Options
 
@@ -234,3 +234,10 @@ def test_a_notebook_that_cannot_be_written_is_left_and_reported_as_not_fixed(tmp
     assert path.read_bytes() == before
     assert [(row.get("cell"), row["code"], row["fixed"]) for row in rows] == [
         (1, "AMP010", False), (2, "AMP002", False), (None, "AMP903", False)]
+
+
+def test_a_notebook_whose_only_apex_use_spells_no_amp_is_read(tmp_path: Path):
+    # `apex.parallel` holds no `amp`: the notebook's bytes are kept for apex itself, as a .py file's are
+    path = tmp_path / "nb.ipynb"
+    path.write_text(_notebook("import apex\nmodel = apex.parallel.DistributedDataParallel(model)"), encoding="utf-8")
+    assert _findings(process_file(path, Options())) == [(1, 2, "AMP110", False)]

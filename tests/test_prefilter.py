@@ -17,13 +17,15 @@ from ampfix.io.files import process_file
 from ampfix.core.options import Options
 from ampfix.syntax import prefilter
 from ampfix.families import ALL_RULES, SPELLED_NAMES, TORCH_AMP
+from ampfix.families import SPELLINGS as RULE_SPELLINGS
+from ampfix.families.apex import rules as apex_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def could_hold_deprecated_use(source: str | bytes) -> bool:
     """The pre-filter with the words the engine hands it (the rules' own)."""
-    return prefilter.could_hold_deprecated_use(source, SPELLED_NAMES)
+    return prefilter.could_hold_deprecated_use(source, RULE_SPELLINGS)
 
 SPELLINGS = [
     "import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
@@ -170,15 +172,44 @@ def test_the_documented_limit_escaped_strings():
 
 
 @pytest.mark.parametrize("source, kept", [
-    ("import apex\n", True),
     ("trainer = Trainer(amp_backend='apex')\n", True),  # no name `amp` in it
     ("wrapper = ApexOptimWrapper(optimizer)\n", True),
+    ("import apex\nmodel = apex.parallel.DistributedDataParallel(model)\n", True),
+    ("import apex\nmodel = apex . parallel.DistributedDataParallel(model)\n", True),
+    ("import apex\nmodel = (apex\n         .parallel.DistributedDataParallel(model))\n", True),
+    ("import apex as a\nmodel = a.parallel.DistributedDataParallel(model)\n", True),
+    ("import os, apex as a\nmodel = a.parallel.DistributedDataParallel(model)\n", True),
+    ("from apex import *\nmodel = parallel.DistributedDataParallel(model)\n", True),
+    ("from apex import (\n    parallel,\n)\n", True),
+    ("from  apex  import fp16_utils\n", True),
+    ("a = __import__('apex.optimizers')\nmodel = a.parallel.DistributedDataParallel(model)\n", True),
+    ("import importlib\na = importlib.import_module('apex')\nm = a.parallel.DistributedDataParallel(model)\n", True),
+    ("import apex\nstate = optimizer._amp_stash\n", True),
+    # apex's packages that still exist, and apex only mentioned, do not hold a removed name
+    ("import apex\n", False),
+    ("from apex.optimizers import FusedAdam\nfrom torch.nn.parallel import DistributedDataParallel\n", False),
+    ("from transformers.utils import is_apex_available\nif is_apex_available():\n    pass\n", False),
+    ("import apex.normalization as norm\nx = norm.parallel\n", False),
     ("x = 'pex' + spex\n", False),
     ("APEX_HOME = 1\n", False),
 ])
 def test_files_that_spell_apex_are_kept(source: str, kept: bool):
     assert could_hold_deprecated_use(source) is kept
     assert could_hold_deprecated_use(source.encode("utf-8")) is kept
+    assert bool(_analysed_findings(source, Options(unsafe_fixes=True))) <= kept
+
+
+def test_the_apex_spellings_cover_every_apex_rule():
+    """Each name an apex rule lists lies below a removed module the pre-filter searches for, or is one of its names
+    (derived from the rules in `ampfix.families.apex.rules`; this holds the derivation to what the pre-filter says)."""
+    spellings = apex_rules.SPELLINGS
+    assert spellings.modules == ("amp", "fp16_utils", "parallel")
+    assert spellings.names == ("ApexOptimWrapper", "_amp_stash")
+    assert spellings.quoted == ('"ApexOptimWrapper"', "'ApexOptimWrapper'", '"apex"', "'apex'")
+    for rule in apex_rules.APEX_RULES:
+        for symbol in rule.symbols:
+            parts = symbol.split(".")
+            assert parts[1] in spellings.modules if parts[0] == "apex" else parts[-1] in spellings.names, symbol
 
 
 def test_every_name_the_prefilter_searches_holds_the_part_the_codec_tests_first():

@@ -71,9 +71,9 @@ def fix_source(source: str, options: Options = Options()) -> SourceResult:
 
 def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
     # The rule data only once a file is read: the files a run passes over never load it.
-    from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
+    from ampfix.families import SPELLINGS
 
-    if not could_hold_use(source, options.retargets, SPELLED_NAMES, RETARGET_NAMES):
+    if not could_hold_use(source, options.retargets, SPELLINGS):
         return SourceResult(source, source)
     from ampfix.syntax.suppressions import scan_when_asked
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ampfix.core.rules import CallShape, Example, Family, Rule, Target
+from ampfix.families.apex import rules as apex_rules
 from ampfix.families.apex.rules import APEX_RULES
 from ampfix.families.torch_amp import (autocast, autocast_state, cast, custom_bwd, custom_fwd, device_literal,
                                       grad_scaler, module_paths, no_twin, unresolved, version_branch)
-from ampfix.syntax.prefilter import SpelledNames
+from ampfix.syntax.prefilter import SpelledNames, Spellings
 
 # torch's own deprecated names (the TORCH_AMP family).
 TORCH_RULES: tuple[Rule, ...] = (
@@ -51,6 +52,7 @@ TORCH_AMP = Family(
 # spells, and the names a device target looks at that no `amp` spells.
 SPELLED_NAMES = SpelledNames(TORCH_AMP.spelled_names())
 RETARGET_NAMES = SpelledNames(TORCH_AMP.spelled_names(device_target_only=True))
+SPELLINGS = Spellings(SPELLED_NAMES, RETARGET_NAMES, apex_rules.SPELLINGS)
 
 # The codes the planners report under where no rule of a name says more: a name with no twin, an import path.
 NO_TWIN_CODE = no_twin.RULE.code
@@ -59,5 +61,5 @@ UNRESOLVED_CODE = unresolved.RULE.code
 VERSION_BRANCH_CODE = version_branch.RULE.code
 
 
-__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "RETARGET_NAMES", "SPELLED_NAMES", "TORCH_AMP",
+__all__ = ["ALL_RULES", "MODULE_PATH_CODE", "NO_TWIN_CODE", "RETARGET_NAMES", "SPELLED_NAMES", "SPELLINGS", "TORCH_AMP",
            "TORCH_RULES", "UNRESOLVED_CODE", "VERSION_BRANCH_CODE", "CallShape", "Example", "Family", "Rule", "Target"]

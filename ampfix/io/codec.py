@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
-from ampfix.syntax.prefilter import SpelledNames, could_hold_use
+from ampfix.syntax.prefilter import ApexSpellings, SpelledNames, Spellings, could_hold_use, mentions_apex
 
 READ_ERROR_CODE = "AMP902"  # a file or folder that cannot be read (or is not a regular file)
 WRITE_ERROR_CODE = "AMP903"  # a rewrite that could not be written: the file is left as it was
@@ -91,23 +91,23 @@ class PythonText:
 
 # Every name the pre-filter searches for beside `amp` and apex (`ampfix.families.SPELLED_NAMES` and
 # `RETARGET_NAMES`, derived from the rules) holds this part, as tests/test_prefilter.py checks. An ASCII file
-# without it, and without a coding cookie that could spell it otherwise, cannot spell them: it is searched
-# for `amp` and apex only, and the rule data is not imported (the pre-commit hook's common case).
+# without it, without `apex`/`Apex`, and without a coding cookie that could spell them otherwise, cannot spell
+# them: it is searched for `amp` only, and the rule data is not imported (the pre-commit hook's common case).
 NAMES_PART = b"autocast"
-_NO_NAMES = SpelledNames(())
+_NO_SPELLINGS = Spellings(SpelledNames(()), SpelledNames(()), ApexSpellings((), (), ()))
 
 
-def _names(data: bytes) -> tuple[SpelledNames, SpelledNames]:
-    if data.isascii() and NAMES_PART not in data and b"coding" not in data:
-        return _NO_NAMES, _NO_NAMES
-    from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
+def _spellings(data: bytes) -> Spellings:
+    if data.isascii() and NAMES_PART not in data and b"coding" not in data and not mentions_apex(data):
+        return _NO_SPELLINGS
+    from ampfix.families import SPELLINGS
 
-    return SPELLED_NAMES, RETARGET_NAMES
+    return SPELLINGS
 
 
 class PythonCodec:
     def could_hold(self, data: bytes, retargets: bool) -> bool:
-        return could_hold_use(data, retargets, *_names(data))
+        return could_hold_use(data, retargets, _spellings(data))
 
     def decode(self, data: bytes, retargets: bool = False) -> PythonText:
         try:

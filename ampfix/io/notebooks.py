@@ -27,8 +27,8 @@ from ampfix.core.locations import source_lines
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult
 from ampfix.io.codec import Converted, DecodeError
 from ampfix.io.ipython_syntax import masked_cell
-from ampfix.families import RETARGET_NAMES, SPELLED_NAMES
-from ampfix.syntax.prefilter import could_hold_use
+from ampfix.families import SPELLINGS
+from ampfix.syntax.prefilter import could_hold_use, mentions_apex
 from ampfix.syntax.suppressions import line_suppresses
 
 # Between two cells in the module handed to the engine: a comment the rewrite never touches.
@@ -85,9 +85,9 @@ class NotebookText:
 class NotebookCodec:
     def could_hold(self, data: bytes, retargets: bool) -> bool:
         # In a notebook's JSON a line break before `amp` is spelled `\n`, which the Python test
-        # reads as a letter: the bytes are searched plainly.
-        return (b"amp" in data or SPELLED_NAMES.anchor.encode("ascii") in data
-                or (retargets and RETARGET_NAMES.anchor.encode("ascii") in data))
+        # reads as a letter: the bytes are searched plainly (apex's names by apex itself).
+        return (b"amp" in data or SPELLINGS.names.anchor.encode("ascii") in data or mentions_apex(data)
+                or (retargets and SPELLINGS.retarget_names.anchor.encode("ascii") in data))
 
     def decode(self, data: bytes, retargets: bool = False) -> NotebookText:
         try:
@@ -105,7 +105,7 @@ class NotebookCodec:
             masked = masked_cell(cell.source)
             if not isinstance(masked, SyntaxError):
                 parsed.append((cell, *masked))
-            elif could_hold_use(cell.source, retargets, SPELLED_NAMES, RETARGET_NAMES):
+            elif could_hold_use(cell.source, retargets, SPELLINGS):
                 finding = _unparsable(cell, masked)
                 if finding is not None:
                     findings.append(_located(finding, cell, lines))

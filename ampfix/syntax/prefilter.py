@@ -24,9 +24,16 @@ Two spellings of the name `amp` are not the bytes `amp`, and both are caught:
 - A declared encoding may spell ASCII letters otherwise (UTF-7: `+AGE-mp` is `amp`). A file with a
   coding cookie is decoded and searched again.
 
-NVIDIA apex (`ampfix.families.apex.rules`): `import apex` / `from apex...` spell `apex`, and the framework settings
-that select it spell `"apex"` or `ApexOptimWrapper`, so a file holding `apex` or `Apex` is kept too. (DeepSpeed's
-config key `"amp"` spells the name `amp`.)
+NVIDIA apex (`ampfix.families.apex.rules`, handed in as `ApexSpellings`). Every apex name a rule lists lies below
+one of apex's removed modules (`apex.amp`, `apex.parallel`, `apex.fp16_utils`), and a use spells the module's own
+name as it spells each component of the name it resolves to: `from apex import parallel`, `apex.parallel.X`,
+`import apex as a` then `a.parallel`, `from apex import *` then `parallel.X`. Where the module's name is a common
+word (`torch.nn.parallel`), it counts only beside what binds it to apex: `apex.parallel` itself, `from apex import`,
+`apex as`, or `__import__` (whose `"apex.x"` returns `apex`). The other names are spelled whole (mmengine's
+`ApexOptimWrapper`, apex's optimizer attribute `_amp_stash`), and the framework settings that select apex spell their
+value with its quotes (`"apex"`, which `import_module("apex")` spells too). Each of these holds `apex` or `Apex`:
+a file without either is not searched for them. (DeepSpeed's config key `"amp"` and `apex.amp` spell the name
+`amp`.) A file that only mentions apex (`is_apex_available()`, `from apex.optimizers import FusedAdam`) is dropped.
 
 Deprecated names outside those namespaces (`torch.get_autocast_gpu_dtype`, AMP007) are spelled by their own
 last part: `torch.X`, `th.X`, `from torch import X as Y` all spell `X`. Those words are the rules' own
@@ -35,14 +42,15 @@ at memchr speed, then the words themselves as identifiers.
 
 Deliberately not caught (and not caught by `ampfix.engine.check_source`, which applies the same
 test): a string literal whose value contains `amp` only through escapes or implicit concatenation
-(`"torch.cuda.\\x61mp"`, `"torch.cuda.a" "mp"`). These are not spellings a person writes.
+(`"torch.cuda.\\x61mp"`, `"torch.cuda.a" "mp"`), and an apex chain broken by a comment
+(`(apex  # why` then `.parallel)`). These are not spellings a person writes.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from typing import AnyStr
+from typing import Any, AnyStr, NamedTuple
 
 # `amp` followed by a non-word character: a literal prefix, so the search runs at memchr speed
 # (`\bamp\b` is ~12x slower: the regex engine tries the boundary at every byte). The character
@@ -94,17 +102,66 @@ def _shared_part(names: tuple[str, ...]) -> str:
     return ""
 
 
-def could_hold_deprecated_use(source: str | bytes, names: SpelledNames) -> bool:
-    """False only if the source cannot hold a deprecated use (see the module's docstring); `names`: the
-    deprecated names outside the deprecated namespaces."""
+class ApexSpellings:
+    """What a use of apex's removed names spells beside `apex` (see the module's docstring): the removed modules'
+    names (`parallel`), the names spelled whole (`ApexOptimWrapper`), the settings' values (`apex`, with quotes)."""
+
+    __slots__ = ("modules", "names", "quoted", "_patterns")
+
+    def __init__(self, modules: tuple[str, ...], names: tuple[str, ...], values: tuple[str, ...]) -> None:
+        self.modules = modules
+        self.names = names
+        self.quoted = tuple(quote + value + quote for value in values for quote in "\"'")
+        # (module word, `apex.module`, what else binds apex, names): compiled on the first file that mentions apex
+        self._patterns: dict[type, tuple[re.Pattern[Any], ...]] = {}
+
+    def spelled_in(self, text: AnyStr) -> bool:
+        """Could `text` (which mentions apex) hold a use of a removed apex name?"""
+        if isinstance(text, bytes):
+            if any(quoted.encode("ascii") in text for quoted in self.quoted):
+                return True
+        elif any(quoted in text for quoted in self.quoted):
+            return True
+        module_word, dotted, binder, names = self._compiled(type(text))
+        if names.search(text) is not None:
+            return True
+        return module_word.search(text) is not None and (
+            dotted.search(text) is not None or binder.search(text) is not None)
+
+    def _compiled(self, kind: type) -> tuple[re.Pattern[Any], ...]:
+        if kind not in self._patterns:
+            gap, space = r"[\s\\]*", r"[\s\\]+"  # a line continuation is a space too
+            modules = "|".join(map(re.escape, self.modules)) or "(?!)"
+            names = "|".join(map(re.escape, self.names)) or "(?!)"
+            sources = (rf"(?<!\w)(?:{modules})(?!\w)", rf"(?<!\w)apex{gap}\.{gap}(?:{modules})(?!\w)",
+                       rf"(?<!\w)(?:from{space}apex{space}import|apex{space}as)(?!\w)|__import__",
+                       rf"(?<!\w)(?:{names})(?!\w)")
+            self._patterns[kind] = tuple(re.compile(p.encode("ascii") if kind is bytes else p) for p in sources)
+        return self._patterns[kind]
+
+
+class Spellings(NamedTuple):
+    """The rules' words the pre-filter searches for beside `amp` (from `ampfix.families`)."""
+
+    names: SpelledNames  # deprecated names no deprecated root spells
+    retarget_names: SpelledNames  # what a device target looks at that no `amp` spells
+    apex: ApexSpellings
+
+
+def could_hold_deprecated_use(source: str | bytes, spellings: Spellings) -> bool:
+    """False only if the source cannot hold a deprecated use (see the module's docstring)."""
     if isinstance(source, bytes):
-        return _bytes_could_hold(source, names)
-    if _has_amp_name(source) or names.spelled_in(source) or mentions_apex(source):
+        return _bytes_could_hold(source, spellings)
+    if _has_amp_name(source) or _spells_other_names(source, spellings):
         return True
     if source.isascii():
         return False
     normalized = unicodedata.normalize("NFKC", source)
-    return _has_amp_name(normalized) or names.spelled_in(normalized) or mentions_apex(normalized)
+    return _has_amp_name(normalized) or _spells_other_names(normalized, spellings)
+
+
+def _spells_other_names(text: AnyStr, spellings: Spellings) -> bool:
+    return spellings.names.spelled_in(text) or (mentions_apex(text) and spellings.apex.spelled_in(text))
 
 
 def mentions_apex(text: str | bytes) -> bool:
@@ -125,12 +182,12 @@ def _follows(text: AnyStr, needle: AnyStr, letters: tuple[object, ...]) -> bool:
     return False
 
 
-def _bytes_could_hold(data: bytes, names: SpelledNames) -> bool:
+def _bytes_could_hold(data: bytes, spellings: Spellings) -> bool:
     for match in _AMP_END_BYTES.finditer(data):
         start = match.start()
         if start == 0 or data[start - 1] not in _WORD_BYTES:
             return True
-    if names.spelled_in(data) or mentions_apex(data):
+    if _spells_other_names(data, spellings):
         return True
     ascii_only = data.isascii()
     if ascii_only and not _COOKIE.search(data, 0, _end_of_second_line(data)):
@@ -141,7 +198,7 @@ def _bytes_could_hold(data: bytes, names: SpelledNames) -> bool:
         text, _ = decode_source(data)
     except DECODE_ERRORS:
         return False  # not Python source; never parsed
-    return could_hold_deprecated_use(text, names)
+    return could_hold_deprecated_use(text, spellings)
 
 
 def _end_of_second_line(data: bytes) -> int:
@@ -168,12 +225,11 @@ def _has_amp_name(text: str) -> bool:
 # import amp`), except `torch.autocast` (and `torch.is_autocast_enabled`, AMP008...), spelled through the part
 # their names share (`autocast`, `retarget_names.anchor`): a file holding those letters anywhere is parsed as
 # well (a superset of the names, searched again in the decoded, normalised text).
-def could_hold_use(source: str | bytes, retargets: bool, names: SpelledNames,
-                   retarget_names: SpelledNames) -> bool:
+def could_hold_use(source: str | bytes, retargets: bool, spellings: Spellings) -> bool:
     """False only if the source cannot hold a use that the run (device target or not) looks at."""
-    if could_hold_deprecated_use(source, names):
+    if could_hold_deprecated_use(source, spellings):
         return True
-    anchor = retarget_names.anchor
+    anchor = spellings.retarget_names.anchor
     if not retargets or not anchor:
         return False
     if isinstance(source, bytes):

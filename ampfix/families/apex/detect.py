@@ -360,16 +360,12 @@ def _binding_used(scope: Scope, node: ast.Import | ast.ImportFrom, qname: str, u
     return False
 
 
-# A setting's value is a string literal, spelled in the text with its quotes (`"apex"`, `'ApexOptimWrapper'`).
-_QUOTED_SETTINGS = tuple(quote + value + quote for _, value in rules.CONFIG_SETTINGS for quote in "\"'")
-
-
 def _may_hold_settings(analysis: ApexModule) -> bool:
     """Whether `_report_settings` can find anything: a setting's value written as a literal, or DeepSpeed's key
     "amp" (a recorded string). Checked before walking the tree, also in a file that imports apex: on real code
     that walk cost as much as the file's parse."""
     text = analysis.index.text
-    return any(quoted in text for quoted in _QUOTED_SETTINGS) or any(
+    return any(quoted in text for quoted in rules.SPELLINGS.quoted) or any(
         ref.node.value == rules.DEEPSPEED_AMP_KEY for ref in analysis.walker.strings)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ampfix.core.rules import Example, Rule, longest_prefix
 from ampfix.families.torch_amp import grad_scaler
+from ampfix.syntax.prefilter import ApexSpellings
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
@@ -376,6 +377,17 @@ CONFIG_SETTINGS: dict[tuple[str, str], Advice] = {
 DEEPSPEED_AMP_KEY = "amp"
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
+
+# What a use of these names spells beside `apex`, for the pre-filter (`ampfix.syntax.prefilter`): below apex, the
+# removed module each rule's names lie in; elsewhere (mmengine), the name itself; apex's optimizer attribute; the
+# settings' values.
+SPELLINGS = ApexSpellings(
+    modules=tuple(sorted({symbol.split(".")[1] for rule in APEX_RULES for symbol in rule.symbols
+                          if symbol.split(".")[0] == "apex"})),
+    names=tuple(sorted({symbol.rpartition(".")[2] for rule in APEX_RULES for symbol in rule.symbols
+                        if symbol.split(".")[0] != "apex"} | {AMP_STASH})),
+    values=tuple(sorted({value for _, value in CONFIG_SETTINGS})),
+)
 
 LOAD_STATE = "apex.amp.load_state_dict"
 # `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
