@@ -88,3 +88,42 @@ def test_calls_through_attributes_are_not_followed_and_recursion_ends():
     )
     new = fix_source(source).new_source
     assert new.count('torch.amp.autocast("cuda"):') == 2  # documented: `ampfix verify` sees such regions
+
+
+def test_parents_mapped_where_asked_are_the_trees_own_in_any_order():
+    """`Nesting.parent_of` maps only the statements that hold the node it is asked about: asked about every node, in
+    an order that goes back and forth between methods, decorators, `with` items and one-line statements, it gives the
+    parent a whole walk gives."""
+    import ast
+    import random
+
+    from ampfix.engine.nesting import Nesting
+    from ampfix.syntax.bindings import Walker
+
+    source = (
+        "import torch\n"
+        "@decorate(torch.cuda.amp.autocast())\n"
+        "class Trainer:\n"
+        "    @torch.cuda.amp.autocast()\n"
+        "    def step(self, x):\n"
+        "        with torch.autocast('cuda'), open(x) as f:\n"
+        "            y = [torch.cuda.amp.autocast() for _ in f]; z = lambda: torch.cuda.amp.autocast()\n"
+        "        return (y,\n"
+        "                z)\n"
+        "    def other(self):\n"
+        "        try:\n"
+        "            pass\n"
+        "        except (ValueError) as e:\n"
+        "            torch.cuda.amp.autocast()\n"
+        "x = 1; y = torch.cuda.amp.autocast()\n"
+    )
+    tree = ast.parse(source)
+    expected = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    nodes = [node for node in ast.walk(tree) if node is not tree]
+    for seed in range(5):
+        random.Random(seed).shuffle(nodes)
+        walker = Walker()
+        walker.statements(tree.body, walker.module_scope)
+        nesting = Nesting(tree, walker)
+        asked = [node for node in nodes if hasattr(node, "lineno")]
+        assert [nesting.parent_of(node) for node in asked] == [expected[id(node)] for node in asked]

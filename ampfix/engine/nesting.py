@@ -38,27 +38,50 @@ class Nesting:
         self.tree = tree
         self.walker = walker
         self._parents: dict[int, ast.AST] = {}
-        self._mapped: set[int] = set()
+        self._mapped: set[int] = set()  # id() of the nodes whose whole subtree is mapped
 
     @functools.cached_property
-    def _starts(self) -> list[int]:
-        """The first line of each top-level statement (its decorators included)."""
-        return [min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in self.tree.body]
+    def _starts(self) -> list[tuple[int, int]]:
+        """The first position of each top-level statement (its decorators included; `x = 1; y = 2` are two)."""
+        return [span[0] for span in map(_span, self.tree.body) if span is not None]
 
     def parent_of(self, node: ast.AST) -> ast.AST | None:
-        """`node`'s parent. The parents are mapped one top-level statement at a time, where a question
-        asks for them: a whole module's map cost more than the rest of the analysis."""
+        """`node`'s parent. Parents are mapped where a question asks for them: down the statements that hold
+        `node`'s position, then the statement it lies in (a module's whole map, or a class's, cost more than
+        the rest of the analysis on real trainers)."""
         line = getattr(node, "lineno", None)
         if id(node) not in self._parents and line is not None:
-            index = bisect.bisect_right(self._starts, line) - 1
-            root = self.tree.body[index] if index >= 0 else None
-            if root is not None and id(root) not in self._mapped:
-                self._mapped.add(id(root))
+            where = (line, getattr(node, "col_offset", 0))
+            index = bisect.bisect_right(self._starts, where) - 1
+            if index >= 0:
+                root = self.tree.body[index]
                 self._parents[id(root)] = self.tree
-                for parent in ast.walk(root):
-                    for child in ast.iter_child_nodes(parent):
-                        self._parents[id(child)] = parent
+                self._map_towards(root, where)
+                if id(node) not in self._parents:  # a position outside its parent's span: map it all
+                    self._map_all(root)
         return self._parents.get(id(node))
+
+    def _map_towards(self, node: ast.AST, where: tuple[int, int]) -> None:
+        """Map `node`'s children; descend into a statement child whose span holds `where`, map any other child
+        that holds it (or has no position) whole."""
+        if id(node) in self._mapped:
+            return
+        for child in ast.iter_child_nodes(node):
+            self._parents[id(child)] = node
+            span = _span(child)
+            if span is None or span[0] <= where <= span[1]:
+                if isinstance(child, ast.stmt):
+                    self._map_towards(child, where)
+                else:
+                    self._map_all(child)
+
+    def _map_all(self, node: ast.AST) -> None:
+        if id(node) in self._mapped:
+            return
+        self._mapped.add(id(node))
+        for parent in ast.walk(node):
+            for child in ast.iter_child_nodes(parent):
+                self._parents[id(child)] = parent
 
     @functools.cached_property
     def chains(self) -> dict[int, ChainRef]:
@@ -147,6 +170,16 @@ class Nesting:
             if bindings and all(b.value is function for b in bindings):
                 sites.append(ref.parent)
         return sites
+
+
+def _span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """From the first position to the last of `node`, its decorators included; None where it has none."""
+    end_line = getattr(node, "end_lineno", None)
+    if end_line is None:
+        return None
+    starts = [(getattr(node, "lineno", 0), getattr(node, "col_offset", 0))]
+    starts += [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", ())]
+    return min(starts), (end_line, getattr(node, "end_col_offset", None) or 0)
 
 
 def module_nesting(context: ModuleContext) -> Nesting:
