@@ -173,6 +173,7 @@ def test_the_documented_limit_escaped_strings():
     ("import apex\n", True),
     ("trainer = Trainer(amp_backend='apex')\n", True),  # no name `amp` in it
     ("wrapper = ApexOptimWrapper(optimizer)\n", True),
+    ("ok = find_spec('apex.parallel')\n", True),  # a probe of a removed module by name (AMP108)
     ("x = 'pex' + spex\n", False),
     ("APEX_HOME = 1\n", False),
 ])
