@@ -49,6 +49,9 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("farm==0.4.9", "wheel"),
     ("pytorch-lightning==0.9.0", "wheel"),
     ("catalyst==20.2.4", "wheel"),
+    # SentenceTransformer.fit: initialize in a loop over several objectives. 0.3.4 is the last release that uses
+    # apex.amp (0.3.5 moved to torch.cuda.amp); 0.2.6.2's fit holds the same apex code, so it is not added too.
+    ("sentence-transformers==0.3.4", "sdist"),
 )
 
 AMP = ("apex.amp",)

@@ -498,9 +498,14 @@ def test_apex_bound_by_importlib_or_dunder_import_is_reported_with_the_binding()
               'with apex.amp.scale_loss(loss, optimizer) as scaled:\n    scaled.backward()\n')
     result = fix_source(source)
     assert not result.changed
-    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(3, "AMP101", False), (5, "AMP102", False)]
+    assert [(f.line, f.code, f.fixed) for f in result.findings] == [(2, "AMP100", False), (3, "AMP101", False),
+                                                                   (5, "AMP102", False)]
+    assert result.findings[0].message == (
+        "`apex.amp` was removed from apex in 2025; `importlib.import_module('apex.amp')` imports it by name, a dynamic "
+        "import no rewrite moves: it fails on current apex (where a handler catches that, what it guards silently "
+        "stops running); migrate by hand")
     assert "not rewritten: `amp` bound by `importlib.import_module('apex.amp')` on line 2, which no rewrite moves " \
-           "with its uses" in result.findings[0].message
+           "with its uses" in result.findings[1].message
 
 
 @pytest.mark.parametrize(("old", "new", "reason"), [
@@ -523,3 +528,22 @@ def test_a_trainer_set_up_in_init_is_left_where_an_object_may_lack_the_scaler(ol
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert not initialize.fixed and initialize.message.endswith(f"not rewritten: {reason}"), initialize.message
+
+
+def test_a_probe_of_a_removed_module_by_name_is_reported_never_rewritten():
+    """pytorch-lightning 1.2's `_APEX_AVAILABLE = _module_available("apex.amp")`: False on current apex, so the apex
+    path it guards goes silently dead. Reported at the string under the name's rule; the O1 pattern beside it is
+    rewritten as ever, the probe's bytes stay."""
+    from ampfix.engine import fix_source
+
+    probe = '_APEX_AVAILABLE = _module_available("apex.amp")\n'
+    source = ("from apex import amp\n" + probe + "\n\ndef train(model, opt, x):\n"
+              "    model, opt = amp.initialize(model, opt)\n    loss = model(x)\n"
+              "    with amp.scale_loss(loss, opt) as scaled:\n        scaled.backward()\n    opt.step()\n")
+    result = fix_source(source)
+    assert result.new_source.splitlines()[1] == probe.rstrip("\n")
+    assert "from apex" not in result.new_source
+    left = [(f.line, f.code, f.message) for f in result.findings if not f.fixed]
+    assert left == [(2, "AMP100", "`apex.amp` was removed from apex in 2025; `_module_available('apex.amp')` names "
+                                  "it: on current apex a probe of this name answers False (an import or a patch of it "
+                                  "fails), so the apex path it guards silently goes dead; reported, never rewritten")]

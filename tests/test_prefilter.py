@@ -174,6 +174,7 @@ def test_the_documented_limit_escaped_strings():
 @pytest.mark.parametrize("source, kept", [
     ("trainer = Trainer(amp_backend='apex')\n", True),  # no name `amp` in it
     ("wrapper = ApexOptimWrapper(optimizer)\n", True),
+    ("ok = find_spec('apex.parallel')\n", True),  # a probe of a removed module by name (AMP108)
     ("import apex\nmodel = apex.parallel.DistributedDataParallel(model)\n", True),
     ("import apex\nmodel = apex . parallel.DistributedDataParallel(model)\n", True),
     ("import apex\nmodel = (apex\n         .parallel.DistributedDataParallel(model))\n", True),

@@ -102,6 +102,7 @@ class StringRef:
     scope: Scope
     in_annotation: bool
     guards: Guards
+    parent: ast.AST | None = None  # the expression (or statement) it is a direct child of: a call for an argument
 
     @property
     def value(self) -> str:
@@ -140,8 +141,9 @@ _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 
 # A string that names a deprecated path spells `amp` (the roots) or `autocast` (each name outside them, the
-# state functions: the part `ampfix.io.codec.NAMES_PART` tests first; tests/test_prefilter.py checks both).
-STRING_PARTS = ("amp", "autocast")
+# state functions: the part `ampfix.io.codec.NAMES_PART` tests first; tests/test_prefilter.py checks both); one that
+# names a removed apex module spells `apex` (`"apex.parallel"`, `ampfix.families.apex.detect`).
+STRING_PARTS = ("amp", "autocast", "apex")
 _STRING_PART = re.compile("|".join(map(re.escape, STRING_PARTS)))  # one search of each literal, in C
 
 
@@ -217,7 +219,7 @@ class _ExpressionWalker:
             if isinstance(literal, str):
                 self.literals.append(node)
                 if _STRING_PART.search(literal):
-                    self.strings.append(StringRef(node, scope, annotation, self.guards))
+                    self.strings.append(StringRef(node, scope, annotation, self.guards, parent))
             elif isinstance(literal, bytes):
                 self.literals.append(node)
             return []

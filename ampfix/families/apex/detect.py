@@ -102,6 +102,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
                 unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
                 _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
         _report_imports(analysis, used, left, rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False))
+    _report_named_modules(analysis)
     if _may_hold_settings(analysis):
         _report_settings(analysis)
 
@@ -246,6 +247,38 @@ def _imported_dynamically(chains: list[ChainRef]) -> bool:
             if imported is not None and _owned(imported[0]):
                 return True
     return False
+
+
+def _report_named_modules(analysis: ApexModule) -> None:
+    """A string that is exactly a removed apex name (`"apex.amp"`, `"apex.parallel.LARC"`), given to a call:
+    `importlib.import_module("apex.amp")` (a dynamic import, whose uses are reported at their lines) or a probe
+    (`find_spec("apex.amp")`, `_module_available("apex.amp")`), which answers False on current apex, so the apex path
+    it guards goes silently dead. Reported at its line under the name's rule, never rewritten: what the call should
+    name instead is the caller's choice (torch.amp is always there). A mention in a docstring or in a longer
+    message is not an argument that is exactly the name, and is not reported."""
+    for ref in analysis.walker.strings:
+        path, call = ref.value, ref.parent
+        if not (path.startswith(_APEX_PREFIX) and isinstance(call, ast.Call) and _is_argument(ref.node, call)):
+            continue
+        rule = rules.rule_of(path)
+        if rule is None or not all(part.isidentifier() for part in path.split(".")):
+            continue
+        alone = len(call.args) == 1 and not call.keywords
+        called = ast.unparse(call) if alone else f"{ast.unparse(call.func)}(...)"
+        if dynamic_import(call) is not None:
+            detail = (f"`{called}` imports it by name, a dynamic import no rewrite moves: it fails on current apex "
+                      "(where a handler catches that, what it guards silently stops running); migrate by hand")
+        else:
+            detail = (f"`{called}` names it: on current apex a probe of this name answers False (an import or a "
+                      "patch of it fails), so the apex path it guards silently goes dead; reported, never rewritten")
+        _report(analysis, ref.node, rule, _advice(path), detail)
+
+
+_APEX_PREFIX = "apex."
+
+
+def _is_argument(node: ast.expr, call: ast.Call) -> bool:
+    return any(arg is node for arg in call.args) or any(keyword.value is node for keyword in call.keywords)
 
 
 def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:

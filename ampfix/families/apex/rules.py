@@ -68,6 +68,11 @@ OPTIONAL_IMPORT = Rule(
         # The optional import: on current apex the handler runs and training silently stays in float32.
         Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n", reported="AMP100"),
         Example("import apex.amp\n", reported="AMP100"),
+        # A dynamic import by name: no rewrite moves it, reported at its line (its uses are reported at theirs).
+        Example("import importlib\namp = importlib.import_module('apex.amp')\n", reported="AMP100"),
+        # A probe by name answers False on current apex: the apex path it guards silently goes dead.
+        Example("from importlib.util import find_spec\nAPEX_AVAILABLE = find_spec('apex.amp') is not None\n",
+                reported="AMP100"),
         # The optional import with its flag, part of the O1 training pattern: removed, the flag always True.
         Example("try:\n    from apex import amp\nexcept ImportError:\n    amp = None\nuse_amp = amp is not None\n\n\n"
                 "def train(model, opt, x):\n    if use_amp:\n        model, opt = amp.initialize(model, opt)\n"
@@ -193,6 +198,8 @@ PARALLEL = Rule(
     examples=(
         Example("import apex\nreducer = apex.parallel.Reducer(model)\n", reported="AMP108"),
         Example("from apex.parallel.LARC import LARC\noptimizer = LARC(optimizer)\n", reported="AMP108"),
+        Example("import importlib.util\nHAS_APEX_DDP = importlib.util.find_spec('apex.parallel') is not None\n",
+                reported="AMP108"),
     ),
 )
 
