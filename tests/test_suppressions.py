@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from typer.testing import CliRunner
 
 from ampfix.cli.app import app
@@ -170,5 +172,49 @@ def test_comments_are_tokenized_only_when_a_finding_asks(monkeypatch):
     # a use on the noqa's line: tokenized once, and the use is suppressed as before
     source = "import os  # noqa: F401\nimport torch\nx = torch.cuda.amp.autocast()  # noqa: AMP001\n"
     assert check_source(source).findings == ()
-    assert calls == [source]
+    assert calls == ["x = torch.cuda.amp.autocast()  # noqa: AMP001\n"]  # the statement of the line asked about
+    # a bare noqa elsewhere: the statement asked about has none, nothing is tokenized
+    calls.clear()
+    far = "import os  # noqa\nimport torch\n\nx = torch.cuda.amp.autocast()\n"
+    assert [f.code for f in check_source(far).findings] == ["AMP001"]
+    assert calls == []
     assert suppressions.scan_when_asked(source).lines == {3: ("AMP001",), 1: ("F401",)}
+
+
+TRICKY = [
+    "import torch\nx = f(\n    # noqa: AMP001\n    torch.cuda.amp.autocast())\ny = torch.cuda.amp.autocast()\n",
+    "import torch\n@torch.cuda.amp.autocast()  # noqa\ndef f():\n    return torch.cuda.amp.autocast()\n",
+    "import torch\nif x: y = torch.cuda.amp.autocast()  # noqa: AMP001\nz = 1\n",
+    "import torch\na = 1; b = torch.cuda.amp.autocast()  # noqa: AMP0\nc = 2\n",
+    "import torch\ntry:\n    pass\nexcept (ValueError,  # noqa: AMP001\n        KeyError):\n    s = torch.cuda.amp.autocast()\n"
+    "else:  # noqa\n    t = 1\nfinally:\n    u = 2  # noqa: E501\n",
+    "import torch\nmatch x:\n    case 1:  # noqa: AMP001\n        y = torch.cuda.amp.autocast()\n    case _:\n"
+    "        z = torch.cuda.amp.autocast()  # noqa: AMP001\n",
+    "import torch\nx = torch.cuda.amp \\\n    .autocast()  # noqa: AMP001\ny = 2\n",
+    "import torch\ns = '''\n# noqa: AMP001\n'''\nx = torch.cuda.amp.autocast()  # noqa\n",
+    "import torch\nwith torch.cuda.amp.autocast(\n        enabled=True):  # noqa: AMP001\n    pass\n",
+    "import torch\nclass A:\n    # noqa: AMP001\n    x = torch.cuda.amp.autocast()\n    def f(self):  # noqa\n"
+    "        return 1\n",
+    "import torch\r\nx = (1,  # noqa: AMP001\r\n     2)\r\ny = torch.cuda.amp.autocast()\r\n",
+    "import torch\rx = (1,  # noqa: AMP001\r     2)\ry = torch.cuda.amp.autocast()  # noqa\r",
+    "import torch\nasync def f():\n    async with g() as h:  # noqa\n        for i in j:\n            x = 1  # noqa: AMP\n"
+    "        else:\n            y = 2\n",
+]
+
+
+@pytest.mark.parametrize("source", TRICKY)
+def test_a_statement_read_alone_finds_what_the_whole_file_finds(source: str):
+    """Read statement by statement (`Suppressions.within`), every line is covered exactly as tokenizing the whole
+    file covers it: comments inside brackets, decorators, one-line suites, `;`, handlers, cases, continuations,
+    a `# noqa` inside a string, multi-line headers, class bodies, CRLF and CR line ends."""
+    import ast
+
+    from ampfix.syntax.suppressions import scan, scan_when_asked
+
+    whole = scan(source)
+    assert whole.lines  # each source has a directive that counts
+    count = len(source.splitlines()) + 1
+    by_statement = scan_when_asked(source).within(ast.parse(source))
+    codes = ("AMP001", "AMP002", "AMP100", "AMP901")  # what a finding asks of (other tools' codes are not asked)
+    assert [[by_statement.covers(n, code) for code in codes] for n in range(1, count)] == \
+        [[whole.covers(n, code) for code in codes] for n in range(1, count)]

@@ -89,7 +89,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
     from ampfix.engine.pipeline import analyze
 
-    plan = analyze(tree, source, options, suppressions)
+    plan = analyze(tree, source, options, suppressions.within(tree))
     findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)
