@@ -218,3 +218,10 @@ def test_added_head_statements_go_after_the_opening_imports(source: str, expecte
     assert result.error is None
     assert result.new_source == expected
     assert fix_source(expected, Options(unsafe_fixes=True)).new_source == expected
+
+
+def test_a_suppression_deep_in_an_elif_chain_is_read_from_its_statement():
+    # `elif` nests an `If` in the `orelse` of the one before: the statement of the last line is 1000 deep
+    source = _elif_chain(1000).replace("autocast()", "autocast()  # noqa: AMP001", 1)
+    assert "# noqa: AMP001" in source
+    assert check_source(source).findings == ()

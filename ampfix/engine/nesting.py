@@ -61,19 +61,22 @@ class Nesting:
                     self._map_all(root)
         return self._parents.get(id(node))
 
-    def _map_towards(self, node: ast.AST, where: tuple[int, int]) -> None:
-        """Map `node`'s children; descend into a statement child whose span holds `where`, map any other child
-        that holds it (or has no position) whole."""
-        if id(node) in self._mapped:
-            return
-        for child in ast.iter_child_nodes(node):
-            self._parents[id(child)] = node
-            span = _span(child)
-            if span is None or span[0] <= where <= span[1]:
-                if isinstance(child, ast.stmt):
-                    self._map_towards(child, where)
-                else:
-                    self._map_all(child)
+    def _map_towards(self, root: ast.AST, where: tuple[int, int]) -> None:
+        """Map the children of `root` and of each statement below it whose span holds `where`; map any other child
+        that holds it (or has no position) whole. A loop, not a recursion: statements nest as deep as `ast` builds."""
+        pending = [root]
+        while pending:
+            node = pending.pop()
+            if id(node) in self._mapped:
+                continue
+            for child in ast.iter_child_nodes(node):
+                self._parents[id(child)] = node
+                span = _span(child)
+                if span is None or span[0] <= where <= span[1]:
+                    if isinstance(child, ast.stmt):
+                        pending.append(child)
+                    else:
+                        self._map_all(child)
 
     def _map_all(self, node: ast.AST) -> None:
         if id(node) in self._mapped:

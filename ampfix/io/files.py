@@ -80,10 +80,10 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             if not skipped.skips(walked + entry.name, entry.name, True):
-                subdirs.append((Path(entry.path), f"{walked}{entry.name}/"))
+                subdirs.append((directory / entry.name, f"{walked}{entry.name}/"))
         elif (entry.name.endswith(SUFFIXES) and not entry.is_symlink()
               and not skipped.skips(walked + entry.name, entry.name, False)):
-            yield Path(entry.path)  # reading it reports one that is not a regular file
+            yield directory / entry.name  # reading it reports one that is not a regular file
     for subdir, below in subdirs:
         try:
             virtualenv = _is_virtualenv(subdir)

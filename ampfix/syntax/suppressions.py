@@ -124,16 +124,17 @@ class _LinesWhenAsked(Mapping[int, tuple[str, ...]]):
 
 
 def _statement_region(body: list[ast.stmt], line: int) -> tuple[int, int] | None:
-    """The lines of the innermost statements (of one block) holding `line`, decorators included, or None."""
-    holding = [statement for statement in body if _first_line(statement) <= line <= (statement.end_lineno or 0)]
-    if not holding:
-        return None
-    if len(holding) == 1:
-        for block in _blocks(holding[0]):
-            inner = _statement_region(block, line)
-            if inner is not None:
-                return inner
-    return min(map(_first_line, holding)), max(statement.end_lineno or 0 for statement in holding)
+    """The lines of the innermost statements (of one block) holding `line`, decorators included, or None. A loop,
+    not a recursion: statements nest as deep as `ast` builds."""
+    region = None
+    blocks = [body]
+    while blocks:
+        holding = [statement for statement in blocks.pop()
+                   if _first_line(statement) <= line <= (statement.end_lineno or 0)]
+        if holding:
+            region = min(map(_first_line, holding)), max(statement.end_lineno or 0 for statement in holding)
+            blocks = list(_blocks(holding[0])) if len(holding) == 1 else []
+    return region
 
 
 def _first_line(statement: ast.stmt) -> int:
