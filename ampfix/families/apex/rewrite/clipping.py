@@ -1,0 +1,105 @@
+"""The sub-rewrites of gradient reads: clipping over master_params directly before a step -> `unscale_`, then
+clipping over the optimizer's param_groups; `unscale_` before any other read of the gradients before a step (apex
+had unscaled them when scale_loss exited)."""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.families.apex import rules
+from ampfix.families.apex.rewrite.shape import _call_of
+from ampfix.families.apex.rewrite.statements import _is_optimizer, _reads_gradients, _starts_its_line, _tests_condition
+from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.vocabulary import NotMechanical
+
+
+def _rewrite_clipping(rw: _Rewrite) -> None:
+    """Clipping over master_params directly before a step -> unscale_, then clipping over param_groups."""
+    shape, tree = rw.shape, rw.tree
+    step_lines = {s.lineno for s in rw.steps}
+    unscaled: set[tuple[int, str]] = set()  # (the step clipped before, the optimizer unscaled)
+    for use in shape.clips:
+        call = _call_of(use)
+        opt_name = next((name for name in shape.optimizers or (shape.opt_name,) if len(call.args) == 1
+                         and not call.keywords and _is_optimizer(call.args[0], name)), None)
+        if opt_name is None:
+            raise NotMechanical("master_params is not given the optimizer alone")
+        clip = tree.parent(call)
+        statement = tree.parent(clip)
+        if not (isinstance(clip, ast.Call) and clip.args and clip.args[0] is call
+                and isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is clip):
+            raise NotMechanical("master_params is not the first argument of a clipping statement")
+        block, position = tree.block_of(statement)
+        following = block[position + 1] if position + 1 < len(block) else None
+        guard = tree.parent(statement)
+        if following is None and _tests_condition(rw, guard) and isinstance(guard, ast.If) \
+                and guard.body[-1] is statement:
+            # `if COND: clip(master_params(opt)) else: clip(model.parameters())`, then the step: the `if` stays
+            # (each branch clips what it clipped), unscale_ goes before the clipping of its first branch
+            block, position = tree.block_of(guard)
+            following = block[position + 1] if position + 1 < len(block) else None
+        while shape.optimizers and following is not None and _clips_master_params(rw, following):
+            # several optimizers, each clipped over its master_params, then the steps: each unscale_ before its
+            # clipping, every one before the steps
+            following = block[block.index(following) + 1] if block.index(following) + 1 < len(block) else None
+        branch_step = next((s for s in rw.branch_steps if rw.tree.parent(s) is following), None)
+        if branch_step is not None:
+            following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
+        if following is None or following.lineno not in step_lines:
+            raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
+                                "partial, scaled gradients)")
+        _starts_its_line(rw, statement)
+        start, end = tree.index.span(call)
+        rw.splices.append((start, end, rules.OPTIMIZER_PARAMS_OF.format(optimizer=opt_name)))
+        rw.line_splice(statement.lineno, f"{rw.shape.scaler}.unscale_({opt_name})")
+        rw.messages[id(use.ref)] = (f"`{shape.amp}.master_params({opt_name})` -> "
+                                    f"`{shape.scaler}.unscale_({opt_name})`, then clipping over the optimizer's "
+                                    "param_groups (what master_params iterated)")
+        if (following.lineno, opt_name) in unscaled:
+            raise NotMechanical(f"`{opt_name}` is clipped twice before its step (unscale_ may run once per step)")
+        unscaled.add((following.lineno, opt_name))
+        rw.unscaled_steps.add(following.lineno)
+
+
+def _clips_master_params(rw: _Rewrite, statement: ast.stmt) -> bool:
+    """Does `statement` hold a master_params use (clipping over it, checked where that use is rewritten)?"""
+    uses = {id(use.ref.node) for use in rw.shape.clips}
+    return any(id(node) in uses for node in ast.walk(statement))
+
+
+def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
+    """Gradients read between a backward and its step (clipping over any parameters, a `.grad`): apex had
+    unscaled them when scale_loss exited, the scaler keeps them scaled until its step. In the step's own
+    block, `unscale_` goes before the first statement that reads them (once per step, as the scaler
+    allows); read in the micro-steps of an accumulation, they cannot be unscaled yet."""
+    tree, steps = rw.tree, rw.steps
+    for step in rw.branch_steps:
+        if step.lineno not in rw.unscaled_steps:
+            # update() after the `if` needs the inf checks unscale_ records where the other branch steps
+            raise NotMechanical(f"the step on line {step.lineno} shares its `if` with another step, and no clipping "
+                                "unscales before that `if`")
+    for step in steps:
+        if step.lineno in rw.unscaled_steps:
+            continue
+        block, position = tree.block_of(step)
+        begin = next((block.index(s) + 1 for s in rw.backward_statements if s in block), 0)
+        readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
+        if rw.shape.optimizers:
+            readers = [s for s in readers if not _clips_master_params(rw, s)]
+            if readers:
+                raise NotMechanical(f"gradients are read on line {readers[0].lineno}, before the steps of several "
+                                    "optimizers, not by clipping over one optimizer's master_params")
+        if readers:
+            first = readers[0]
+            _starts_its_line(rw, first)
+            rw.line_splice(first, f"{rw.shape.scaler}.unscale_({rw.shape.opt_name})")
+            rw.unscaled_at.append(first.lineno)
+    for statement in rw.backward_statements:
+        block, position = tree.block_of(statement)
+        if any(step in block for step in steps):
+            continue  # the step's own block: above
+        for later in block[position + 1:]:
+            if not any(isinstance(node, ast.Expr) and node in steps for node in ast.walk(later)) \
+                    and _reads_gradients(rw, later):
+                raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
+                                    "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")

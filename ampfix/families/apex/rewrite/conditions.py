@@ -1,0 +1,158 @@
+"""The precondition stage: the `if` around initialize and what it tests (a flag of the optional import, a
+caller's condition, a local import's condition, the checks that apex is there), the module-level `if` around the
+import, and whether a condition means the same at the scaler and at every autocast."""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.families.apex.optional import OptionalImport, flag_reason
+from ampfix.families.apex.rewrite.tree import _Tree, _chain
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNCTIONS
+from ampfix.syntax.bindings import Scope
+
+
+def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
+                      optional: OptionalImport | None, checks: _ApexChecks
+                      ) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None]:
+    """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
+    `enabled=` of the scaler and of autocast (True once the optional import is gone). Or, beside the optional
+    import, `if COND:` with COND a parameter of the function or an attribute chain from one (flair's `use_amp`, a
+    caller's choice): COND goes to `enabled=`, as for a local import's condition. The statement that initialize
+    becomes the scaler of, the `enabled` expression, the flag, the condition."""
+    guard = tree.parent(init)
+    if optional is None or not isinstance(guard, ast.If):
+        return init, enabled, (), None
+    if checks.strip(guard.body) != [init] or guard.orelse:
+        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+    if enabled is not None:
+        raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+    if flag_reason(guard.test, optional, init_use.ref.scope) is not None \
+            and _parameter_chain(guard.test, tree.function_of(guard)):
+        return guard, guard.test, (), guard.test
+    if guard.body != [init]:
+        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+    _availability_guard(guard, optional, init_use.ref.scope, "initialize")
+    assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
+    return guard, guard.test, (guard.test.id,), None
+
+
+def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
+    """`test` is a name or an attribute chain whose root is a parameter of `function`, bound nowhere else in it."""
+    if not (_chain(test) and isinstance(function, _FUNCTIONS)):
+        return False
+    root = test
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    assert isinstance(root, ast.Name)
+    arguments = function.args
+    parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    stored = any(isinstance(node, ast.Name) and node.id == root.id and not isinstance(node.ctx, ast.Load)
+                 for node in ast.walk(function))
+    return root.id in parameters and not stored
+
+
+def conditional_import(module: ast.Module, import_node: ast.ImportFrom) -> ast.If | None:
+    """The module-level `if TEST:` holding only `import_node` (transformers 3's `if is_apex_available():`), or None.
+    Where TEST was false, apex.amp was unbound and every use of it failed; the rewrite removes the `if`."""
+    return next((s for s in module.body if isinstance(s, ast.If) and s.body == [import_node] and not s.orelse
+                 and isinstance(s.test, (ast.Name, ast.Call))), None)
+
+
+class _ApexChecks:
+    """`if not TEST: raise ...` before initialize under its `if`: TEST says whether apex is there, so the check goes
+    with initialize's `if` (torch.amp, which takes apex.amp's place, is always there). TEST is the test of the
+    module-level `if` around the import (transformers 3's `is_apex_available()`), or a call of a module-level
+    function that only returns a flag of the optional import (transformers 2's)."""
+
+    def __init__(self, tree: _Tree, conditional: ast.If | None, optional: OptionalImport | None,
+                 scope: Scope) -> None:
+        self.tree, self.conditional, self.optional, self.scope = tree, conditional, optional, scope
+
+    def strip(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """`body` without the checks it starts with."""
+        position = 0
+        while position < len(body) - 1 and self._is_check(body[position]):
+            position += 1
+        return body[position:]
+
+    def _is_check(self, statement: ast.stmt) -> bool:
+        if not (isinstance(statement, ast.If) and not statement.orelse
+                and all(isinstance(s, ast.Raise) for s in statement.body)
+                and isinstance(statement.test, ast.UnaryOp) and isinstance(statement.test.op, ast.Not)):
+            return False
+        test = statement.test.operand
+        if self.conditional is not None:
+            return ast.dump(test) == ast.dump(self.conditional.test) and self._module_name(self.conditional.test)
+        if self.optional is None or not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)
+                                         and not test.args and not test.keywords and self._module_name(test)):
+            return False
+        module = self.tree.engine.module_scope
+        definition = next((s for s in self.tree.engine.tree.body
+                           if isinstance(s, ast.FunctionDef) and s.name == test.func.id), None)
+        body = definition.body if definition is not None else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # a docstring
+        returned = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+        return (definition is not None and len(module.bindings.get(test.func.id, [])) == 1
+                and isinstance(returned, ast.Name) and flag_reason(returned, self.optional, module) is None)
+
+    def _module_name(self, test: ast.expr) -> bool:
+        """The test's name means the same where initialize is as at module level."""
+        name = test.func if isinstance(test, ast.Call) else test
+        return isinstance(name, ast.Name) and self.scope.lookup(name.id)[0] is self.tree.engine.module_scope
+
+
+def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stmt:
+    """A local `from apex import amp`, or the `try` holding it alone whose handlers only raise (the import failing
+    was an error, and torch.amp, which takes its place, is always there): what removing it removes."""
+    parent = tree.parent(import_node)
+    if isinstance(parent, ast.Try) and parent.body == [import_node]:
+        if parent.orelse or parent.finalbody or not all(
+                len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
+            raise NotMechanical("the `try` around the local `from apex import amp` does more than raise")
+        return parent
+    return import_node
+
+
+def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enabled: ast.expr | None,
+                 checks: _ApexChecks) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
+    """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
+    chain; checks that apex is there may come first, `checks`): COND goes to `enabled=` of the scaler and of
+    autocast. The statement initialize becomes the scaler of, the `enabled` expression, the condition."""
+    guard = tree.parent(init)
+    if not isinstance(guard, ast.If):
+        return init, enabled, None
+    if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
+        raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
+    if not _chain(guard.test):
+        raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
+    if enabled is not None:
+        raise NotMechanical("initialize under a condition has an `enabled=` of its own")
+    return guard, guard.test, guard.test
+
+
+def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
+    """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
+    line `after` (nor, for an attribute chain, any chain it starts with)."""
+    dumps = set()
+    link: ast.expr = condition
+    while isinstance(link, ast.Attribute):
+        dumps.add(ast.dump(link))
+        link = link.value
+    dumps.add(ast.dump(link))
+    for node in ast.walk(function):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(part.ctx, ast.Store) \
+                        and part.lineno > after \
+                        and ast.dump(part).replace("Store()", "Load()") in dumps:
+                    raise NotMechanical(f"the condition of initialize is assigned on line {part.lineno}")
+
+
+def _availability_guard(guard: ast.If, optional: OptionalImport, scope: Scope, what: str) -> None:
+    reason = flag_reason(guard.test, optional, scope)
+    if reason is not None:
+        raise NotMechanical(f"{what} is under an `if` whose test is not whether apex imported: {reason}")

@@ -1,0 +1,59 @@
+"""The engine, as the apex O1 rewrite reaches it: these imports and `_Engine` are the only places that touch it
+(the package's `plan_rewrite` and `commit_rewrites` are given the `ApexModule` they hand to `_Engine`)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from ampfix.core.locations import SourceIndex
+from ampfix.core.plan import Edit, Splice, free_name
+from ampfix.core.rules import Target
+from ampfix.families.apex import rules
+from ampfix.families.apex.module import ApexModule
+from ampfix.syntax.bindings import Scope
+
+if TYPE_CHECKING:
+    from ampfix.core.options import Options
+
+
+class _Engine:
+    """What the rewrite reads from the engine's analysis of the module, and where it hands over its splices."""
+
+    def __init__(self, analysis: ApexModule) -> None:
+        self._analysis = analysis
+        self.tree: ast.Module = analysis.tree
+        self.index: SourceIndex = analysis.index
+        self.options: Options = analysis.options
+        self.module_scope: Scope = analysis.walker.module_scope
+
+    def device(self) -> str:
+        """The device the scaler and autocast get: `--device`, `--device-expr`, as for torch's own CUDA names."""
+        return self._analysis.device_text(Target(rules.NATIVE.grad_scaler, "cuda"))
+
+    def cpu_dtype(self, dtype: str) -> str | None:
+        """What `dtype` chosen for CUDA becomes on the CPU (as AMP002's rewrites do), or None."""
+        return self._analysis.family.cpu_dtypes.get(dtype)
+
+    def resolve(self, node: ast.expr, scope: Scope) -> str | None:
+        return self._analysis.resolve_value(node, scope)
+
+    def free_name(self, base: str) -> str:
+        return free_name(self.tree, base)
+
+    def edit_spans(self) -> list[tuple[int, int]]:
+        """The spans the other planners edit (they run before this one)."""
+        return [(edit.start, edit.end) for edit in self._analysis.edits]
+
+    def add_splices(self, splices: list[tuple[int, int, str]]) -> None:
+        for start, end, text in splices:
+            line = self.index.text.count("\n", 0, start) + 1
+            self._analysis.add_edit(Edit(start, end, line, "Splice", "", Splice(text)))
+
+
+Engine = _Engine  # the adapter's type, for the family's other rewrites
+
+
+def engine_of(analysis: ApexModule) -> _Engine:
+    """The adapter, for the apex family's other rewrites (`ampfix.families.apex.parallel`)."""
+    return _Engine(analysis)

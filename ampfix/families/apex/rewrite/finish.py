@@ -1,0 +1,68 @@
+"""What follows the sub-rewrites: their splices checked together, and initialize's message (what became of it,
+what the autocast covers and what it does not)."""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.tree import _chain, _last_line
+from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _NATIVE, _lines
+
+
+def _check_splices(rw: _Rewrite) -> None:
+    """The splices do not overlap, none falls in a forward pass (then those are re-indented), and no other
+    rule's edit crosses one: `ampfix.engine.apply` merges the edits between the splices, not across one."""
+    index = rw.tree.index
+    spans = sorted((s, e) for s, e, _ in rw.splices)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:
+            raise NotMechanical("edits overlap")
+    for first, last in rw.regions:
+        lo, hi = index.line_start(first), index.line_end(last)
+        if any(lo <= s < hi for s, _, _ in rw.splices):
+            raise NotMechanical("a step, a clip or the state is used inside the forward pass")
+    rw.splices += rw.region_splices
+    for edit_start, edit_end in rw.tree.engine.edit_spans():
+        if any(s < edit_end and edit_start < e for s, e, _ in rw.splices if s < e):
+            raise NotMechanical("another rule edits a statement this rewrite rebuilds")
+
+
+def _initialize_message(rw: _Rewrite) -> None:
+    """What became of initialize, with what the autocast covers and what it does not."""
+    shape, tree = rw.shape, rw.tree
+    covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
+    holders = (shape.function, *shape.methods)
+    target = shape.init.targets[0]
+    bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
+    models = [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [shape.model_name]
+    outside = sorted({node.lineno for holder in holders for node in ast.walk(holder)
+                      if isinstance(node, ast.Call) and _chain(node.func)
+                      and ast.unparse(node.func) in models and node.lineno > _last_line(shape.init)
+                      and not any(a <= node.lineno <= b for a, b in covered)
+                      and tree.function_of(node) in holders})
+    passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
+                                     f"{_lines([b.lineno for b in rw.evaluation])}"
+                                     if rw.evaluation else "")
+    note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"the calls of {', '.join(f'`{m}`' for m in models)} on {_lines(outside)}, and any call outside "
+            f"{shape.where}, are outside "
+            "it (float32 unless under an autocast of their own)" if outside else
+            f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
+            f"calls outside {shape.where} (evaluation elsewhere) are outside it (float32 unless under an autocast "
+            "of their own)")
+    if not covered and shape.in_init:
+        note = ("; O1 put every call after initialize in mixed precision: no forward pass is in the trainer's "
+                "methods, so no autocast is added (its callers' forward passes run in float32 unless under one)")
+    opt_name = shape.opt_name
+    steps = (f"`{opt_name}.step()` on {_lines([s.lineno for s in rw.steps])} -> `{rw.shape.scaler}.step({opt_name})` "
+             f"and `{rw.shape.scaler}.update()`" if not shape.optimizers else
+             f"each optimizer's step ({', '.join(f'`{o}.step()`' for o in shape.optimizers)}) on "
+             f"{_lines([s.lineno for s in rw.steps])} -> `{shape.scaler}.step(optimizer)`, and one "
+             f"`{shape.scaler}.update()` after the last (one scaler serves every optimizer)")
+    rw.messages[id(shape.init_use.ref)] = (
+        f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
+        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; {steps}"
+        + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
+           "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
+        + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)

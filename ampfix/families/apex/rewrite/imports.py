@@ -1,0 +1,100 @@
+"""The sub-rewrites of apex.amp's imports: `amp is not None` -> `True` (torch.amp is always there), the import
+itself (gone, or `import torch` where the file has none; the optional import's whole `try`), and the local imports of
+a trainer's other methods."""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.families.apex.rewrite.statements import _ends_its_line, _whole_lines_only
+from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.tree import _last_line
+from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _NATIVE
+
+
+def _rewrite_availability_tests(rw: _Rewrite) -> None:
+    """`amp is not None` -> `True`."""
+    amp = rw.shape.amp
+    for use, test in rw.shape.availability:
+        value = "False" if isinstance(test.ops[0], ast.Is) else "True"
+        said = "it said whether apex imported, and torch.amp, which takes apex.amp's place, is always there"
+        if value == "False" and _raises_alone(rw, test):
+            guard = rw.tree.parent(test)
+            assert isinstance(guard, ast.If)
+            index = rw.tree.index
+            rw.splices.append((index.line_start(guard.lineno), index.line_end(_last_line(guard)), ""))
+            rw.messages[id(use.ref)] = f"`if {amp} is None: raise ...` is removed: {said}"
+            continue
+        start, end = rw.tree.index.span(test)
+        rw.splices.append((start, end, value))
+        rw.messages[id(use.ref)] = f"`{rw.tree.text(test)}` -> `{value}`: {said}"
+
+
+def _raises_alone(rw: _Rewrite, test: ast.Compare) -> bool:
+    """`if amp is None: raise ...` (apex missing was an error), no `else`, on lines of its own without comments,
+    with other statements in its block (removed, the block is not left empty)."""
+    guard = rw.tree.parent(test)
+    if not (isinstance(guard, ast.If) and guard.test is test and not guard.orelse
+            and all(isinstance(s, ast.Raise) for s in guard.body)):
+        return False
+    block, _ = rw.tree.block_of(guard)
+    try:
+        _whole_lines_only(rw, guard)
+    except NotMechanical:
+        return False
+    return len(block) > 1
+
+
+def _rewrite_import(rw: _Rewrite) -> None:
+    """The import: gone, or `import torch` where the file has none; the optional import's whole `try`, the
+    flags it sets True kept, and its comments as lines of their own."""
+    shape, index, lines = rw.shape, rw.tree.index, rw.tree.lines
+    newline, optional = shape.newline, shape.optional
+    replacement = "" if shape.torch_bound else f"import {_NATIVE.package}{newline}"
+    if shape.import_statement is None:
+        return  # a local import in initialize's `if`: gone with it
+    if optional is None:
+        _whole_lines_only(rw, shape.import_statement)
+        removed: ast.stmt = shape.import_statement
+    else:
+        removed = optional.statement
+        _ends_its_line(rw, removed)
+        indent = rw.tree.indent(removed.lineno)
+        kept_lines = {flag.lineno for flag in optional.flags_set}  # one line each, with its comment
+        kept = [f"{indent}{lines[flag.lineno - 1][index.col(flag.lineno, flag.col_offset):].rstrip()}{newline}"
+                for flag in optional.flags_set]
+        kept_comments = [f"{indent}{shape.comments[n]}{newline}" for n in range(removed.lineno, _last_line(removed) + 1)
+                         if n in shape.comments and n not in kept_lines]
+        replacement += "".join(kept + kept_comments)
+        rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
+                                                                      bool(kept_comments))
+    rw.splices.append((index.line_start(removed.lineno), index.line_end(_last_line(removed)), replacement))
+
+
+def _rewrite_method_imports(rw: _Rewrite) -> None:
+    """A trainer's other methods each import apex.amp (the issue's first example): an import first in the `if`
+    collapsed around a scale_loss goes with it; one in the method's own body is removed; anywhere else it would
+    stay, failing on current apex, and the rewrite is held back."""
+    index = rw.tree.index
+    for node in rw.shape.method_imports:
+        holder = rw.tree.parent(node)
+        if isinstance(holder, ast.If) and holder in rw.backward_statements and holder.body[0] is node:
+            continue
+        if not (holder in rw.shape.methods and isinstance(holder, ast.FunctionDef) and node in holder.body
+                and len(holder.body) > 1):
+            raise NotMechanical(f"the `from apex import {rw.shape.amp}` on line {node.lineno} is neither in the body "
+                                "of a method using it nor first in the `if` around its scale_loss")
+        _whole_lines_only(rw, node)
+        rw.splices.append((index.line_start(node.lineno), index.line_end(_last_line(node)), ""))
+
+
+def _optional_import_message(amp: str, flags: list[str], comments_kept: bool) -> str:
+    said = (f"; {_names(flags)}, True exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now "
+            "always True: mixed precision stays on where the author meant it, not silently off" if flags else "")
+    kept = "; the comments of the removed `try` are kept as lines of their own" if comments_kept else ""
+    return (f"the optional `from apex import {amp}` and its `except` branch are removed (torch.amp, which takes "
+            f"its place, is always there){said}{kept}")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)

@@ -1,0 +1,193 @@
+"""The sub-rewrite of scale_loss: `scaler.scale(loss).backward(...)`, the statements before it in its block
+(the forward pass and loss) under autocast."""
+
+from __future__ import annotations
+
+import ast
+
+from ampfix.core.locations import first_line
+from ampfix.families.apex.rewrite.conditions import _availability_guard, _parameter_chain
+from ampfix.families.apex.rewrite.shape import _call_of
+from ampfix.families.apex.rewrite.statements import (_all_optimizers, _ends_its_line, _is_optimizer, _reindentable,
+                                                     _tests_condition, _whole_lines_only)
+from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.tree import _last_line
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
+
+
+def _rewrite_scale_losses(rw: _Rewrite) -> None:
+    """scale_loss -> `scaler.scale(loss).backward(...)`, the statements before it in its block under autocast
+    (several in one block, one per loss: those between it and the backward before it)."""
+    for use in sorted(rw.shape.scale_losses, key=lambda u: (u.ref.node.lineno, u.ref.node.col_offset)):
+        _rewrite_scale_loss(rw, use)
+
+
+def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
+    shape, tree, index = rw.shape, rw.tree, rw.tree.index
+    call = _call_of(use)
+    with_node = tree.parent(tree.parent(call))  # the call's withitem's With
+    loss, backward = _scale_loss_arguments(call, with_node, shape.opt_name, shape.optimizers)
+    assert isinstance(with_node, ast.With)  # _scale_loss_arguments: the single item of a `with`
+    # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
+    # disabled scaler's scale() returns the loss as it is)
+    guard = _flag_guard(rw, use, with_node, loss, backward)
+    statement = guard if guard is not None else with_node
+    rw.backward_statements.append(statement)
+    block, position = tree.block_of(statement)
+    # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
+    begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
+                                  if shape.init_statement in block else 0)
+    while begin < position and block[begin] in shape.method_imports:
+        begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
+    caller_forward = position <= begin and id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
+    if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
+        raise NotMechanical("no forward pass before a scale_loss in its block")
+    rw.forward_blocks[id(block)] = position + 1
+    kept = _comments_after_the_with(rw, guard, with_node) if guard is not None else ""
+    if guard is None:
+        _whole_lines_only(rw, statement)
+    # `with amp.scale_loss(LOSS, opt) as s:\n s.backward(ARGS)` -> `scaler.scale(LOSS).backward(ARGS)`: the
+    # loss and the arguments stay where they are (another rule may edit inside them)
+    loss_start, loss_end = index.span(loss)
+    rw.splices.append((index.line_start(statement.lineno), loss_start,
+                       f"{tree.indent(statement.lineno)}{rw.shape.scaler}.scale("))
+    rw.splices.append((loss_end, index.span(backward.func)[1], ").backward"))
+    if guard is not None:  # the `else:` and its `loss.backward()` go
+        rw.splices.append((index.span(with_node)[1], index.line_end(_last_line(statement)), shape.newline + kept))
+    amp = shape.amp
+    if caller_forward:
+        where = _caller_forward_note(rw, tree.function_of(statement), loss)
+    elif position > begin:
+        first, last = _put_under_autocast(rw, block[begin:position])
+        where = f"; {'line' if first == last else 'lines'} {first}{'' if first == last else f'-{last}'} before it run "
+        where += f"under `{rw.autocast}`"
+    else:
+        where = "; right after the backward of another loss (the scaler scales each loss with its one scale)"
+    before = (f"`if {tree.text(guard.test)}: with {amp}.scale_loss(...)` and its `else: ....backward(...)` -> "
+              f"`{shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as "
+              "it is)" if guard is not None
+              else f"`{amp}.scale_loss(...)` -> `{shape.scaler}.scale(...).backward(...)`")
+    rw.messages[id(use.ref)] = f"{before}{where}"
+
+
+def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
+    """The `if flag:` around a scale_loss, its `else` the plain backward; None where the `if` is one of its own
+    (`if i % k == 0:`), a block like any other."""
+    guard = rw.tree.parent(with_node)
+    optional = rw.shape.optional
+    if _tests_condition(rw, guard):
+        assert isinstance(guard, ast.If)  # _tests_condition
+        # initialize's own condition (a trainer method's local import may come first: it goes with the `if`)
+        _plain_backward_else(guard, with_node, loss, backward, rw.shape.method_imports)
+        return guard
+    if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
+            and guard.body == [with_node]):
+        return None
+    _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
+    _plain_backward_else(guard, with_node, loss, backward)
+    rw.flags.append(guard.test.id)
+    return guard
+
+
+def _loss_from_caller(rw: _Rewrite, block: list[ast.stmt], loss: ast.expr) -> bool:
+    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter, scale_loss first in its
+    body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
+    method = rw.tree.function_of(block[0])
+    return (rw.shape.in_init and method in rw.shape.methods and isinstance(method, ast.FunctionDef)
+            and block is method.body and isinstance(loss, ast.Name) and _parameter_chain(loss, method))
+
+
+def _caller_forward_note(rw: _Rewrite, method: ast.AST, loss: ast.expr) -> str:
+    """What changes where the forward pass is the caller's: O1 ran it in float16, it now runs in float32 unless the
+    caller puts it under autocast (an unsafe fix: the numerics change)."""
+    name = getattr(method, "name", "?")
+    note = (f"the forward pass that computes `{rw.tree.text(loss)}` is not in `{name}` but in its callers: O1 ran it "
+            f"in mixed precision, it now runs in float32 unless they put it under `{rw.autocast}`")
+    if note not in rw.unsafe_notes:
+        rw.unsafe_notes.append(note)
+    return f"; {note}"
+
+
+def _comments_after_the_with(rw: _Rewrite, guard: ast.If, with_node: ast.With) -> str:
+    """The lines that go with the `else:` of a collapsed `if COND: scale_loss ... else: loss.backward()` may hold
+    comments on lines of their own (commented-out clipping, say): those lines are kept as they are, after the
+    rebuilt statement. Any other comment in the `if` holds the rewrite back."""
+    _ends_its_line(rw, guard)
+    lines, comments = rw.tree.lines, rw.shape.comments
+    kept = []
+    for number in range(first_line(guard), _last_line(guard) + 1):
+        if number not in comments:
+            continue
+        if number <= _last_line(with_node) or not lines[number - 1].lstrip().startswith("#"):
+            raise NotMechanical("a comment sits on a line that would be rebuilt")
+        kept.append(lines[number - 1])
+    return "".join(kept)
+
+
+def _put_under_autocast(rw: _Rewrite, forward: list[ast.stmt]) -> tuple[int, int]:
+    """The forward pass under autocast: a header line, and four spaces at the start of each line; its lines."""
+    index, lines = rw.tree.index, rw.tree.lines
+    first, last = first_line(forward[0]), _last_line(forward[-1])
+    _reindentable(rw, forward, first, last)
+    at = index.line_start(first)
+    rw.region_splices.append((at, at, f"{rw.tree.indent(first)}with {rw.autocast}:{rw.shape.newline}"))
+    for number in range(first, last + 1):
+        if lines[number - 1].strip():
+            at = index.line_start(number)
+            rw.region_splices.append((at, at, "    "))
+    rw.regions.append((first, last))
+    return first, last
+
+
+def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: str,
+                          optimizers: tuple[str, ...] = ()) -> tuple[ast.expr, ast.Call]:
+    """The loss, and the backward call of the body; where initialize was given several optimizers, scale_loss
+    is given them all (a list): apex unscaled the gradients of those it was given, the scaler unscales each
+    optimizer's at its step."""
+    item = with_node.items[0] if isinstance(with_node, ast.With) and len(with_node.items) == 1 else None
+    if not (item is not None and item.context_expr is call and isinstance(item.optional_vars, ast.Name)):
+        raise NotMechanical("a scale_loss is not the single item of a `with ... as name`")
+    assert isinstance(with_node, ast.With)
+    scaled = item.optional_vars.id
+    optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
+    if optimizers and optimizer is not None and not _all_optimizers(optimizer, optimizers):
+        raise NotMechanical(f"a scale_loss is not given every optimizer of initialize ({', '.join(optimizers)}): "
+                            "apex unscaled only the gradients of those it was given, the scaler unscales every "
+                            "optimizer's")
+    if not (optimizer is not None and (_is_optimizer(optimizer, opt_name) or bool(optimizers))
+            and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
+        raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
+                            "delay_unscale and loss_id")
+    body = with_node.body
+    backward = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
+    if not (isinstance(backward, ast.Call) and isinstance(backward.func, ast.Attribute)
+            and backward.func.attr == "backward"
+            and isinstance(backward.func.value, ast.Name) and backward.func.value.id == scaled):
+        raise NotMechanical("a scale_loss body is not a single `.backward(...)` call")
+    if any(isinstance(n, ast.Name) and n.id == scaled for a in (*backward.args, *backward.keywords)
+           for n in ast.walk(a)):
+        raise NotMechanical("the scaled loss is used again in the backward call")
+    return call.args[0], backward
+
+
+def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call,
+                         imports: tuple[ast.ImportFrom, ...] = ()) -> None:
+    """`if flag: with amp.scale_loss(loss, opt) as s: s.backward(ARGS)` / `else: loss.backward(ARGS)`: the
+    same loss, the same arguments, in both branches (`imports`: a local import may come first in the `if`)."""
+    other = guard.orelse[0] if len(guard.orelse) == 1 else None
+    call = other.value if isinstance(other, ast.Expr) else None
+    body = guard.body[1:] if len(guard.body) == 2 and guard.body[0] in imports else guard.body
+    if not (body == [with_node] and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "backward" and ast.dump(call.func.value) == ast.dump(loss)
+            and [ast.dump(a) for a in (*call.args, *call.keywords)]
+            == [ast.dump(a) for a in (*backward.args, *backward.keywords)]):
+        raise NotMechanical("a scale_loss under a flag is not alone in its `if`, or its `else` is not the same "
+                            "loss's `.backward(...)` with the same arguments")
+
+
+def _steps_after_the_backwards(rw: _Rewrite) -> None:
+    """Several optimizers: every backward comes before the first step (the one update after the last step then
+    ends the iteration)."""
+    if rw.shape.optimizers and any(b.lineno > rw.steps[0].lineno for b in rw.backward_statements):
+        raise NotMechanical("a scale_loss comes after a step of one of the optimizers, so the place of the scaler's "
+                            "one update per iteration is not clear")

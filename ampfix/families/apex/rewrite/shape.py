@@ -1,0 +1,373 @@
+"""The precondition stage: `_shape` checks the conditions that hold for the module as a whole and returns the
+O1 pattern found (`_Shape`), or raises `NotMechanical` with the first condition that fails. Here too: initialize's
+call, its arguments and the names it binds, and whether the names the rewrite writes mean what it means."""
+
+from __future__ import annotations
+
+import ast
+import tokenize
+from dataclasses import dataclass, field
+
+from ampfix.core.locations import tokens
+from ampfix.families.apex import rules
+from ampfix.families.apex.optional import OptionalImport, is_availability_test
+from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _initialize_guard, _local_guard,
+                                                     _local_import_statement, _stable, conditional_import)
+from ampfix.families.apex.rewrite.engine import _Engine
+from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
+from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
+                                                   _self_of, _trainer_methods)
+from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS, _NATIVE, _lines
+from ampfix.syntax.bindings import Scope
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The O1 pattern as found in the module, its module-wide conditions checked."""
+
+    amp: str  # how the file spells apex.amp, for messages
+    init_use: AmpUse
+    init: ast.Assign  # `model, optimizer = amp.initialize(model, optimizer, ...)`
+    init_statement: ast.stmt  # `init`, or the `if flag:` around it
+    function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module  # a function, or the module of a script
+    model: str  # the model and optimizer initialize is given
+    optimizer: str
+    model_name: str  # the names it binds
+    opt_name: str
+    enabled: ast.expr | None  # initialize's `enabled=`, or the flag guarding it
+    flags: tuple[str, ...]  # the flags that guard initialize
+    scale_losses: list[AmpUse]
+    clips: list[AmpUse]
+    states: list[AmpUse]
+    availability: list[tuple[AmpUse, ast.Compare]]  # `amp is not None`: the use, and the test
+    torch_bound: bool  # the package's name is bound to it in initialize's scope (else an import is added)
+    # The name torch's names are spelled through: the package's own, bound to it alone or imported (as the engine
+    # spells a new name, where no binding of the old one leads to it; not a file's `import torch as th`).
+    torch_name: str
+    comments: dict[int, str]
+    device: str
+    dtype: str  # autocast's, qualified
+    newline: str
+    import_node: ast.ImportFrom
+    optional: OptionalImport | None
+    # what removing the import removes: the import, the optional import's `try`, or a local import's `try` whose
+    # handlers only raise; None where it goes with initialize's `if` (a local import in it)
+    import_statement: ast.stmt | None = None
+    condition: ast.expr | None = None  # the stable `if COND:` around initialize (a local import's shape)
+    opt_level: _OptLevel = field(default_factory=lambda: _OptLevel(rules.NATIVE_OPT_LEVEL, "", False))
+    scale_reads: list[AmpUse] = field(default_factory=list)  # `amp._amp_state.loss_scalers[0]...`
+    block_end: int = 0  # the last line where the scaler is bound for sure (the end of initialize's `try` body)
+    scaler: str = SCALER  # how the scaler is spelled: a local, or `self.scaler` in a trainer's methods
+    # a trainer set up in `__init__` (`self.model, self.optimizer = amp.initialize(...)`): the methods holding the
+    # other uses, their local imports, and the condition as they test it (`self.use_amp`, where __init__ tests
+    # `use_amp` and assigns `self.use_amp = use_amp`)
+    methods: tuple[ast.FunctionDef, ...] = ()
+    method_imports: tuple[ast.ImportFrom, ...] = ()
+    method_condition: ast.expr | None = None
+    in_init: bool = False  # initialize in `__init__`, binding `self.<optimizer>`: the steps are in `methods`
+    # initialize given a list of optimizers: their names as bound after it (`opt_name` is then the left side's
+    # text); () for one optimizer
+    optimizers: tuple[str, ...] = ()
+
+    @property
+    def step_holders(self) -> tuple[ast.AST, ...]:
+        """Where the optimizer's steps are: initialize's function, or a trainer's methods (set up in __init__)."""
+        return self.methods if self.in_init else (self.function,)
+
+    @property
+    def scope(self) -> Scope:
+        return self.init_use.ref.scope
+
+    @property
+    def where(self) -> str:
+        if self.in_init:
+            return ", ".join(f"`{m.name}`" for m in self.methods)
+        return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
+
+    def spell(self, qname: str) -> str:
+        """A qualified torch name as the rewrite writes it."""
+        return self.torch_name + qname[len(_NATIVE.package):]
+
+
+def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
+           method_imports: tuple[ast.ImportFrom, ...] = ()) -> _Shape:
+    """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
+    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(uses, optional)
+    init_use = inits[0]
+    amp = init_use.ref.parts[0]
+    init_call = _call_of(init_use)
+    init = tree.parent(init_call)
+    if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
+        raise NotMechanical("the initialize call is not a plain assignment")
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
+    conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
+    local = optional is None and import_node not in tree.engine.tree.body and conditional is None
+    import_statement = _local_import_statement(tree, import_node) if local else (
+        optional.statement if optional is not None else conditional or import_node)
+    condition = None
+    checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
+    flags: tuple[str, ...] = ()
+    import_statement_kept: ast.stmt | None = import_statement
+    if conditional is not None:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+    elif local:
+        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+        if tree.parent(import_statement) is init_statement:
+            import_statement_kept = None  # it goes with initialize's `if`
+        elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
+            import_statement_kept = import_statement
+        else:
+            raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
+                                "nor in the `if` that guards initialize")
+    else:
+        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional,
+                                                                      checks)
+        import_statement_kept = import_statement
+    function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
+    self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" else None
+    model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
+    tests = _availability_tests(availability, amp, optional)
+    own_uses = [u for u in uses if not any(u is a for a in availability)]
+    method_condition = None
+    in_init = self_name is not None and opt_name.startswith(f"{self_name}.")
+    if in_init:  # a trainer set up in __init__
+        methods = _trainer_methods(tree, own_uses, function, init, opt_name)
+        method_condition = _method_condition(tree, function, init_statement, condition)
+    elif method_imports:
+        raise NotMechanical("apex.amp is imported in several methods of a class, and initialize is not in `__init__` "
+                            "binding `self.<optimizer>`")
+    else:
+        methods = _methods_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
+    scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
+    if optimizers and methods:
+        raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
+    torch_bound = _names_usable(init_use.ref.scope, init, optimizers or (opt_name,), scaler)
+    if local and not torch_bound:
+        raise NotMechanical("torch is not imported where the local `from apex import amp` is")
+    if condition is not None:
+        _stable(condition, function, condition.lineno)
+        for method in _other_methods(tree, function, condition):
+            _stable(condition, method, 0)
+    comments = _comment_lines(tree.index.text)
+    device, dtype = _device_and_dtype(tree.engine)
+    ending = tree.lines[init.lineno - 1]
+    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
+    return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
+                  opt_name,
+                  enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
+                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
+                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
+                  optimizers)
+
+
+def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef
+                                                                       | ast.Module, int]:
+    """The function (or the module of a script) whose own body holds initialize's statement, directly or inside the
+    bodies of `try` statements (flair's trainers); and the last line where the scaler is sure to be bound: the end
+    of the innermost such `try` body (a handler, or what follows the `try`, may run without it), else of the
+    function."""
+    node: ast.AST = init_statement
+    parent = tree.parent(node)
+    block_end = None
+    while isinstance(parent, ast.Try) and node in parent.body:
+        block_end = block_end or _last_line(parent.body[-1])
+        node, parent = parent, tree.parent(parent)
+    if not isinstance(parent, (*_FUNCTIONS, ast.Module)) or node not in parent.body:
+        raise NotMechanical("initialize is not a statement of its function's own body (a conditional scaler would be "
+                            "undefined elsewhere)")
+    return parent, block_end or max(_last_line(s) for s in parent.body)
+
+
+def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
+    """The uses of initialize, scale_loss, master_params, the state and (with the optional import) of apex.amp
+    itself; one initialize, at least one scale_loss, nothing else."""
+    by_rule: dict[str, list[AmpUse]] = {}
+    for use in uses:
+        rule = rules.rule_of(use.full)
+        by_rule.setdefault(rule.code if rule is not None else "", []).append(use)
+    inits = by_rule.pop(rules.INITIALIZE.code, [])
+    scale_losses = by_rule.pop(rules.SCALE_LOSS.code, [])
+    clips = by_rule.pop(rules.MASTER_PARAMS.code, [])
+    states = by_rule.pop(rules.STATE.code, [])
+    internals = by_rule.get(rules.INTERNALS.code, [])
+    scale_reads = [use for use in internals if use.full == rules.LOSS_SCALERS]
+    if len(scale_reads) == len(internals):
+        by_rule.pop(rules.INTERNALS.code, None)
+    availability = by_rule.pop(rules.OPTIONAL_IMPORT.code, []) if optional is not None else []
+    if not inits:
+        raise NotMechanical(f"no `{rules.INITIALIZE.title}` in this module: mixed precision is switched on "
+                            "elsewhere, where the forward passes to put under autocast and apex's one process-wide "
+                            "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
+                            "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
+    if len(inits) > 1:
+        raise NotMechanical(f"initialize is called {len(inits)} times (in two branches, or again to restore a "
+                            "checkpoint): a scaler is created once, in one place")
+    if not scale_losses:
+        raise NotMechanical("initialize with no scale_loss beside it: the backward passes are elsewhere (another "
+                            "module, or inference only), where the scaler it becomes cannot reach")
+    if by_rule:
+        others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
+        raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
+    return inits, scale_losses, clips, states, availability, scale_reads
+
+
+def _availability_tests(availability: list[AmpUse], amp: str,
+                        optional: OptionalImport | None) -> list[tuple[AmpUse, ast.Compare]]:
+    """Each use of apex.amp itself with its `amp is not None` (that becomes True: torch.amp, which replaces
+    apex.amp, is always there); there is no other use of it."""
+    tests = []
+    for use in availability:
+        test = use.ref.parent
+        if not (use.ref.role == "none_test" and isinstance(test, ast.Compare) and use.ref.node is test.left
+                and optional is not None and (is_availability_test(test, optional, use.ref.scope)
+                                              or is_availability_test(test, optional, use.ref.scope, missing=True))):
+            raise NotMechanical(f"`{amp}` is used otherwise than in `{amp} is not None` or `{amp} is None`")
+        tests.append((use, test))
+    return tests
+
+
+def _bound_names(target: ast.expr, self_name: str | None = None) -> tuple[str, str]:
+    """The model's name (or attribute chain, `self.model`) and the optimizer's, as initialize binds them; in a
+    trainer's `__init__` (`self_name` its first parameter) the optimizer may be an attribute `self.optimizer`."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and _chain(target.elts[0])):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    optimizer = target.elts[1]
+    if not (isinstance(optimizer, ast.Name) or (isinstance(optimizer, ast.Attribute) and self_name is not None
+                                                and isinstance(optimizer.value, ast.Name)
+                                                and optimizer.value.id == self_name)):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    return ast.unparse(target.elts[0]), ast.unparse(optimizer)
+
+
+def _bound_targets(init: ast.Assign, model: ast.expr, optimizer: ast.expr, function: ast.AST,
+                   self_name: str | None) -> tuple[str, str, tuple[str, ...]]:
+    """The model's and the optimizer's targets as initialize binds them (texts), and the optimizers' names where
+    it is given a list of them."""
+    if not any(isinstance(given, (ast.List, ast.Tuple)) for given in (model, optimizer)):
+        return (*_bound_names(init.targets[0], self_name), ())
+    if self_name is not None:
+        raise NotMechanical("initialize is given lists in `__init__` (a trainer's set-up takes one model and one "
+                            "optimizer)")
+    optimizers = _several_optimizers(init, model, optimizer, function)
+    target = init.targets[0]
+    assert isinstance(target, (ast.Tuple, ast.List))  # _several_optimizers
+    if not optimizers and not isinstance(target.elts[1], ast.Name):
+        raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    return ast.unparse(target.elts[0]), ast.unparse(target.elts[1]), optimizers
+
+
+def _several_optimizers(init: ast.Assign, models: ast.expr, optimizers: ast.expr,
+                        function: ast.AST) -> tuple[str, ...]:
+    """Lists of models and/or optimizers (`[m1, m2], [o1, o2] = amp.initialize([m1, m2], [o1, o2], ...)`): apex
+    returns them in the shapes it was given, the same objects (O1 patches them in place). The names of the
+    optimizers as bound after initialize: each name of a list on the left side, or, where one name takes the
+    list (`models, optimizers = ...`), the names given (that name must not be used again: a step through
+    `optimizers[i]` is not tied to a name); () for a single optimizer."""
+    target = init.targets[0]
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2):
+        raise NotMechanical("the left side of initialize is not two targets (models, optimizers)")
+    for given, bound in zip((models, optimizers), target.elts):
+        if isinstance(given, (ast.List, ast.Tuple)) and not (
+                isinstance(bound, ast.Name) or (isinstance(bound, (ast.List, ast.Tuple)) and len(bound.elts)
+                                                 == len(given.elts) and _chains(bound, bound is target.elts[1]))):
+            raise NotMechanical("the left side of initialize does not keep the shapes of its lists (a name, or a "
+                                "list of names as long as the one given)")
+        if not isinstance(given, (ast.List, ast.Tuple)) and not _chain(bound):
+            raise NotMechanical("the left side of initialize is not two names (model, optimizer)")
+    if not isinstance(optimizers, (ast.List, ast.Tuple)):
+        return ()
+    bound = target.elts[1]
+    if isinstance(bound, (ast.List, ast.Tuple)):
+        names = tuple(ast.unparse(e) for e in bound.elts)
+    else:
+        assert isinstance(bound, ast.Name)
+        used = sorted({n.lineno for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == bound.id
+                       and n.lineno > _last_line(init)})
+        if used:
+            raise NotMechanical(f"the list of optimizers `{bound.id}` is used on {_lines(used)}: a step through it is "
+                                "not tied to an optimizer's name (bind them one by one: `[o1, o2] = ...`)")
+        names = tuple(ast.unparse(e) for e in optimizers.elts)
+    if len(set(names)) != len(names):
+        raise NotMechanical("the same optimizer is given to initialize twice")
+    return names
+
+
+def _names_usable(scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], scaler: str) -> bool:
+    """The names the rewrite writes mean what it means where initialize is: the scaler's is free (a local's; an
+    attribute's is checked with the methods), the package's is torch's (or unbound: then it is imported), the
+    optimizer is not rebound. Whether torch's is bound."""
+    if scaler == SCALER and scope.lookup(SCALER)[1]:
+        raise NotMechanical(f"the name `{SCALER}` is already bound")
+    found, torch_bindings = scope.lookup(_NATIVE.package)
+    if not all(b.kind == "import" and b.qname == _NATIVE.package for b in torch_bindings):
+        raise NotMechanical(f"`{_NATIVE.package}` is bound to something else")
+    # torch imported where initialize runs (its function, or a script's top level) must come before it: the scaler
+    # that replaces initialize is created there
+    if torch_bindings and found is scope and not all(b.line < init.lineno for b in torch_bindings):
+        raise NotMechanical(f"the {'script' if scope.kind == 'module' else 'function'} imports torch after initialize")
+    for opt_name in opt_names:
+        for binding in scope.bindings.get(opt_name, []):
+            if binding.line > init.lineno:
+                raise NotMechanical("the optimizer is rebound after initialize")
+    return bool(torch_bindings)
+
+
+def _device_and_dtype(engine: _Engine) -> tuple[str, str]:
+    """The device the scaler and autocast get (`--device`, `--device-expr`, as for torch's own names) and
+    autocast's dtype: float16 as O1's, bfloat16 on the CPU unless --keep-dtype (as AMP002's rewrites do)."""
+    options = engine.options
+    if options.device == "auto" and options.device_expr is None:
+        raise NotMechanical("--device auto needs a module-level device name, which this rewrite does not add")
+    device = engine.device()
+    cpu_dtype = engine.cpu_dtype(_NATIVE.dtype)
+    if options.to_cpu and not options.keep_dtype and cpu_dtype is not None:
+        return device, cpu_dtype
+    return device, _NATIVE.dtype
+
+
+def _call_of(use: AmpUse) -> ast.Call:
+    call = use.ref.parent
+    if use.ref.role != "call" or not isinstance(call, ast.Call) or call.func is not use.ref.node:
+        raise NotMechanical("an apex.amp name is not called directly")
+    return call
+
+
+def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr | None]:
+    """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
+    model, optimizer = call.args if len(call.args) == 2 else (None, None)
+    if not (model is not None and (_chain(model) or _chains(model))
+            and optimizer is not None and (_chain(optimizer) or _chains(optimizer, names=True))):
+        raise NotMechanical("initialize is not given its models and optimizers by name (one each, or a list of "
+                            "names)")
+    enabled = None
+    for keyword in call.keywords:
+        if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
+                and keyword.arg != "num_losses":
+            raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
+                                "keep_batchnorm_fp32, master_weights and num_losses")
+        value = keyword.value
+        if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
+                                                and value.value == rules.DYNAMIC_LOSS_SCALE):
+            raise NotMechanical(f'loss_scale is not "{rules.DYNAMIC_LOSS_SCALE}"')
+        if keyword.arg == "enabled":
+            # evaluated once by initialize, then by the scaler and by each autocast: no side effects
+            if not isinstance(value, (ast.Name, ast.Attribute, ast.Constant)):
+                raise NotMechanical("enabled is not a name, attribute or constant (it would be evaluated again)")
+            enabled = value
+    return model, optimizer, enabled
+
+
+def _comment_lines(source: str) -> dict[int, str]:
+    """Each line with a comment, and the comment, on the lines `ast` numbers (`locations.tokens`, which
+    `suppressions.scan` reads too). Not scan's run reused: scan tokenizes only text that names a directive, and
+    a shared run would be a second path for what this planner reaches in every other file."""
+    found = {}
+    try:
+        for token in tokens(source):
+            if token.type == tokenize.COMMENT:
+                found[token.start[0]] = token.string
+    except (tokenize.TokenError, SyntaxError):
+        raise NotMechanical("the file does not tokenize") from None
+    return found
