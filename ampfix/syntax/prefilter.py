@@ -106,36 +106,44 @@ class ApexSpellings:
     """What a use of apex's removed names spells beside `apex` (see the module's docstring): the removed modules'
     names (`parallel`), the names spelled whole (`ApexOptimWrapper`), the settings' values (`apex`, with quotes)."""
 
-    __slots__ = ("modules", "names", "quoted", "_patterns")
+    __slots__ = ("modules", "names", "quoted", "_encoded", "_patterns")
 
     def __init__(self, modules: tuple[str, ...], names: tuple[str, ...], values: tuple[str, ...]) -> None:
         self.modules = modules
         self.names = names
         self.quoted = tuple(quote + value + quote for value in values for quote in "\"'")
+        self._encoded = tuple(tuple(word.encode("ascii") for word in words) for words in (self.quoted, names, modules))
         # (module word, `apex.module`, what else binds apex, names): compiled on the first file that mentions apex
         self._patterns: dict[type, tuple[re.Pattern[Any], ...]] = {}
 
     def spelled_in(self, text: AnyStr) -> bool:
-        """Could `text` (which mentions apex) hold a use of a removed apex name?"""
+        """Could `text` (which mentions apex) hold a use of a removed apex name? Each pattern runs only where its
+        words are in the text, and each begins with a literal word, so it is searched for at memchr speed."""
+        words: tuple[Any, ...]
         if isinstance(text, bytes):
-            if any(quoted.encode("ascii") in text for quoted in self.quoted):
-                return True
-        elif any(quoted in text for quoted in self.quoted):
+            quoted, names, modules = self._encoded
+        else:
+            quoted, names, modules = self.quoted, self.names, self.modules
+        if any(word in text for word in quoted):
             return True
-        module_word, dotted, binder, names = self._compiled(type(text))
-        if names.search(text) is not None:
+        module_word, dotted, binder, named = self._compiled(type(text))
+        if any(word in text for word in names) and named.search(text) is not None:
             return True
-        return module_word.search(text) is not None and (
-            dotted.search(text) is not None or binder.search(text) is not None)
+        if not any(word in text for word in modules):
+            return False
+        if dotted.search(text) is not None:
+            return True
+        words = (b"__import__",) if isinstance(text, bytes) else ("__import__",)
+        return (binder.search(text) is not None or words[0] in text) and module_word.search(text) is not None
 
     def _compiled(self, kind: type) -> tuple[re.Pattern[Any], ...]:
         if kind not in self._patterns:
-            gap, space = r"[\s\\]*", r"[\s\\]+"  # a line continuation is a space too
+            gap, space = r"[\s\\]*", r"(?:[ \t]|\\\r?\n)+"  # `from apex import` is one logical line
             modules = "|".join(map(re.escape, self.modules)) or "(?!)"
             names = "|".join(map(re.escape, self.names)) or "(?!)"
-            sources = (rf"(?<!\w)(?:{modules})(?!\w)", rf"(?<!\w)apex{gap}\.{gap}(?:{modules})(?!\w)",
-                       rf"(?<!\w)(?:from{space}apex{space}import|apex{space}as)(?!\w)|__import__",
-                       rf"(?<!\w)(?:{names})(?!\w)")
+            # the word first and what may not precede it after (`apex(?<!\wapex)`): a literal prefix
+            sources = (rf"(?<!\w)(?:{modules})(?!\w)", rf"apex(?<!\wapex){gap}\.{gap}(?:{modules})(?!\w)",
+                       rf"apex(?<!\wapex){space}(?:import|as)(?!\w)", rf"(?<!\w)(?:{names})(?!\w)")
             self._patterns[kind] = tuple(re.compile(p.encode("ascii") if kind is bytes else p) for p in sources)
         return self._patterns[kind]
 

@@ -144,14 +144,20 @@ def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, 
     return groups if len(groups) > 1 else None
 
 
-def _class_of(tree: ast.Module, node: ast.AST) -> ast.ClassDef | None:
-    """The class whose method (directly) holds `node`, or None."""
-    for klass in ast.walk(tree):
-        if isinstance(klass, ast.ClassDef):
-            for method in klass.body:
-                if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                        and any(n is node for n in ast.walk(method)):
-                    return klass
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _holds(outer: ast.stmt, node: ast.stmt) -> bool:
+    """Does `outer` hold the statement `node`? A statement lies inside another exactly where its lines do (even
+    `def f(): pass; import x`, whose import is in the body); a position comparison, not a walk of `outer`."""
+    return outer.lineno <= node.lineno and (node.end_lineno or 0) <= (outer.end_lineno or 0)
+
+
+def _class_of(classes: list[ast.ClassDef], node: ast.stmt) -> ast.ClassDef | None:
+    """The first of `classes` (the module's, in `ast.walk` order) whose method (directly) holds `node`, or None."""
+    for klass in classes:
+        if any(isinstance(method, _FUNCTIONS) and _holds(method, node) for method in klass.body):
+            return klass
     return None
 
 
@@ -162,23 +168,26 @@ def _plan_groups(analysis: ApexModule,
     if sum(any(use.full == rules.LOAD_STATE for use in uses) for _, uses in groups) > 1:
         return "several functions load apex's state: the helper the rewrite adds for each would be added twice"
 
+    nodes = list(ast.walk(analysis.tree))
+    functions = [f for f in nodes if isinstance(f, _FUNCTIONS)]
+    classes = [c for c in nodes if isinstance(c, ast.ClassDef)]
+
     def where(node: ast.ImportFrom) -> str:
-        holders = [f for f in ast.walk(analysis.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   and any(n is node for n in ast.walk(f))]
+        holders = [f for f in functions if _holds(f, node)]
         return max(holders, key=lambda f: f.lineno).name if holders else "?"
 
     initializers = [node for node, uses in groups if any(rules.rule_of(use.full) is rules.INITIALIZE for use in uses)]
     initializing = [where(node) for node in initializers]
-    klass = _class_of(analysis.tree, initializers[0]) if initializing == ["__init__"] else None
-    if klass is not None and all(_class_of(analysis.tree, node) is klass for node, _ in groups):
+    klass = _class_of(classes, initializers[0]) if initializing == ["__init__"] else None
+    if klass is not None and all(_class_of(classes, node) is klass for node, _ in groups):
         # a trainer set up in `__init__`, its other methods each importing apex.amp (the issue's first example):
         # one rewrite, the scaler in `self.scaler`
         return plan_rewrite(analysis, [use for _, uses in groups for use in uses], initializers[0], None,
                             method_imports=tuple(node for node, _ in groups if node is not initializers[0]))
     for node, _ in groups:
-        klass = _class_of(analysis.tree, node)
+        klass = _class_of(classes, node)
         if where(node) not in initializing and klass is not None \
-                and any(_class_of(analysis.tree, other) is klass for other in initializers):
+                and any(_class_of(classes, other) is klass for other in initializers):
             return (f"apex.amp is imported by `{where(node)}` and by {', '.join(f'`{n}`' for n in initializing)}, "
                     "methods of one class: a class whose methods each import it is rewritten where initialize is in "
                     "`__init__` (the scaler is then there before any other method runs), not here (by hand: "
