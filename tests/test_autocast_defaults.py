@@ -91,14 +91,14 @@ def test_calls_through_attributes_are_not_followed_and_recursion_ends():
 
 
 def test_parents_mapped_where_asked_are_the_trees_own_in_any_order():
-    """`Nesting.parent_of` maps only the statements that hold the node it is asked about: asked about every node, in
-    an order that goes back and forth between methods, decorators, `with` items and one-line statements, it gives the
-    parent a whole walk gives."""
+    """`ampfix.syntax.parents.Parents` (nesting's and the apex rewrite's one parent map) maps only the statements that
+    hold the node it is asked about: asked about every node, with a position or without (`with` items, `arguments`),
+    in an order that goes back and forth between methods, decorators, `with` items and one-line statements, it gives
+    the parent a whole walk gives."""
     import ast
     import random
 
-    from ampfix.engine.nesting import Nesting
-    from ampfix.syntax.bindings import Walker
+    from ampfix.syntax.parents import Parents
 
     source = (
         "import torch\n"
@@ -119,11 +119,10 @@ def test_parents_mapped_where_asked_are_the_trees_own_in_any_order():
     )
     tree = ast.parse(source)
     expected = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
-    nodes = [node for node in ast.walk(tree) if node is not tree]
-    for seed in range(5):
+    shared = (ast.expr_context, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)  # one instance for every use
+    nodes = [node for node in ast.walk(tree) if node is not tree and not isinstance(node, shared)]
+    for seed in range(8):
         random.Random(seed).shuffle(nodes)
-        walker = Walker()
-        walker.statements(tree.body, walker.module_scope)
-        nesting = Nesting(tree, walker)
-        asked = [node for node in nodes if hasattr(node, "lineno")]
-        assert [nesting.parent_of(node) for node in asked] == [expected[id(node)] for node in asked]
+        parents = Parents(tree)
+        assert [parents.of(node) for node in nodes] == [expected[id(node)] for node in nodes]
+    assert Parents(tree).of(tree) is None

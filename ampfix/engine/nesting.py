@@ -15,7 +15,6 @@ Calls through attributes (`self.step()`), other modules or values are not follow
 from __future__ import annotations
 
 import ast
-import bisect
 import functools
 from collections.abc import Iterable
 
@@ -23,6 +22,7 @@ from ampfix.core.rules import Target
 from ampfix.families.torch_amp import autocast
 from ampfix.syntax.bindings import Binding, ChainRef, Walker, import_bindings, qualified_name
 from ampfix.syntax.context import ModuleContext
+from ampfix.syntax.parents import Parents
 
 # Every autocast that opens a region: the deprecated names, their twin, and torch's own alias.
 REGION_NAMES = frozenset({*autocast.RULE.symbols, *(t.new for t in autocast.RULE.symbols.values() if t),
@@ -34,57 +34,10 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 class Nesting:
-    def __init__(self, tree: ast.Module, walker: Walker) -> None:
+    def __init__(self, tree: ast.Module, walker: Walker, parents: Parents) -> None:
         self.tree = tree
         self.walker = walker
-        self._parents: dict[int, ast.AST] = {}
-        self._mapped: set[int] = set()  # id() of the nodes whose whole subtree is mapped
-
-    @functools.cached_property
-    def _starts(self) -> list[tuple[int, int]]:
-        """The first position of each top-level statement (its decorators included; `x = 1; y = 2` are two)."""
-        return [span[0] for span in map(_span, self.tree.body) if span is not None]
-
-    def parent_of(self, node: ast.AST) -> ast.AST | None:
-        """`node`'s parent. Parents are mapped where a question asks for them: down the statements that hold
-        `node`'s position, then the statement it lies in (a module's whole map, or a class's, cost more than
-        the rest of the analysis on real trainers)."""
-        line = getattr(node, "lineno", None)
-        if id(node) not in self._parents and line is not None:
-            where = (line, getattr(node, "col_offset", 0))
-            index = bisect.bisect_right(self._starts, where) - 1
-            if index >= 0:
-                root = self.tree.body[index]
-                self._parents[id(root)] = self.tree
-                self._map_towards(root, where)
-                if id(node) not in self._parents:  # a position outside its parent's span: map it all
-                    self._map_all(root)
-        return self._parents.get(id(node))
-
-    def _map_towards(self, root: ast.AST, where: tuple[int, int]) -> None:
-        """Map the children of `root` and of each statement below it whose span holds `where`; map any other child
-        that holds it (or has no position) whole. A loop, not a recursion: statements nest as deep as `ast` builds."""
-        pending = [root]
-        while pending:
-            node = pending.pop()
-            if id(node) in self._mapped:
-                continue
-            for child in ast.iter_child_nodes(node):
-                self._parents[id(child)] = node
-                span = _span(child)
-                if span is None or span[0] <= where <= span[1]:
-                    if isinstance(child, ast.stmt):
-                        pending.append(child)
-                    else:
-                        self._map_all(child)
-
-    def _map_all(self, node: ast.AST) -> None:
-        if id(node) in self._mapped:
-            return
-        self._mapped.add(id(node))
-        for parent in ast.walk(node):
-            for child in ast.iter_child_nodes(parent):
-                self._parents[id(child)] = parent
+        self.parent_of = parents.of
 
     @functools.cached_property
     def chains(self) -> dict[int, ChainRef]:
@@ -175,19 +128,9 @@ class Nesting:
         return sites
 
 
-def _span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """From the first position to the last of `node`, its decorators included; None where it has none."""
-    end_line = getattr(node, "end_lineno", None)
-    if end_line is None:
-        return None
-    starts = [(getattr(node, "lineno", 0), getattr(node, "col_offset", 0))]
-    starts += [(d.lineno, d.col_offset) for d in getattr(node, "decorator_list", ())]
-    return min(starts), (end_line, getattr(node, "end_col_offset", None) or 0)
-
-
 def module_nesting(context: ModuleContext) -> Nesting:
     """The module's nesting facts, built once (`ModuleContext.fact`)."""
-    return Nesting(context.tree, context.walker)
+    return Nesting(context.tree, context.walker, context.parents)
 
 
 def written_defaults(context: ModuleContext, ref: ChainRef, binding: Binding, full: str, target: Target,

@@ -22,6 +22,7 @@ from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice
 from ampfix.core.rules import Family, Rule
 from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_bindings, resolve
 from ampfix.syntax.guards import GuardJudge
+from ampfix.syntax.parents import Parents
 from ampfix.syntax.suppressions import Suppressions
 
 T = TypeVar("T")
@@ -42,6 +43,11 @@ class ModuleContext:
         moves = None if imports_move is None else functools.partial(imports_move, self)
         self.judge = GuardJudge(family, options.target_torch, imports_move=moves)
         self._facts: dict[Callable[[ModuleContext], object], object] = {}
+
+    @functools.cached_property
+    def parents(self) -> Parents:
+        """Each node's parent, mapped where asked (`ampfix.syntax.parents`): one map for every planner."""
+        return Parents(self.tree)
 
     def fact(self, derive: Callable[[ModuleContext], T]) -> T:
         """`derive(self)`, computed once per module: a fact of the module that several planners read."""

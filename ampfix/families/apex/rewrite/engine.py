@@ -12,6 +12,7 @@ from ampfix.core.rules import Target
 from ampfix.families.apex import rules
 from ampfix.families.apex.module import ApexModule
 from ampfix.syntax.bindings import Scope
+from ampfix.syntax.parents import Parents
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
@@ -26,6 +27,7 @@ class _Engine:
         self.index: SourceIndex = analysis.index
         self.options: Options = analysis.options
         self.module_scope: Scope = analysis.walker.module_scope
+        self.parents: Parents = analysis.context.parents
 
     def device(self) -> str:
         """The device the scaler and autocast get: `--device`, `--device-expr`, as for torch's own CUDA names."""

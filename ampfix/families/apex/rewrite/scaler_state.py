@@ -67,8 +67,9 @@ def _scaler_state_helper(rw: _Rewrite, scope: Scope) -> tuple[str, bool]:
         rw.splices.append((start, end, shape.newline * 2 + text + created))
     else:
         top: ast.AST = shape.function
-        while rw.tree.parent(top) is not engine.tree:
-            top = rw.tree.parents[id(top)]
+        while (above := rw.tree.parent(top)) is not engine.tree:
+            assert above is not None  # the function is in the module
+            top = above
         assert isinstance(top, ast.stmt)
         at = index.line_start(first_line(top))
         rw.splices.append((at, at, text))

@@ -16,13 +16,10 @@ class _Tree:
         self.engine = engine
         self.index = engine.index
         self.lines = engine.index.lines
-        self.parents: dict[int, ast.AST] = {}
-        for node in ast.walk(engine.tree):
-            for child in ast.iter_child_nodes(node):
-                self.parents[id(child)] = node
+        self.parent_of = engine.parents.of
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
-        return self.parents.get(id(node))
+        return None if node is None else self.parent_of(node)
 
     def function_of(self, node: ast.AST) -> ast.AST:
         """The innermost function (or other scope) holding `node`, or the module."""
