@@ -547,3 +547,12 @@ def test_a_probe_of_a_removed_module_by_name_is_reported_never_rewritten():
     assert left == [(2, "AMP100", "`apex.amp` was removed from apex in 2025; `_module_available('apex.amp')` names "
                                   "it: on current apex a probe of this name answers False (an import or a patch of it "
                                   "fails), so the apex path it guards silently goes dead; reported, never rewritten")]
+
+
+def test_every_setting_that_selects_apex_is_a_string_the_walk_records():
+    """AMP109 reads the settings from the strings the walk records (`STRING_PARTS`), not from a walk of its own."""
+    from ampfix.families.apex import rules
+    from ampfix.syntax.bindings import STRING_PARTS
+
+    values = [value for _, value in rules.CONFIG_SETTINGS] + [rules.DEEPSPEED_AMP_KEY]
+    assert values and all(any(part in value for part in STRING_PARTS) for value in values)

@@ -142,8 +142,9 @@ _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError"})
 
 # A string that names a deprecated path spells `amp` (the roots) or `autocast` (each name outside them, the
 # state functions: the part `ampfix.io.codec.NAMES_PART` tests first; tests/test_prefilter.py checks both); one that
-# names a removed apex module spells `apex` (`"apex.parallel"`, `ampfix.families.apex.detect`).
-STRING_PARTS = ("amp", "autocast", "apex")
+# names a removed apex module spells `apex` (`"apex.parallel"`, `ampfix.families.apex.detect`), and so does the value
+# of a setting that selects apex, or `Apex` (`"ApexOptimWrapper"`; tests/test_apex.py checks the settings).
+STRING_PARTS = ("amp", "autocast", "apex", "Apex")
 _STRING_PART = re.compile("|".join(map(re.escape, STRING_PARTS)))  # one search of each literal, in C
 
 

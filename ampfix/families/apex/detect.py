@@ -412,18 +412,23 @@ def _may_hold_settings(analysis: ApexModule) -> bool:
 
 
 def _report_settings(analysis: ApexModule) -> None:
-    for node in ast.walk(analysis.tree):
-        if isinstance(node, ast.Call):
-            pairs = [(k.arg, k.value, k.value) for k in node.keywords if k.arg is not None]
-        elif isinstance(node, ast.Dict):
-            pairs = [(k.value, v, k) for k, v in zip(node.keys, node.values)
-                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-        else:
-            continue
-        for key, value, where in pairs:
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                advice = rules.CONFIG_SETTINGS.get((key, value.value))
-                if advice is not None:
-                    _report(analysis, where, rules.FRAMEWORK_CONFIG, advice)
-            elif key == rules.DEEPSPEED_AMP_KEY and isinstance(node, ast.Dict) and isinstance(value, ast.Dict):
-                _report(analysis, where, rules.FRAMEWORK_CONFIG, rules.DEEPSPEED_ADVICE)
+    """Each setting that selects apex: a keyword or a dict entry whose value is the setting's string, and DeepSpeed's
+    "amp" key holding a dict. Read from the strings the walk recorded with their parent (each value spells a part
+    the walk records, `STRING_PARTS`), not from a second walk of the tree."""
+    for ref in analysis.walker.strings:
+        node, parent, value = ref.node, ref.parent, ref.value
+        if isinstance(parent, ast.Call):
+            for keyword in parent.keywords:
+                if keyword.value is node and keyword.arg is not None:
+                    _report_setting(analysis, node, rules.CONFIG_SETTINGS.get((keyword.arg, value)))
+        elif isinstance(parent, ast.Dict):
+            for key, item in zip(parent.keys, parent.values):
+                if item is node and isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    _report_setting(analysis, key, rules.CONFIG_SETTINGS.get((key.value, value)))
+                elif key is node and value == rules.DEEPSPEED_AMP_KEY and isinstance(item, ast.Dict):
+                    _report_setting(analysis, key, rules.DEEPSPEED_ADVICE)
+
+
+def _report_setting(analysis: ApexModule, where: ast.AST, advice: rules.Advice | None) -> None:
+    if advice is not None:
+        _report(analysis, where, rules.FRAMEWORK_CONFIG, advice)
