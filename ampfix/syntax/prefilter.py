@@ -203,10 +203,21 @@ def _bytes_could_hold(data: bytes, spellings: Spellings) -> bool:
     from ampfix.syntax.encoding import DECODE_ERRORS, decode_source
 
     try:
-        text, _ = decode_source(data)
+        text, encoding = decode_source(data)
     except DECODE_ERRORS:
         return False  # not Python source; never parsed
+    if encoding in _UTF8:
+        # The text's ASCII characters are the bytes searched above (where the bytes test saw a non-ASCII byte
+        # beside a word, the text's test sees a letter or not: the bytes' is the wider): only the spellings NFKC
+        # folds to ASCII (`ａｍｐ`) are left to find.
+        if unicodedata.is_normalized("NFKC", text):
+            return False
+        normalized = unicodedata.normalize("NFKC", text)
+        return _has_amp_name(normalized) or _spells_other_names(normalized, spellings)
     return could_hold_deprecated_use(text, spellings)
+
+
+_UTF8 = ("utf-8", "utf-8-sig")  # as `tokenize.detect_encoding` names them
 
 
 def _end_of_second_line(data: bytes) -> int:
