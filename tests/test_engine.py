@@ -225,3 +225,14 @@ def test_a_suppression_deep_in_an_elif_chain_is_read_from_its_statement():
     source = _elif_chain(1000).replace("autocast()", "autocast()  # noqa: AMP001", 1)
     assert "# noqa: AMP001" in source
     assert check_source(source).findings == ()
+
+
+def test_a_state_function_named_by_its_attribute_on_torch_is_reported_never_rewritten():
+    source = 'import torch as th\nfn = getattr(th, "get_autocast_gpu_dtype", None)\nother = getattr(cfg, "get_autocast_gpu_dtype")\n'
+    result = fix_source(source)
+    assert result.new_source == source
+    assert [(f.line, f.col, f.code, f.fixable) for f in result.findings] == [(2, 18, "AMP007", False)]
+    assert result.findings[0].message == (
+        '`getattr(...)` names the deprecated `torch.get_autocast_gpu_dtype` by its attribute name: once the code '
+        'calls `torch.get_autocast_dtype` with the device ("cuda"), a patch or lookup of this path no longer reaches '
+        "it; `torch.get_autocast_dtype` serves every device, so the string is not rewritten")

@@ -1,5 +1,7 @@
 """String literals that name deprecated paths: dotted paths (`mock.patch("torch.cuda.amp.X")`, an
-unsafe fix) and string annotations (`"torch.cuda.amp.GradScaler | None"`, resolved like code)."""
+unsafe fix), a state function's name given with the `torch` module (`mock.patch.object(torch,
+"set_autocast_cpu_enabled")`, `getattr(torch, ...)`: reported) and string annotations
+(`"torch.cuda.amp.GradScaler | None"`, resolved like code)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,26 @@ def plan_strings(context: ModuleContext, sink: Sink) -> None:
             _string_annotation(context, sink, ref)
         elif _DOTTED_PATH.fullmatch(ref.value) and context.family.deprecated_root(ref.value):
             _string_path(context, sink, ref)
+        elif ref.value.isidentifier() and isinstance(ref.parent, ast.Call):
+            _attribute_name(context, sink, ref, ref.parent)
+
+
+def _attribute_name(context: ModuleContext, sink: Sink, ref: StringRef, call: ast.Call) -> None:
+    """`getattr(torch, "get_autocast_gpu_dtype")`, `mock.patch.object(torch, "set_autocast_cpu_enabled")`,
+    `monkeypatch.setattr(torch, "...", ...)`: a positional string right after an argument that is the module a
+    deprecated name outside the deprecated namespaces lies in (a state function of `torch`) names that function as
+    its dotted path would, and is reported as one."""
+    positions = [i for i, arg in enumerate(call.args) if arg is ref.node]
+    if not positions or positions[0] == 0:
+        return
+    module = context.resolve_value(call.args[positions[0] - 1], ref.scope)
+    path = f"{module}.{ref.value}"
+    if module is None or path not in context.family.deprecated_names:
+        return
+    symbol = context.family.symbol(path)
+    if symbol is not None and symbol[2] is not None:
+        _state_function_path(sink, ref, path, symbol[2].new, symbol[1].code, symbol[2].device,
+                             (f"`{ast.unparse(call.func)}(...)` names", " by its attribute name"))
 
 
 def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
@@ -48,12 +70,13 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
                            will_fix=fixable and unsafe_fixes, suggestion=f'"{new_path}"'),), edits)
 
 
-def _state_function_path(sink: Sink, ref: StringRef, path: str, new_path: str, code: str, device: str | None) -> None:
+def _state_function_path(sink: Sink, ref: StringRef, path: str, new_path: str, code: str, device: str | None,
+                         said: tuple[str, str] = ("string names", "")) -> None:
     """`mock.patch("torch.get_autocast_gpu_dtype")`: reported, never rewritten, not even as an unsafe fix. The
     twin is one function for every device (`torch.is_autocast_enabled` is also CUDA's own, not deprecated, check):
     a patch of its path would stand in for every device's state, not the one the old name read."""
     sink.add_finding(ref.node, code,
-                     f"string names the deprecated `{path}`: once the code calls `{new_path}` with the device "
+                     f"{said[0]} the deprecated `{path}`{said[1]}: once the code calls `{new_path}` with the device "
                      f"(\"{device}\"), a patch or lookup of this path no longer reaches it; `{new_path}` serves every "
                      "device, so the string is not rewritten", fixable=False, suggestion=f'"{new_path}"')
 

@@ -59,6 +59,9 @@ RULE = Rule(
         Example("import torch\nfn = torch.get_autocast_gpu_dtype\n", reported="AMP007"),
         # A string naming one: reported, never rewritten (the twin serves every device; a patch of it would too).
         Example('from unittest import mock\np = mock.patch("torch.get_autocast_gpu_dtype")\n', reported="AMP007"),
+        # ... and so does its attribute name given with the torch module (`getattr`, `mock.patch.object`).
+        Example('import torch\nfrom unittest import mock\np = mock.patch.object(torch, "set_autocast_gpu_dtype")\n',
+                reported="AMP007"),
         # Not deprecated: the default target leaves them.
         Example("import torch\non = torch.is_autocast_enabled()\ntorch.set_autocast_enabled(on)\n"),
     ),
