@@ -402,10 +402,11 @@ def test_cpu_and_cuda_regions_nest_both_ways_as_on_a_gpu(cpu_autocast_state_run:
 
 def test_cpu_state_set_in_a_cuda_region_is_the_scripts_and_stays_after_it(cpu_autocast_state_run: Job) -> None:
     lines = _cpu_state_lines(cpu_autocast_state_run)
-    names = ("set in cuda", "unset in cuda", "after cuda", "deprecated set in cuda", "inner cuda", "outer cuda",
-             "after both", "refused")  # fmt: skip
+    names = ("set in cuda", "cpu default in cuda", "unset in cuda", "after cuda", "deprecated set in cuda",
+             "inner cuda", "outer cuda", "after both", "refused")  # fmt: skip
     assert [(name, lines[name]) for name in names] == [
         ("set in cuda", f"{_CPU_HALF} | cuda True True torch.float16"),
+        ("cpu default in cuda", f"{_CPU_HALF} | cuda True True"),  # a dtype-less "cpu" region takes the script's
         # CPU autocast off, as the script asked: the "cuda" region still runs autocast.
         ("unset in cuda", "cpu False torch.float16 | deprecated False torch.float16 | cuda True True torch.float16"),
         ("after cuda", f"{_CPU_HALF} | cuda False False"),  # set_autocast_cpu_enabled(True) outlives the region
@@ -422,9 +423,9 @@ def test_cpu_state_set_in_a_cuda_region_is_the_scripts_and_stays_after_it(cpu_au
     assert calls == {
         (17, _state_message("is_autocast_cpu_enabled", "is_autocast_enabled", "cpu"), 16),  # each cpu_state()
         (17, _state_message("get_autocast_cpu_dtype", "get_autocast_dtype", "cpu"), 16),
-        (43, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
-        (46, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
-        (47, _state_message("set_autocast_cpu_dtype", "set_autocast_dtype", "cpu"), 1),
+        (45, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
+        (48, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
+        (49, _state_message("set_autocast_cpu_dtype", "set_autocast_dtype", "cpu"), 1),
     }  # fmt: skip
 
 

@@ -152,6 +152,11 @@ class ActiveRegions:
         states = getattr(self._local, "cpu_states", None)
         return states[-1] if states else None
 
+    def asked_by_the_script(self) -> CpuAutocastState | None:
+        """:meth:`script_cpu_state`, where the script (or a library) asks; None where torch's own code does."""
+        held = self.script_cpu_state()
+        return held if held is not None and read_by_script() is not None else None
+
     def holding(self, region: RegionKey | None) -> CpuAutocastState | None:
         """What to keep for the script on entering ``region``, read before torch changes the state."""
         if region is None or (region.device_requested == "cpu" and region.site.origin == "script"):
@@ -256,6 +261,12 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
     def as_requested_for_the_cpu(arguments: dict[str, Any], construct) -> None:
         self, device_type, dtype = arguments["self"], arguments["device_type"], arguments["dtype"]
         dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
+        if device_type == "cpu" and dtype is None:
+            # A "cpu" region the script opens inside a "cuda" one defaults, as on a GPU, to the script's CPU
+            # dtype, not to the one the emulation runs the "cuda" region in.
+            held = active.asked_by_the_script()
+            if held is not None:
+                dtype = arguments["dtype"] = held.dtype
         request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
         self._ampfix_cuda_dtype = plan.requested_dtype(device_type, dtype) if device_type == "cuda" else None
         arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
@@ -339,10 +350,6 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
     read the script's own CPU state (:meth:`ActiveRegions.script_cpu_state`), and the CPU setters it calls
     there change that state, not the one that runs the region."""
 
-    def held_for_the_script() -> CpuAutocastState | None:
-        held = active.script_cpu_state()
-        return held if held is not None and read_by_script() is not None else None
-
     @functools.wraps(_original_is_autocast_enabled)
     def is_autocast_enabled(device_type: str = "cuda") -> bool:
         if device_type == "cuda":
@@ -350,7 +357,7 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
                 return _original_is_autocast_enabled("cuda")
             return _original_is_autocast_enabled("cpu")
         if device_type == "cpu":
-            held = held_for_the_script()
+            held = active.asked_by_the_script()
             if held is not None:
                 return held.enabled
         return _original_is_autocast_enabled(device_type)
@@ -358,7 +365,7 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
     @functools.wraps(_original_get_autocast_dtype)
     def get_autocast_dtype(device_type: str) -> Any:
         if device_type == "cpu":
-            held = held_for_the_script()
+            held = active.asked_by_the_script()
             if held is not None:
                 return held.dtype
         return _original_get_autocast_dtype(device_type)
@@ -367,7 +374,7 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
         @functools.wraps(getter)
         def query(*args: Any, **kwargs: Any) -> Any:
             value = getter(*args, **kwargs)  # counted, and warned about, as ever
-            held = held_for_the_script()
+            held = active.asked_by_the_script()
             return value if held is None else answer(held)
 
         return query
@@ -375,7 +382,7 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
     def setting(setter: Any) -> Any:
         @functools.wraps(setter)
         def set_state(*args: Any, **kwargs: Any) -> Any:
-            held = held_for_the_script()
+            held = active.asked_by_the_script()
             if held is None:
                 return setter(*args, **kwargs)
             running = CpuAutocastState.now()
