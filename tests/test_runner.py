@@ -421,8 +421,8 @@ def test_cpu_state_set_in_a_cuda_region_is_the_scripts_and_stays_after_it(cpu_au
     assert report["op_dtypes"] == {"bfloat16": 4}
     calls = {(item["line"], item["message"], item["count"]) for item in report["deprecations"]}
     assert calls == {
-        (17, _state_message("is_autocast_cpu_enabled", "is_autocast_enabled", "cpu"), 16),  # each cpu_state()
-        (17, _state_message("get_autocast_cpu_dtype", "get_autocast_dtype", "cpu"), 16),
+        (17, _state_message("is_autocast_cpu_enabled", "is_autocast_enabled", "cpu"), 17),  # each cpu_state()
+        (17, _state_message("get_autocast_cpu_dtype", "get_autocast_dtype", "cpu"), 17),
         (45, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
         (48, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
         (49, _state_message("set_autocast_cpu_dtype", "set_autocast_dtype", "cpu"), 1),

@@ -171,7 +171,8 @@ class AmpState:
         region.__enter__()  # never left: apex's patches stay for the rest of the process
         self._region = region
         key = getattr(region, "_ampfix_region", None)
-        running = amp_patches.CpuAutocastState.now()  # the region's, whatever the script reads
+        # What runs the region, whatever the script reads of the CPU state.
+        running = amp_patches.CpuAutocastState(True, amp_patches.CpuAutocastState.now().dtype)
         installed = self.installed
         policy_on = installed is not None and installed.plan.runs_cuda_policy(key) if key is not None else False
 
