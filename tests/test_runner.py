@@ -39,6 +39,8 @@ JOBS: dict[str, list[str]] = {
     "autocast_state_run": ["run", "autocast_state.py"],
     "autocast_state_verify": ["verify", "autocast_state.py", "--rewritten", "autocast_state.migrated.py"],
     "autocast_state_engine_verify": ["verify", "autocast_state.py"],
+    # The script's own CPU autocast state, read and set inside the emulated "cuda" regions.
+    "cpu_autocast_state_run": ["run", "cpu_autocast_state.py"],
     "project_verify": ["verify", "project_amp/run.py"],
     "project_unmigrated_verify": ["verify", "project_amp/run.py", "--rewritten", "project_amp/run.py"],
     "nested_idiomatic_verify": ["verify", "nested_call.py", "--rewritten", "nested_call.idiomatic.py"],
@@ -363,6 +365,68 @@ def test_a_rewrite_left_calling_a_state_function_is_not_migrated(autocast_state_
         "the rewrite still calls a deprecated API at autocast_state.py:46 and 1 other site(s) ("
         + _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu") + "): not migrated"
     )
+
+
+def _cpu_state_lines(job: Job) -> dict[str, str]:
+    assert job.returncode == 0, job.stderr
+    return dict(line.split(": ", 1) for line in job.stdout.splitlines())
+
+
+# What cpu_autocast_state.py's cpu_state() prints: the new CPU queries, the deprecated ones, then CUDA's
+# (with "cuda" and without a device).
+_CPU_OFF = "cpu False torch.bfloat16 | deprecated False torch.bfloat16"
+_CPU_HALF = "cpu True torch.float16 | deprecated True torch.float16"
+
+
+def test_a_cuda_region_leaves_the_scripts_cpu_autocast_state_as_on_a_gpu(cpu_autocast_state_run: Job) -> None:
+    lines = _cpu_state_lines(cpu_autocast_state_run)
+    assert [(name, lines[name]) for name in ("outside", "cuda region", "available", "end")] == [
+        ("outside", f"{_CPU_OFF} | cuda False False"),
+        ("cuda region", f"{_CPU_OFF} | cuda True True torch.float16"),  # CPU autocast runs it, and is not shown
+        ("available", f"True True {_CPU_OFF} | cuda True True"),
+        ("end", f"{_CPU_OFF} | cuda False False"),
+    ]
+
+
+def test_cpu_and_cuda_regions_nest_both_ways_as_on_a_gpu(cpu_autocast_state_run: Job) -> None:
+    lines = _cpu_state_lines(cpu_autocast_state_run)
+    names = ("cpu in cuda", "cuda again", "cuda in cpu", "cpu again", "cuda in cpu off")
+    assert [(name, lines[name]) for name in names] == [
+        ("cpu in cuda", f"{_CPU_HALF} | cuda True True"),
+        ("cuda again", f"{_CPU_OFF} | cuda True True"),
+        ("cuda in cpu", f"{_CPU_HALF} | cuda True True torch.float16"),  # the script's float16, not the run's bfloat16
+        ("cpu again", f"{_CPU_HALF} | cuda False False"),
+        ("cuda in cpu off", f"{_CPU_OFF} | cuda True True"),
+    ]
+
+
+def test_cpu_state_set_in_a_cuda_region_is_the_scripts_and_stays_after_it(cpu_autocast_state_run: Job) -> None:
+    lines = _cpu_state_lines(cpu_autocast_state_run)
+    names = ("set in cuda", "cpu default in cuda", "unset in cuda", "after cuda", "deprecated set in cuda",
+             "inner cuda", "outer cuda", "after both", "refused")  # fmt: skip
+    assert [(name, lines[name]) for name in names] == [
+        ("set in cuda", f"{_CPU_HALF} | cuda True True torch.float16"),
+        ("cpu default in cuda", f"{_CPU_HALF} | cuda True True"),  # a dtype-less "cpu" region takes the script's
+        # CPU autocast off, as the script asked: the "cuda" region still runs autocast.
+        ("unset in cuda", "cpu False torch.float16 | deprecated False torch.float16 | cuda True True torch.float16"),
+        ("after cuda", f"{_CPU_HALF} | cuda False False"),  # set_autocast_cpu_enabled(True) outlives the region
+        ("deprecated set in cuda", f"{_CPU_OFF} | cuda True True"),
+        ("inner cuda", "cpu False torch.float16 | deprecated False torch.float16 | cuda True True"),
+        ("outer cuda", "cpu False torch.float16 | deprecated False torch.float16 | cuda True True"),
+        ("after both", "cpu False torch.float16 | deprecated False torch.float16 | cuda False False"),
+        ("refused", "set_autocast_dtype(): argument 'dtype' (position 2) must be torch.dtype, not str"),  # torch's
+    ]
+    report = cpu_autocast_state_run.report
+    # Each model call in a "cuda" region ran in bfloat16, whatever the script set on the CPU there.
+    assert report["op_dtypes"] == {"bfloat16": 4}
+    calls = {(item["line"], item["message"], item["count"]) for item in report["deprecations"]}
+    assert calls == {
+        (17, _state_message("is_autocast_cpu_enabled", "is_autocast_enabled", "cpu"), 17),  # each cpu_state()
+        (17, _state_message("get_autocast_cpu_dtype", "get_autocast_dtype", "cpu"), 17),
+        (45, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
+        (48, _state_message("set_autocast_cpu_enabled", "set_autocast_enabled", "cpu"), 1),
+        (49, _state_message("set_autocast_cpu_dtype", "set_autocast_dtype", "cpu"), 1),
+    }  # fmt: skip
 
 
 def test_verify_rewrites_the_local_modules_the_script_imports(project_verify: Job) -> None:

@@ -31,6 +31,8 @@ from ampfix.runner.sites import find_site, read_by_script
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
 _original_is_autocast_enabled = torch.is_autocast_enabled
+_original_set_autocast_dtype = torch.set_autocast_dtype
+_original_set_autocast_enabled = torch.set_autocast_enabled
 _original_cache_enabled = torch.is_autocast_cache_enabled
 
 FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,8 +101,27 @@ class AmpPlan:
         return run
 
 
+class CpuAutocastState:
+    """The CPU autocast state as the script set it, kept while the emulation holds the real one."""
+
+    __slots__ = ("enabled", "dtype")
+
+    def __init__(self, enabled: bool, dtype: Any) -> None:
+        self.enabled, self.dtype = enabled, dtype
+
+    @classmethod
+    def now(cls) -> CpuAutocastState:
+        return cls(_original_is_autocast_enabled("cpu"), _original_get_autocast_dtype("cpu"))
+
+    def make_real(self) -> None:
+        _original_set_autocast_enabled("cpu", self.enabled)
+        _original_set_autocast_dtype("cpu", self.dtype)
+
+
 class ActiveRegions:
-    """The autocast regions open in each thread, innermost last: what a model call ran under."""
+    """The autocast regions open in each thread, innermost last: what a model call ran under. And, per
+    thread, the script's own CPU autocast state, which a region the emulation runs on the CPU state does
+    not change on a GPU (see :meth:`script_cpu_state`)."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -118,6 +139,53 @@ class ActiveRegions:
             return None
         return stack[-1]
 
+    def _cpu_states(self) -> list[CpuAutocastState | None]:
+        states = getattr(self._local, "cpu_states", None)
+        if states is None:
+            states = self._local.cpu_states = []
+        return states
+
+    def script_cpu_state(self) -> CpuAutocastState | None:
+        """The script's CPU autocast state where the emulation holds the real one (inside a "cuda" region, or
+        one torch opened for it); None where the real state is the script's (outside them, or inside a "cpu"
+        region the script opened, which runs on the real state as on a GPU)."""
+        states = getattr(self._local, "cpu_states", None)
+        return states[-1] if states else None
+
+    def asked_by_the_script(self) -> CpuAutocastState | None:
+        """:meth:`script_cpu_state`, where the script (or a library) asks; None where torch's own code does."""
+        held = self.script_cpu_state()
+        return held if held is not None and read_by_script() is not None else None
+
+    def holding(self, region: RegionKey | None) -> CpuAutocastState | None:
+        """What to keep for the script on entering ``region``, read before torch changes the state."""
+        if region is None or (region.device_requested == "cpu" and region.site.origin == "script"):
+            return None
+        outer = self.script_cpu_state()
+        return CpuAutocastState(outer.enabled, outer.dtype) if outer is not None else CpuAutocastState.now()
+
+    def entered(self, held: CpuAutocastState | None) -> int:
+        """Returns the depth to hand to :meth:`left`."""
+        states = self._cpu_states()
+        states.append(held)
+        return len(states) - 1
+
+    def left(self, depth: int | None) -> None:
+        """On a GPU, what the script set on the CPU inside a "cuda" region stays once it is left: handed to
+        the enclosing emulation, or made real (torch has just restored the state from before the region)."""
+        states = self._cpu_states()
+        if depth is None or depth >= len(states):
+            return
+        held = states[depth]
+        del states[depth:]
+        if held is None:
+            return
+        outer = states[-1] if states else None
+        if outer is not None:
+            outer.enabled, outer.dtype = held.enabled, held.dtype
+        elif (held.enabled, held.dtype) != (_original_is_autocast_enabled("cpu"), _original_get_autocast_dtype("cpu")):
+            held.make_real()
+
 
 def _enter_cuda_state(region: Any) -> Any:
     """A "cuda" region runs as a CPU one, so torch never sets the CUDA autocast state: the dtype that a nested
@@ -130,30 +198,30 @@ def _enter_cuda_state(region: Any) -> Any:
         return None
     previous = (_original_get_autocast_dtype("cuda"), _original_is_autocast_enabled("cuda"))
     try:
-        torch.set_autocast_dtype("cuda", dtype)
+        _original_set_autocast_dtype("cuda", dtype)
     except RuntimeError:  # a dtype CUDA autocast refuses: the region itself fails as on a GPU
         return None
-    torch.set_autocast_enabled("cuda", bool(region._enabled))
+    _original_set_autocast_enabled("cuda", bool(region._enabled))
     return previous
 
 
 def _restore_cuda_state(previous: Any) -> None:
     if previous is not None:
         dtype, enabled = previous
-        torch.set_autocast_dtype("cuda", dtype)
-        torch.set_autocast_enabled("cuda", enabled)
+        _original_set_autocast_dtype("cuda", dtype)
+        _original_set_autocast_enabled("cuda", enabled)
 
 
 @contextlib.contextmanager
 def autocast_suspended(plan: AmpPlan) -> Iterator[None]:
     """No autocast in this thread for a while, CUDA's policy included, with nothing recorded."""
     enabled = _original_is_autocast_enabled("cpu")
-    torch.set_autocast_enabled("cpu", False)
+    _original_set_autocast_enabled("cpu", False)
     policy_before = plan.cuda_policy.switch(False) if plan.cuda_policy is not None else None
     try:
         yield
     finally:
-        torch.set_autocast_enabled("cpu", enabled)
+        _original_set_autocast_enabled("cpu", enabled)
         if plan.cuda_policy is not None:
             plan.cuda_policy.restore(policy_before)
 
@@ -193,6 +261,12 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
     def as_requested_for_the_cpu(arguments: dict[str, Any], construct) -> None:
         self, device_type, dtype = arguments["self"], arguments["device_type"], arguments["dtype"]
         dtype_given = getattr(self, _DTYPE_GIVEN, dtype is not None)
+        if device_type == "cpu" and dtype is None:
+            # A "cpu" region the script opens inside a "cuda" one defaults, as on a GPU, to the script's CPU
+            # dtype, not to the one the emulation runs the "cuda" region in.
+            held = active.asked_by_the_script()
+            if held is not None:
+                dtype = arguments["dtype"] = held.dtype
         request = _request(plan, device_type, dtype, dtype_given, arguments["enabled"], arguments["cache_enabled"])
         self._ampfix_cuda_dtype = plan.requested_dtype(device_type, dtype) if device_type == "cuda" else None
         arguments["device_type"], arguments["dtype"] = plan.run_device_and_dtype(device_type, dtype, dtype_given)
@@ -217,7 +291,9 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
             if region.site.origin == "script":
                 at_step_boundary()
             recorder.region_entered(region, find_site())
+        held = active.holding(region)
         entered = original_enter(self)
+        self._ampfix_cpu_depth = active.entered(held)
         self._ampfix_cuda_state_before = _enter_cuda_state(self)
         if plan.cuda_policy is not None and region is not None:
             self._ampfix_policy_before = plan.cuda_policy.switch(plan.runs_cuda_policy(region))
@@ -230,6 +306,7 @@ def install_autocast(recorder: Recorder, plan: AmpPlan, at_step_boundary, active
         try:
             return original_exit(self, *exc_info)
         finally:
+            active.left(getattr(self, "_ampfix_cpu_depth", None))
             _restore_cuda_state(getattr(self, "_ampfix_cuda_state_before", None))
             if plan.cuda_policy is not None:
                 plan.cuda_policy.restore(getattr(self, "_ampfix_policy_before", None))
@@ -261,22 +338,79 @@ def _note_whether_dtype_given(deprecated: Any) -> None:
 
 
 def install_autocast_state_queries(active: ActiveRegions) -> None:
-    """torch.is_autocast_enabled("cuda") (and the legacy no-argument form) asks the CPU state, which runs the
+    """The state queries answer the script as a GPU would; torch's own code (and the runner's) reads the
+    real state, which runs the emulation.
+
+    torch.is_autocast_enabled("cuda") (and the legacy no-argument form) asks the CPU state, which runs the
     "cuda" regions (and the ones torch opens for them: custom_fwd's, checkpointing's), except where the script
-    (or a library it uses) asks inside a region it opened for "cpu": that one does not turn CUDA autocast on or
-    off on a GPU, so it reads the CUDA state as a GPU keeps it (:func:`_enter_cuda_state`)."""
+    (or a library it uses) asks while the real CPU state is its own (outside those regions, or inside a region
+    it opened for "cpu"): there it reads the CUDA state as a GPU keeps it (:func:`_enter_cuda_state`).
+    The CPU queries (``torch.is_autocast_enabled("cpu")``, ``get_autocast_dtype("cpu")``, the deprecated
+    ``is_autocast_cpu_enabled()`` / ``get_autocast_cpu_dtype()``) asked by the script inside those regions
+    read the script's own CPU state (:meth:`ActiveRegions.script_cpu_state`), and the CPU setters it calls
+    there change that state, not the one that runs the region."""
 
     @functools.wraps(_original_is_autocast_enabled)
     def is_autocast_enabled(device_type: str = "cuda") -> bool:
-        if device_type != "cuda":
-            return _original_is_autocast_enabled(device_type)
-        stack = active.stack()
-        in_cpu_region = bool(stack) and stack[-1].device_requested == "cpu" and stack[-1].site.origin == "script"
-        if in_cpu_region and read_by_script() is not None:
-            return _original_is_autocast_enabled("cuda")
-        return _original_is_autocast_enabled("cpu")
+        if device_type == "cuda":
+            if active.script_cpu_state() is None and read_by_script() is not None:
+                return _original_is_autocast_enabled("cuda")
+            return _original_is_autocast_enabled("cpu")
+        if device_type == "cpu":
+            held = active.asked_by_the_script()
+            if held is not None:
+                return held.enabled
+        return _original_is_autocast_enabled(device_type)
 
-    torch.is_autocast_enabled = is_autocast_enabled
+    @functools.wraps(_original_get_autocast_dtype)
+    def get_autocast_dtype(device_type: str) -> Any:
+        if device_type == "cpu":
+            held = active.asked_by_the_script()
+            if held is not None:
+                return held.dtype
+        return _original_get_autocast_dtype(device_type)
+
+    def answering(getter: Any, answer: Any) -> Any:
+        @functools.wraps(getter)
+        def query(*args: Any, **kwargs: Any) -> Any:
+            value = getter(*args, **kwargs)  # counted, and warned about, as ever
+            held = active.asked_by_the_script()
+            return value if held is None else answer(held)
+
+        return query
+
+    def setting(setter: Any) -> Any:
+        @functools.wraps(setter)
+        def set_state(*args: Any, **kwargs: Any) -> Any:
+            held = active.asked_by_the_script()
+            if held is None:
+                return setter(*args, **kwargs)
+            running = CpuAutocastState.now()
+            held.make_real()
+            try:
+                return setter(*args, **kwargs)  # torch vets the arguments (and warns) as ever
+            finally:
+                held.enabled, held.dtype = _original_is_autocast_enabled("cpu"), _original_get_autocast_dtype("cpu")
+                running.make_real()
+
+        return set_state
+
+    replace(torch, "is_autocast_enabled", is_autocast_enabled)
+    replace(torch, "get_autocast_dtype", get_autocast_dtype)
+    for name in ("set_autocast_enabled", "set_autocast_dtype", "set_autocast_cpu_enabled", "set_autocast_cpu_dtype"):
+        if hasattr(torch, name):
+            replace(torch, name, setting(getattr(torch, name)))
+    for name, answer in (("is_autocast_cpu_enabled", _held_enabled), ("get_autocast_cpu_dtype", _held_dtype)):
+        if hasattr(torch, name):
+            replace(torch, name, answering(getattr(torch, name), answer))
+
+
+def _held_enabled(held: CpuAutocastState) -> bool:
+    return held.enabled
+
+
+def _held_dtype(held: CpuAutocastState) -> Any:
+    return held.dtype
 
 
 def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:

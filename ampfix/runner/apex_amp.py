@@ -171,14 +171,17 @@ class AmpState:
         region.__enter__()  # never left: apex's patches stay for the rest of the process
         self._region = region
         key = getattr(region, "_ampfix_region", None)
-        dtype = torch.get_autocast_dtype("cpu")
+        # What runs the region, whatever the script reads of the CPU state.
+        running = amp_patches.CpuAutocastState(True, amp_patches.CpuAutocastState.now().dtype)
         installed = self.installed
         policy_on = installed is not None and installed.plan.runs_cuda_policy(key) if key is not None else False
 
         def in_mixed_precision(run: Callable[[], None]) -> None:
-            """apex's patches are process-wide; autocast is per thread: each new thread enters it."""
-            torch.set_autocast_enabled("cpu", True)
-            torch.set_autocast_dtype("cpu", dtype)
+            """apex's patches are process-wide; autocast is per thread: each new thread enters it, and
+            keeps the CPU state the script sees there apart, as the region does."""
+            if installed is not None:
+                installed.active_regions.entered(amp_patches.CpuAutocastState.now())
+            running.make_real()
             if policy_on and installed is not None:
                 installed.plan.cuda_policy.switch(True)
             if installed is not None and key is not None:
