@@ -119,7 +119,6 @@ class ApexSpellings:
     def spelled_in(self, text: AnyStr) -> bool:
         """Could `text` (which mentions apex) hold a use of a removed apex name? Each pattern runs only where its
         words are in the text, and each begins with a literal word, so it is searched for at memchr speed."""
-        words: tuple[Any, ...]
         if isinstance(text, bytes):
             quoted, names, modules = self._encoded
         else:
@@ -133,8 +132,8 @@ class ApexSpellings:
             return False
         if dotted.search(text) is not None:
             return True
-        words = (b"__import__",) if isinstance(text, bytes) else ("__import__",)
-        return (binder.search(text) is not None or words[0] in text) and module_word.search(text) is not None
+        dynamic = b"__import__" in text if isinstance(text, bytes) else "__import__" in text
+        return (dynamic or binder.search(text) is not None) and module_word.search(text) is not None
 
     def _compiled(self, kind: type) -> tuple[re.Pattern[Any], ...]:
         if kind not in self._patterns:
