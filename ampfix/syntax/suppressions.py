@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from ampfix.core.locations import source_lines, tokens
+from ampfix.syntax.parents import span_of
 
 # `noqa` as ruff spells it (case-insensitive, codes after a colon, comma- or space-separated).
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]*(?:[\s,]+[A-Z]+[0-9]*)*))?", re.IGNORECASE)
@@ -138,7 +139,8 @@ def _statement_region(body: list[ast.stmt], line: int) -> tuple[int, int] | None
 
 
 def _first_line(statement: ast.stmt) -> int:
-    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+    span = span_of(statement)  # a statement always has one
+    return span[0][0] if span is not None else statement.lineno
 
 
 def _blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
