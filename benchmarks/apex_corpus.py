@@ -38,7 +38,7 @@ DEFAULT_CACHE = Path("/work/cache/apex-corpus")
 
 # (requirement, "wheel" | "sdist"): releases checked (grep of what was downloaded) to train with apex.amp.
 PACKAGES: tuple[tuple[str, str], ...] = (
-    ("transformers==3.0.2", "sdist"),  # trainer.py, examples/ (run_glue, run_language_modeling, ...)
+    ("transformers==3.0.2", "sdist"),  # trainer.py (the sdist ships no examples/)
     ("transformers==2.11.0", "sdist"),
     ("simpletransformers==0.40.0", "wheel"),
     ("allennlp==1.0.0", "wheel"),
@@ -52,6 +52,12 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     # SentenceTransformer.fit: initialize in a loop over several objectives. 0.3.4 is the last release that uses
     # apex.amp (0.3.5 moved to torch.cuda.amp); 0.2.6.2's fit holds the same apex code, so it is not added too.
     ("sentence-transformers==0.3.4", "sdist"),
+    # Trainer classes whose set-up and step are methods of one class (classy_vision's ClassificationTask,
+    # DeepSpeed's engine) and a distillation library's training loops. vissl 0.1.5 also trains with apex.amp,
+    # but its wheel bundles a copy of classy_vision, which would count twice.
+    ("classy_vision==0.4.0", "sdist"),
+    ("deepspeed==0.3.16", "sdist"),
+    ("torchdistill==0.1.0", "sdist"),
 )
 
 AMP = ("apex.amp",)
