@@ -63,6 +63,7 @@ PACKAGES: tuple[tuple[str, str], ...] = (
 AMP = ("apex.amp",)
 REMOVED = ("apex.amp", "apex.parallel", "apex.fp16_utils")
 TRAINING = ("apex.amp.initialize", "apex.amp.scale_loss")
+SET_UP, STEP = TRAINING
 _MASK = re.compile(r"`[^`]*`")
 _AMP_CODES = ("AMP100", "AMP101", "AMP102", "AMP103", "AMP104")
 
@@ -72,7 +73,9 @@ class Result:
     name: str
     apex_files: int = 0  # files using a removed apex module
     training: int = 0  # ... that train with apex.amp
+    whole: int = 0  # ... that hold both initialize and scale_loss (the rest hold half a set-up: its other half is in another module)
     clean: dict[str, int] = field(default_factory=lambda: {"default": 0, "unsafe": 0})
+    clean_whole: dict[str, int] = field(default_factory=lambda: {"default": 0, "unsafe": 0})
     unreported: int = 0
     amp900: int = 0
     broken: int = 0
@@ -113,8 +116,11 @@ def measure(path: Path, rel: str, result: Result) -> None:
     if uses is None or not uses.lines:
         return
     result.apex_files += 1
-    training = any(q.startswith(TRAINING) for names in uses.qnames.values() for q in names)
+    called = {q for names in uses.qnames.values() for q in names}
+    training = any(q.startswith(TRAINING) for q in called)
+    whole = any(q.startswith(SET_UP) for q in called) and any(q.startswith(STEP) for q in called)
     result.training += training
+    result.whole += whole
     for mode, options in (("default", Options()), ("unsafe", Options(unsafe_fixes=True))):
         try:  # the CLI turns an exception into AMP900 per file; the engine called directly raises it
             fixed = fix_source(source, options)
@@ -140,6 +146,7 @@ def measure(path: Path, rel: str, result: Result) -> None:
         amp_after = _uses(output, AMP)
         if amp_after is not None and not amp_after.lines:
             result.clean[mode] += 1
+            result.clean_whole[mode] += whole
             result.details.append(f"clean {rel} ({mode})")
         else:
             why = _why_left(fixed.findings)
@@ -174,14 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     total = Result("**total**")
     for r in [*results, total]:
         if r is not total:
-            for attr in ("apex_files", "training", "unreported", "amp900", "broken"):
+            for attr in ("apex_files", "training", "whole", "unreported", "amp900", "broken"):
                 setattr(total, attr, getattr(total, attr) + getattr(r, attr))
             for mode in ("default", "unsafe"):
                 total.clean[mode] += r.clean[mode]
+                total.clean_whole[mode] += r.clean_whole[mode]
                 total.reasons[mode].update(r.reasons[mode])
             total.details.extend(f"{r.name}: {d}" for d in r.details)
         print(f"| {r.name} | {r.apex_files} | {r.training} | {_percent(r.clean['default'], r.training)} "
               f"| {_percent(r.clean['unsafe'], r.training)} | {r.unreported} | {r.amp900} | {r.broken} |")
+    print(f"\nof the {total.training} files that train with apex.amp, {total.whole} hold both initialize and scale_loss; "
+          f"the other {total.training - total.whole} hold half a set-up whose other half is in another module.")
+    print(f"no apex.amp left in the files holding both: {_percent(total.clean_whole['default'], total.whole)} (default), "
+          f"{_percent(total.clean_whole['unsafe'], total.whole)} (--unsafe-fixes)")
     for mode in ("default", "unsafe"):
         print(f"\nwhy apex.amp is left ({mode}), files:")
         for why, count in total.reasons[mode].most_common():
