@@ -219,6 +219,20 @@ NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not
      "enabled=bool(self.use_amp))` (an unsafe fix exists: --unsafe-fixes)"),
     ("trainer_imports_in_each_method", "AMP101",
      "not rewritten: torch is not imported where the local `from apex import amp` is"),
+    # espnet's updaters: initialize in `train`, scale_loss in another class told through its constructor
+    ("updater_flag_through_constructor", "AMP101",
+     "not rewritten: in `update_core`: apex.amp is used with no initialize in that function (initialize is in "
+     "`train`, which hands `BPTTUpdater` its flag on line 59, `use_apex=use_apex`, tested in `update_core` as "
+     "`self.use_apex`): the scaler would have to be made in `BPTTUpdater.__init__` from that flag, which changes what "
+     "the flag means to every caller of `BPTTUpdater`, those in other modules too (one that ran apex's initialize "
+     "itself would get a GradScaler over apex's optimizer: under O2, whose float32 gradients only scale_loss fills, "
+     "no step would change the weights); by hand, with every caller: `self.scaler = torch.amp.GradScaler(\"cuda\", "
+     "enabled=use_apex)` in `__init__`, the forward pass in `update_core` under `torch.autocast(\"cuda\", "
+     "dtype=torch.float16, enabled=self.use_apex)`, `self.scaler.scale(loss).backward()`, "
+     "`self.scaler.step(optimizer)` then `self.scaler.update()`, initialize and its import removed from `train`; O1 "
+     "also ran the other forward passes (evaluation) in float16; opt_level `args.train_dtype` is not a literal: a run "
+     "with O0 (plain float32, loss scale 1) must get the flag false, or the scaler and autocast turn mixed precision "
+     "on"),
 ])
 def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason: str):
     from ampfix.engine import fix_source
@@ -228,6 +242,40 @@ def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason:
     assert result.new_source == source
     (finding,) = [f for f in result.findings if f.code == code]
     assert finding.message.endswith(reason), finding.message
+
+
+UPDATER_ELSEWHERE = ("not rewritten: in `update_core`: apex.amp is used with no initialize in that function "
+                     "(initialize is in `train`): the scaler it becomes cannot reach these uses")
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    # the flag handed positionally, the attribute set in a tuple assignment: the same handover, named as a keyword
+    ("BPTTUpdater(model, optimizer, gradclip=args.gradclip, use_apex=use_apex, accum_grad=args.accum_grad)",
+     "BPTTUpdater(model, optimizer, args.gradclip, use_apex, args.accum_grad)",
+     "`train`, which hands `BPTTUpdater` its flag on line 59, `use_apex=use_apex`, tested"),
+    # the attribute the method tests is not the constructor's parameter: no handover is claimed
+    ("        self.use_apex = use_apex\n", "        self.use_apex = bool(use_apex)\n", UPDATER_ELSEWHERE),
+    # the name called in `train` is a local, not the class
+    ("    updater = BPTTUpdater(", "    BPTTUpdater = dict\n    updater = BPTTUpdater(", UPDATER_ELSEWHERE),
+    # the class is not built by initialize's function
+    ("    updater = BPTTUpdater(", "    return model, optimizer\n\n\ndef build(args, model, optimizer, use_apex):\n"
+     "    updater = BPTTUpdater(", UPDATER_ELSEWHERE),
+])
+def test_an_updater_told_through_its_constructor_is_left_with_the_handover_named(old: str, new: str, reason: str):
+    """espnet's updaters (fixtures/apex/updater_flag_through_constructor): the reason names the constructor call
+    only where it hands the flag the method tests; --unsafe-fixes does not rewrite it either (the class's other
+    callers cannot be seen)."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / "updater_flag_through_constructor.in.py").read_text()
+    assert source.count(old) == 1
+    source = source.replace(old, new)
+    for options in (Options(), Options(unsafe_fixes=True)):
+        result = fix_source(source, options)
+        assert result.new_source == source
+        (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+        assert not initialize.fixed and reason in initialize.message, initialize.message
 
 
 OPTIONAL = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.families.apex.handover import handover
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
@@ -193,6 +194,9 @@ def _plan_groups(analysis: ApexModule,
                     "`__init__` (the scaler is then there before any other method runs), not here (by hand: "
                     "`self.scaler = torch.amp.GradScaler(...)` where initialize was, used in the other methods)")
         if where(node) not in initializing:
+            link = _handover(analysis, node, groups, initializers, functions)
+            if link is not None:
+                return link
             elsewhere = (f"initialize is in {', '.join(f'`{name}`' for name in initializing)}" if initializing
                          else "nor anywhere in the module: mixed precision is switched on elsewhere")
             return (f"in `{where(node)}`: apex.amp is used with no initialize in that function ({elsewhere}): the "
@@ -204,6 +208,39 @@ def _plan_groups(analysis: ApexModule,
             return type(result)(f"in `{where(node)}`: {result}")
         rewrites.append(result)
     return commit_rewrites(analysis, rewrites)
+
+
+def _handover(analysis: ApexModule, node: ast.ImportFrom, groups: list[tuple[ast.ImportFrom, list[AmpUse]]],
+              initializers: list[ast.ImportFrom],
+              functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> str | None:
+    """Why a method whose class is handed its flag by initialize's function is not rewritten (`handover`), or
+    None where the uses of `node` are not that shape."""
+    def holder(statement: ast.stmt) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        return max((f for f in functions if _holds(f, statement)), key=lambda f: f.lineno, default=None)
+
+    method = holder(node)
+    initializing = [f for f in map(holder, initializers) if f is not None]
+    scopes = {id(ref.node): ref.scope for ref in analysis.walker.chains}
+
+    def names_class(name: ast.Name, klass: ast.ClassDef) -> bool:
+        scope = scopes.get(id(name))
+        found, bindings = scope.lookup(name.id) if scope is not None else (None, [])
+        return found is analysis.walker.module_scope and [(b.kind, b.line) for b in bindings] == [("other",
+                                                                                                  klass.lineno)]
+
+    link = handover(analysis.tree, method, node, initializing, names_class) if method is not None else None
+    if link is None:
+        return None
+
+    def calls(rule: Rule, uses: list[AmpUse]) -> list[ast.Call]:
+        return [u.ref.parent for u in uses if rules.rule_of(u.full) is rule and isinstance(u.ref.parent, ast.Call)]
+
+    opt_level = next((k.value for _, uses in groups for call in calls(rules.INITIALIZE, uses) for k in call.keywords
+                      if k.arg == "opt_level"), None)
+    scale_loss = next((c for n, uses in groups if n is node for c in calls(rules.SCALE_LOSS, uses)
+                       if len(c.args) >= 2), None)
+    loss, optimizer = (ast.unparse(a) for a in scale_loss.args[:2]) if scale_loss is not None else ("loss", "optimizer")
+    return link.reason(opt_level, loss, optimizer)
 
 
 def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
