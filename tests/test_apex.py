@@ -604,3 +604,49 @@ def test_every_setting_that_selects_apex_is_a_string_the_walk_records():
 
     values = [value for _, value in rules.CONFIG_SETTINGS] + [rules.DEEPSPEED_AMP_KEY]
     assert values and all(any(part in value for part in STRING_PARTS) for value in values)
+
+
+_OPT_LEVEL_SCRIPT = '''import argparse
+
+from apex import amp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--opt_level", default={default!r}{choices})
+args = parser.parse_args()
+config = {{"level": "O1"}}
+
+
+def train(model, optimizer, loader):
+    model, optimizer = amp.initialize(model, optimizer, opt_level={level})
+    for x, y in loader:
+        loss = model(x, y)
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        optimizer.step()
+'''
+_O2_O3 = ("O2 and O3 cast the model to float16 (O2 with float32 master copies of the weights); native AMP keeps "
+          "float32 weights and runs the forward pass under autocast: the numerics and the memory use change")
+_O0 = ("O0 is plain float32 (loss scale 1): a run that sets it now gets float16 autocast and a dynamic loss scale, "
+       "unless the scaler and autocast are given `enabled=False` for it")
+
+
+@pytest.mark.parametrize(("default", "choices", "level", "unsafe", "names_o0"), [
+    ("O1", ', choices=["O1", "O2"]', "args.opt_level", False, False),
+    ("O1", ', choices=["O0", "O1", "O2"]', "args.opt_level", False, True),
+    ("O1", "", "args.opt_level", False, True),  # no choices: any string, O0 too
+    ("O2", ', choices=["O1", "O2"]', "args.opt_level", True, False),
+    ("O1", "", 'config["level"]', True, True),  # not readable here
+])
+def test_an_opt_level_that_is_not_a_literal_names_what_the_runs_it_may_be_lose(
+        default: str, choices: str, level: str, unsafe: bool, names_o0: bool):
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default=default, choices=choices, level=level)
+    safe = fix_source(source, Options())
+    assert (safe.new_source == source) is unsafe
+    fixed = fix_source(source, Options(unsafe_fixes=True))
+    [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
+    assert initialize.fixed and initialize.line == 12
+    assert _O2_O3 in initialize.message
+    assert (_O0 in initialize.message) is names_o0

@@ -460,6 +460,9 @@ UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
 OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master copies of the weights); native AMP "
                   "keeps float32 weights and runs the forward pass under autocast: the numerics and the memory use "
                   "change (NVIDIA's deprecation notice points O1 and O2 users to native AMP)")
+# What an O0 run loses, where a level that is not a literal may be O0 (no choices, or choices that list it).
+O0_LOSS = ("O0 is plain float32 (loss scale 1): a run that sets it now gets float16 autocast and a dynamic loss "
+           "scale, unless the scaler and autocast are given `enabled=False` for it")
 UNSAFE_OPT_LEVELS: dict[str, str] = {
     "O2": f"opt_level O2 becomes native AMP: {OPT_LEVEL_LOSS}",
     "O3": f"opt_level O3 (pure float16, no master weights) becomes native AMP: {OPT_LEVEL_LOSS}",

@@ -40,14 +40,16 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
     text = tree.text(value)
     option = _argparse_option(tree, value) or _parameter_default(tree, value)
     if option is None:
-        return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}", *extras])
+        return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}",
+                                          rules.O0_LOSS, *extras])
     flag, default, choices = option
     kind = "option" if flag.startswith("-") else "parameter"
     said = f"opt_level `{text}` is the {kind} {flag} (default {default!r}" + (
         f", choices {', '.join(choices)})" if choices else ")")
+    o0 = [rules.O0_LOSS] if not choices or "O0" in choices else []  # any string may be given where none are listed
     if default == rules.NATIVE_OPT_LEVEL and not extras:
-        return _OptLevel(text, f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", False)
-    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *extras])
+        return _OptLevel(text, "; ".join([f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", *o0]), False)
+    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *o0, *extras])
 
 
 def _several_losses(opt_level: _OptLevel, init_call: ast.Call, scale_losses: list[AmpUse]) -> _OptLevel:
