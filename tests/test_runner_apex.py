@@ -432,6 +432,31 @@ def test_loss_scale_bounds_and_static_scaling() -> None:
     assert static.update_scale() is False and static.loss_scale() == 128.0  # apex: static scales never skip
 
 
+def test_an_optimizer_given_to_initialize_again_raises_as_apex_did() -> None:
+    """apex's `_process_optimizer` refused an optimizer it had processed (allennlp 1.0's trainer initialized again
+    to restore a checkpoint): raised before the loss scalers are replaced, as a refusal a GPU run shares. Another
+    optimizer (sentence-transformers' one initialize per objective) is processed, with a new loss scaler. O0: no
+    process-wide autocast region is entered in the test's own process."""
+    import torch
+
+    from ampfix.runner.apex_amp import AmpState
+    from ampfix.runner.boundaries import FailsOnTheGpuToo
+
+    state = AmpState(Recorder("main"))
+    model = torch.nn.Linear(2, 2)
+    first, second = (torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(2))
+    assert state.initialize(model, first, opt_level="O0") == (model, first)
+    scalers = state.loss_scalers
+    with pytest.raises(FailsOnTheGpuToo, match="A given optimizer should only be passed through amp.initialize once"):
+        state.initialize(model, first, opt_level="O0")
+    assert state.loss_scalers is scalers
+    assert state.initialize(model, [second], opt_level="O0") == (model, [second])
+    assert state.loss_scalers is not scalers
+    with pytest.raises(FailsOnTheGpuToo):
+        state.initialize(model, [first, second], opt_level="O0")
+    assert state.initialize(model, first, enabled=False) == (model, first)  # apex returned before processing
+
+
 # -- which apex wins ---------------------------------------------------------------------------
 
 
