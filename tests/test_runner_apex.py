@@ -21,6 +21,9 @@ JOBS: dict[str, list[str]] = {
     "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
     "apex_thread_run": ["run", "apex_thread.py"],
     "apex_restore_run": ["run", "apex_restore.py"],
+    "objectives_verify": ["verify", "apex_objectives.py", "--rewritten", "apex_objectives.native.py"],
+    "objectives_per_iteration_verify": ["verify", "apex_objectives.py", "--rewritten",
+                                        "apex_objectives.update_per_iteration.py"],
     "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
     "yolo_wrong_eval_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_eval.py"],
     "yolo_wrong_update_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_update.py"],
@@ -263,6 +266,29 @@ def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimi
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 8
     assert rewritten["scaler"] == {"scale": 4, "unscale": 8, "step": 8, "update": 4, "skipped_steps": 0}
+
+
+def test_one_initialize_per_objective_is_one_grad_scaler_updated_after_each_step(objectives_verify: Job) -> None:
+    """sentence-transformers' loop (one initialize per objective, each objective stepping its own optimizer), by
+    hand, since ampfix reports it: one GradScaler for every optimizer and an update after each step is equivalent to
+    apex, the overflow of objective 0 at step 1 included (its step skipped, objective 1 scaled by the halved scale).
+    The twin makes a scaler per objective, the last kept, as apex did: verify counts the loss scalers made, and apex
+    made one per initialize (one made before the loop reads as "the original has 2 loss scalers, the rewrite 1")."""
+    report = objectives_verify.report
+    assert objectives_verify.returncode == 0, objectives_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 5
+    assert rewritten["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 1}
+
+
+def test_one_update_per_iteration_of_the_objectives_is_not_equivalent(objectives_per_iteration_verify: Job) -> None:
+    """PyTorch's advice for several optimizers, one update per iteration, misplaced here: apex updated its scale
+    at each objective's scale_loss, so after objective 0's overflow objective 1's loss was scaled by half."""
+    report = objectives_per_iteration_verify.report
+    assert objectives_per_iteration_verify.returncode == 1, objectives_per_iteration_verify.stderr
+    assert report["first_difference"] == "step 2: original scaler.scale(32768.0); rewrite scaler.scale(65536.0)"
 
 
 def test_a_second_optimizer_clipped_without_its_unscale_is_not_equivalent(optimizers_wrong_clip_verify: Job) -> None:
