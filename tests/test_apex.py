@@ -240,6 +240,9 @@ def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason:
      "drop the second call; the scaler made where the first was loads the state)"),
     ("initialize_again_on_a_new_optimizer", TWICE),
     ("initialize_in_two_branches", TWICE),
+    ("initialize_in_a_loop_same_optimizer",
+     "not rewritten: initialize is called in a loop (line 8), once per iteration: a scaler is created once, in one "
+     "place"),
     ("initialize_in_a_loop",
      "not rewritten: initialize is called in a loop (line 14), once per iteration: apex made a new loss scaler at "
      "each call, the last one serving every optimizer, which is one GradScaler made once, before the loop; the "
@@ -252,7 +255,9 @@ def test_initialize_called_more_than_once_says_why_at_each_call(case: str, reaso
     """A scaler is made once, in one place. Where a later call is given the optimizer an earlier one bound
     (allennlp 1.0's trainer initializes again to restore a checkpoint), apex refused it (its `_process_optimizer`
     raised; the runner's emulation does too), so the reason says that path never ran with apex; the near shapes
-    (an optimizer made anew, two branches of which one runs) say only the first."""
+    (an optimizer made anew, two branches of which one runs) say only the first. In a loop over list items
+    (sentence-transformers' one initialize per objective) the reason says what one GradScaler would be; given the
+    same optimizer at each iteration, only that a scaler is made once."""
     from ampfix.engine import fix_source
 
     source = (ROOT / "fixtures" / "apex" / f"{case}.in.py").read_text()

@@ -292,23 +292,36 @@ def _same_object(tree: _Tree, first: ast.Call, bound: ast.expr, again: ast.Call,
 
 
 def _not_in_a_loop(tree: _Tree, init: ast.Assign) -> None:
-    """initialize runs once: in a loop (sentence-transformers' `fit`, one call per training objective on
-    `loss_models[i]`, `optimizers[i]`) apex made a new loss scaler at each call, the last one serving every
-    optimizer, which is one GradScaler made before the loop; but the optimizers it must step are then what the
-    loop gave initialize, which the steps cannot be tied to by name."""
+    """initialize runs once, where the scaler is made. In a loop over list items (sentence-transformers' `fit`, one
+    call per training objective on `loss_models[i]`, `optimizers[i]`) apex made a new loss scaler at each call, the
+    last one serving every optimizer, which is one GradScaler made before the loop; but the optimizers it must step
+    are then list items, which the steps cannot be tied to by name. (Given the same optimizer at each iteration,
+    apex refused it from the second on.)"""
     function = tree.function_of(init)
     node: ast.AST | None = init
     while node is not None and node is not function:
         parent = tree.parent(node)
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and node in parent.body:
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is s for s in parent.body):
+            reason = f"initialize is called in a loop (line {parent.lineno}), once per iteration"
+            if not _per_item(init, parent):
+                raise NotMechanical(f"{reason}: a scaler is created once, in one place")
             raise NotMechanical(
-                f"initialize is called in a loop (line {parent.lineno}), once per iteration: apex made a new loss "
-                "scaler at each call, the last one serving every optimizer, which is one GradScaler made once, "
-                "before the loop; the optimizers it steps are then what the loop gave initialize, not names the "
-                "steps can be tied to (by hand: that one scaler, `scaler.scale(loss).backward()`, "
-                "`scaler.unscale_(optimizer)` before clipping, then `scaler.step(optimizer)` and `scaler.update()` "
-                "after each step, as apex updated its scale at each scale_loss)")
+                f"{reason}: apex made a new loss scaler at each call, the last one serving every optimizer, which is "
+                "one GradScaler made once, before the loop; the optimizers it steps are then what the loop gave "
+                "initialize, not names the steps can be tied to (by hand: that one scaler, "
+                "`scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping, then "
+                "`scaler.step(optimizer)` and `scaler.update()` after each step, as apex updated its scale at each "
+                "scale_loss)")
         node = parent
+
+
+def _per_item(init: ast.Assign, loop: ast.stmt) -> bool:
+    """initialize is given a list item picked by the `for` loop's own variable (`optimizers[train_idx]`)."""
+    call = init.value
+    given = call.args[1] if isinstance(call, ast.Call) and len(call.args) > 1 else None
+    return (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name)
+            and isinstance(given, ast.Subscript) and isinstance(given.slice, ast.Name)
+            and given.slice.id == loop.target.id)
 
 
 def _availability_tests(availability: list[AmpUse], amp: str,
