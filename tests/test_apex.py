@@ -187,6 +187,8 @@ def test_the_yolov5_optional_import_rewrite_keeps_mixed_precision_on_and_is_equi
 
 
 NOT_AVAILABILITY = "not rewritten: initialize is under an `if` whose test is not whether apex imported: "
+TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again to restore a checkpoint): a scaler "
+         "is created once, in one place")
 
 
 @pytest.mark.parametrize(("case", "code", "reason"), [
@@ -276,6 +278,41 @@ def test_an_updater_told_through_its_constructor_is_left_with_the_handover_named
         assert result.new_source == source
         (initialize,) = [f for f in result.findings if f.code == "AMP101"]
         assert not initialize.fixed and reason in initialize.message, initialize.message
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("initialize_again_to_restore",
+     "not rewritten: initialize is called again on line 38 with `self.optimizer`, the optimizer initialize on line 18 "
+     "was given and bound: where both run, apex raised RuntimeError there (\"A given optimizer should only be passed "
+     "through amp.initialize once\"), so that path never ran with apex, and a rewrite would make it run (by hand: "
+     "drop the second call; the scaler made where the first was loads the state)"),
+    ("initialize_again_on_a_new_optimizer", TWICE),
+    ("initialize_in_two_branches", TWICE),
+    ("initialize_in_a_loop_same_optimizer",
+     "not rewritten: initialize is called in a loop (line 8), once per iteration: a scaler is created once, in one "
+     "place"),
+    ("initialize_in_a_loop",
+     "not rewritten: initialize is called in a loop (line 14), once per iteration: apex made a new loss scaler at "
+     "each call, the last one serving every optimizer, which is one GradScaler made once, before the loop; the "
+     "optimizers it steps are then what the loop gave initialize, not names the steps can be tied to (by hand: that "
+     "one scaler, `scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping, then "
+     "`scaler.step(optimizer)` and `scaler.update()` after each step, as apex updated its scale at each "
+     "scale_loss)"),
+])
+def test_initialize_called_more_than_once_says_why_at_each_call(case: str, reason: str):
+    """A scaler is made once, in one place. Where a later call is given the optimizer an earlier one bound
+    (allennlp 1.0's trainer initializes again to restore a checkpoint), apex refused it (its `_process_optimizer`
+    raised; the runner's emulation does too), so the reason says that path never ran with apex; the near shapes
+    (an optimizer made anew, two branches of which one runs) say only the first. In a loop over list items
+    (sentence-transformers' one initialize per objective) the reason says what one GradScaler would be; given the
+    same optimizer at each iteration, only that a scaler is made once."""
+    from ampfix.engine import fix_source
+
+    source = (ROOT / "fixtures" / "apex" / f"{case}.in.py").read_text()
+    result = fix_source(source)
+    assert result.new_source == source
+    initializes = [f for f in result.findings if f.code == "AMP101"]
+    assert initializes and all(f.message.endswith(reason) for f in initializes), [f.message for f in initializes]
 
 
 OPTIONAL = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"

@@ -20,6 +20,10 @@ JOBS: dict[str, list[str]] = {
     "apex_run": ["run", "apex_yolo.py"],
     "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
     "apex_thread_run": ["run", "apex_thread.py"],
+    "apex_restore_run": ["run", "apex_restore.py"],
+    "objectives_verify": ["verify", "apex_objectives.py", "--rewritten", "apex_objectives.native.py"],
+    "objectives_per_iteration_verify": ["verify", "apex_objectives.py", "--rewritten",
+                                        "apex_objectives.update_per_iteration.py"],
     "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
     "yolo_wrong_eval_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_eval.py"],
     "yolo_wrong_update_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.wrong_update.py"],
@@ -123,6 +127,18 @@ def test_o2_is_not_emulated_and_fails_as_a_missing_feature(apex_o2_run: Job) -> 
     error = "NotImplementedError: ampfix run: apex.amp opt_level='O2' is not emulated: it casts the model to float16"
     assert any(line.startswith(error) for line in apex_o2_run.stderr.splitlines()), apex_o2_run.stderr
     assert "not emulated apex_glue.py:95 apex.amp opt_level O2" in " ".join(apex_o2_run.stderr.split())
+
+
+def test_initialize_again_on_the_same_optimizer_fails_as_apex_did(apex_restore_run: Job) -> None:
+    """allennlp 1.0's checkpoint restore, cut down: the second initialize of the trainer's optimizer is refused as
+    apex's `_process_optimizer` refused it, a refusal a GPU run with apex shares (why ampfix reports the module
+    rather than drop that call: fixtures/apex/initialize_again_to_restore)."""
+    report = apex_restore_run.report
+    assert apex_restore_run.returncode == 1 and report["exit_code"] == 1
+    assert report["optimizer_steps"] == 1 and len(report["losses"]) == 1  # the step before the restore
+    stderr = " ".join(apex_restore_run.stderr.split())
+    assert "FailsOnTheGpuToo: A given optimizer should only be passed through amp.initialize once." in stderr
+    assert "why: the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA" in stderr
 
 
 # -- verify: apex original against native rewrites ----------------------------------------------
@@ -250,6 +266,29 @@ def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimi
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 8
     assert rewritten["scaler"] == {"scale": 4, "unscale": 8, "step": 8, "update": 4, "skipped_steps": 0}
+
+
+def test_one_initialize_per_objective_is_one_grad_scaler_updated_after_each_step(objectives_verify: Job) -> None:
+    """sentence-transformers' loop (one initialize per objective, each objective stepping its own optimizer), by
+    hand, since ampfix reports it: one GradScaler for every optimizer and an update after each step is equivalent to
+    apex, the overflow of objective 0 at step 1 included (its step skipped, objective 1 scaled by the halved scale).
+    The twin makes a scaler per objective, the last kept, as apex did: verify counts the loss scalers made, and apex
+    made one per initialize (one made before the loop reads as "the original has 2 loss scalers, the rewrite 1")."""
+    report = objectives_verify.report
+    assert objectives_verify.returncode == 0, objectives_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 5
+    assert rewritten["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 1}
+
+
+def test_one_update_per_iteration_of_the_objectives_is_not_equivalent(objectives_per_iteration_verify: Job) -> None:
+    """PyTorch's advice for several optimizers, one update per iteration, misplaced here: apex updated its scale
+    at each objective's scale_loss, so after objective 0's overflow objective 1's loss was scaled by half."""
+    report = objectives_per_iteration_verify.report
+    assert objectives_per_iteration_verify.returncode == 1, objectives_per_iteration_verify.stderr
+    assert report["first_difference"] == "step 2: original scaler.scale(32768.0); rewrite scaler.scale(65536.0)"
 
 
 def test_a_second_optimizer_clipped_without_its_unscale_is_not_equivalent(optimizers_wrong_clip_verify: Job) -> None:
@@ -430,6 +469,31 @@ def test_loss_scale_bounds_and_static_scaling() -> None:
     static = LossScaler(128.0, None, 2.0**24)
     static.has_overflow = True
     assert static.update_scale() is False and static.loss_scale() == 128.0  # apex: static scales never skip
+
+
+def test_an_optimizer_given_to_initialize_again_raises_as_apex_did() -> None:
+    """apex's `_process_optimizer` refused an optimizer it had processed (allennlp 1.0's trainer initialized again
+    to restore a checkpoint): raised before the loss scalers are replaced, as a refusal a GPU run shares. Another
+    optimizer (sentence-transformers' one initialize per objective) is processed, with a new loss scaler. O0: no
+    process-wide autocast region is entered in the test's own process."""
+    import torch
+
+    from ampfix.runner.apex_amp import AmpState
+    from ampfix.runner.boundaries import FailsOnTheGpuToo
+
+    state = AmpState(Recorder("main"))
+    model = torch.nn.Linear(2, 2)
+    first, second = (torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(2))
+    assert state.initialize(model, first, opt_level="O0") == (model, first)
+    scalers = state.loss_scalers
+    with pytest.raises(FailsOnTheGpuToo, match="A given optimizer should only be passed through amp.initialize once"):
+        state.initialize(model, first, opt_level="O0")
+    assert state.loss_scalers is scalers
+    assert state.initialize(model, [second], opt_level="O0") == (model, [second])
+    assert state.loss_scalers is not scalers
+    with pytest.raises(FailsOnTheGpuToo):
+        state.initialize(model, [first, second], opt_level="O0")
+    assert state.initialize(model, first, enabled=False) == (model, first)  # apex returned before processing
 
 
 # -- which apex wins ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ Runs in the child, when the script imports ``apex.amp`` and no installed apex pr
   never left (the runner runs it in its chosen dtype with CUDA's op policy), in this thread and in
   every thread started later. Apex's casts never reach backward (autograd runs C++ kernels), so
   autocast is suspended while backward runs. Models and optimizers come back in the shapes given.
+  Each call makes new loss scalers; an optimizer given a second time raises apex's RuntimeError.
 * Dynamic loss scaling as apex's ``LossScaler``: 2**16 (at most ``max_loss_scale``), x2 after
   2000 clean updates, /2 and the next ``optimizer.step()`` skipped on inf/NaN gradients; a number
   for ``loss_scale`` is apex's static scale (no skipping).
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from typing import Any
 import torch
 
 from ampfix.runner import amp_patches, harness, training_hooks
+from ampfix.runner.boundaries import FailsOnTheGpuToo
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace, run_every_new_thread_through
 from ampfix.runner.sites import find_site
@@ -106,6 +109,7 @@ class AmpState:
         self.enabled = True
         self.loss_scalers: list[LossScaler] = []
         self._stashes: dict[int, _Stash] = {}
+        self._processed: weakref.WeakSet[Any] = weakref.WeakSet()  # the optimizers initialize was given
         self._region: Any = None
         self._backward_wrapped = False
 
@@ -143,6 +147,8 @@ class AmpState:
         patch = patch_torch_functions if patch_torch_functions is not None else opt_level == "O1"
         if loss_scale is None:
             loss_scale = "dynamic" if opt_level == "O1" else 1.0
+        models_out, optimizers_out = _shapes(models, optimizers)
+        self._process(optimizers_out)
         self.loss_scalers = [LossScaler(loss_scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)]
         self._record_loss_scales()
         description = "float16 autocast from initialize on" if patch else "float32"
@@ -150,13 +156,22 @@ class AmpState:
         self.recorder.emulated_use(f"apex.amp {opt_level} ({description}, {scaling})", site)
         for scaler in self.loss_scalers:
             self._record_scaler(_grad_scaler_twin(scaler, loss_scale, min_loss_scale, max_loss_scale), site)
-        models_out, optimizers_out = _shapes(models, optimizers)
         for optimizer in optimizers_out if isinstance(optimizers_out, list) else [optimizers_out]:
             if optimizer is not None:
                 self._stashes.setdefault(id(optimizer), _Stash())
         if patch:
             self._enter_global_region()
         return models_out if optimizers is None else (models_out, optimizers_out)
+
+    def _process(self, optimizers) -> None:
+        """apex's ``_process_optimizer``, before the loss scalers are replaced: an optimizer goes through initialize
+        once (allennlp 1.0's trainer initialized again to restore a checkpoint, which raised with apex too)."""
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            if optimizer is None:
+                continue
+            if optimizer in self._processed:
+                raise FailsOnTheGpuToo("A given optimizer should only be passed through amp.initialize once.")
+            self._processed.add(optimizer)
 
     def _record_loss_scales(self) -> None:
         self.recorder.apex_loss_scales_now([scaler.loss_scale() for scaler in self.loss_scalers])

@@ -16,7 +16,7 @@ from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _initialize_gu
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
-                                                   _self_of, _trainer_methods)
+                                                   _self_of, _sibling_method, _trainer_methods)
 from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS, _NATIVE, _lines
 from ampfix.syntax.bindings import Scope
@@ -93,13 +93,14 @@ class _Shape:
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
            method_imports: tuple[ast.ImportFrom, ...] = ()) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
-    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(uses, optional)
+    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(tree, uses, optional)
     init_use = inits[0]
     amp = init_use.ref.parts[0]
     init_call = _call_of(init_use)
     init = tree.parent(init_call)
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
+    _not_in_a_loop(tree, init)
     model, optimizer, enabled = _initialize_arguments(init_call)
     opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
     conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
@@ -180,7 +181,7 @@ def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.Funct
     return parent, block_end or max(_last_line(s) for s in parent.body)
 
 
-def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
+def _uses_by_rule(tree: _Tree, uses: list[AmpUse], optional: OptionalImport | None) -> tuple[list[AmpUse], ...]:
     """The uses of initialize, scale_loss, master_params, the state and (with the optional import) of apex.amp
     itself; one initialize, at least one scale_loss, nothing else."""
     by_rule: dict[str, list[AmpUse]] = {}
@@ -202,8 +203,7 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
                             "loss scaler are, so the uses here cannot be rewritten alone (a wrapper class such as "
                             "timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand)")
     if len(inits) > 1:
-        raise NotMechanical(f"initialize is called {len(inits)} times (in two branches, or again to restore a "
-                            "checkpoint): a scaler is created once, in one place")
+        raise NotMechanical(_several_initializes(tree, inits))
     if not scale_losses:
         raise NotMechanical("initialize with no scale_loss beside it: the backward passes are elsewhere (another "
                             "module, or inference only), where the scaler it becomes cannot reach")
@@ -211,6 +211,117 @@ def _uses_by_rule(uses: list[AmpUse], optional: OptionalImport | None) -> tuple[
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
     return inits, scale_losses, clips, states, availability, scale_reads
+
+
+def _several_initializes(tree: _Tree, inits: list[AmpUse]) -> str:
+    """Why several initialize calls are not rewritten: a scaler is created once. Where a later call is given the
+    optimizer an earlier one bound (allennlp's trainer initializes again before `amp.load_state_dict`, as apex's
+    docs advise for a checkpoint), the reason says what apex did there: `_process_optimizer` raised RuntimeError
+    for an optimizer it had processed, so that path never ran with apex and a rewrite would make it run."""
+    generic = (f"initialize is called {len(inits)} times (in two branches, or again to restore a checkpoint): a "
+               "scaler is created once, in one place")
+    calls = sorted((c for c in map(_direct_call, inits) if c is not None), key=lambda c: c.lineno)
+    for first in calls:
+        bound = _optimizer_bound(tree, first)
+        for again in calls:
+            given = _optimizer_given(again)
+            if bound is None or given is None or again.lineno <= first.lineno \
+                    or not _same_object(tree, first, bound, again, given):
+                continue
+            return (f"initialize is called again on line {again.lineno} with `{tree.text(given)}`, the optimizer "
+                    f"initialize on line {first.lineno} was given and bound: where both run, apex raised RuntimeError "
+                    "there (\"A given optimizer should only be passed through amp.initialize once\"), so that path "
+                    "never ran with apex, and a rewrite would make it run (by hand: drop the second call; the scaler "
+                    "made where the first was loads the state)")
+    return generic
+
+
+def _direct_call(use: AmpUse) -> ast.Call | None:
+    call = use.ref.parent
+    return call if use.ref.role == "call" and isinstance(call, ast.Call) and call.func is use.ref.node else None
+
+
+def _optimizer_given(call: ast.Call) -> ast.expr | None:
+    """initialize's optimizer argument, where it is one name or attribute chain."""
+    given = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "optimizers"),
+                                                         None)
+    return given if given is not None and _chain(given) else None
+
+
+def _optimizer_bound(tree: _Tree, call: ast.Call) -> ast.expr | None:
+    """What `model, optimizer = amp.initialize(model, optimizer, ...)` binds the optimizer it was given to."""
+    statement = tree.parent(call)
+    if not (isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1):
+        return None
+    target = statement.targets[0]
+    if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 and _chain(target.elts[1])):
+        return None
+    return target.elts[1]
+
+
+def _same_object(tree: _Tree, first: ast.Call, bound: ast.expr, again: ast.Call, given: ast.expr) -> bool:
+    """`given` (at the later call) is the object `bound` holds after the first call: the same name in one function,
+    bound nowhere between them, the later call not in a branch that excludes the first; or the same attribute of
+    `self` in two plain methods of one class, the first `__init__`, the attribute assigned nowhere in the module
+    but in `__init__` up to the first call."""
+    function, other = tree.function_of(first), tree.function_of(again)
+    statement = tree.parent(first)
+    assert isinstance(statement, ast.Assign)  # _optimizer_bound
+    if isinstance(bound, ast.Name) and isinstance(given, ast.Name) and bound.id == given.id and function is other:
+        block, position = tree.block_of(statement)
+        later = block[position + 1:]  # the later call lies in one of them (not in another branch)
+        node: ast.AST | None = again
+        while node is not None and not any(node is s for s in later):
+            node = tree.parent(node)
+        return node is not None and not any(
+            isinstance(n, ast.Name) and n.id == bound.id and not isinstance(n.ctx, ast.Load)
+            and first.lineno < n.lineno < again.lineno and tree.function_of(n) is function for n in ast.walk(function))
+    self_name = _self_of(tree, function)
+    if not (getattr(function, "name", "") == "__init__" and self_name is not None and _sibling_method(tree, function,
+                                                                                                      other)
+            and isinstance(bound, ast.Attribute) and isinstance(given, ast.Attribute) and bound.attr == given.attr
+            and isinstance(bound.value, ast.Name) and bound.value.id == self_name
+            and isinstance(given.value, ast.Name) and given.value.id == self_name):
+        return False
+    first_end = _last_line(statement)
+    again_statement = tree.parent(again)  # its own left side binds the attribute after the call is given it
+    rebinding = {id(n) for t in getattr(again_statement, "targets", []) for n in ast.walk(t)}
+    return not any(isinstance(n, ast.Attribute) and n.attr == bound.attr and not isinstance(n.ctx, ast.Load)
+                   and not (tree.function_of(n) is function and n.lineno <= first_end) and id(n) not in rebinding
+                   for n in ast.walk(tree.engine.tree))
+
+
+def _not_in_a_loop(tree: _Tree, init: ast.Assign) -> None:
+    """initialize runs once, where the scaler is made. In a loop over list items (sentence-transformers' `fit`, one
+    call per training objective on `loss_models[i]`, `optimizers[i]`) apex made a new loss scaler at each call, the
+    last one serving every optimizer, which is one GradScaler made before the loop; but the optimizers it must step
+    are then list items, which the steps cannot be tied to by name. (Given the same optimizer at each iteration,
+    apex refused it from the second on.)"""
+    function = tree.function_of(init)
+    node: ast.AST | None = init
+    while node is not None and node is not function:
+        parent = tree.parent(node)
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is s for s in parent.body):
+            reason = f"initialize is called in a loop (line {parent.lineno}), once per iteration"
+            if not _per_item(init, parent):
+                raise NotMechanical(f"{reason}: a scaler is created once, in one place")
+            raise NotMechanical(
+                f"{reason}: apex made a new loss scaler at each call, the last one serving every optimizer, which is "
+                "one GradScaler made once, before the loop; the optimizers it steps are then what the loop gave "
+                "initialize, not names the steps can be tied to (by hand: that one scaler, "
+                "`scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping, then "
+                "`scaler.step(optimizer)` and `scaler.update()` after each step, as apex updated its scale at each "
+                "scale_loss)")
+        node = parent
+
+
+def _per_item(init: ast.Assign, loop: ast.stmt) -> bool:
+    """initialize is given a list item picked by the `for` loop's own variable (`optimizers[train_idx]`)."""
+    call = init.value
+    given = call.args[1] if isinstance(call, ast.Call) and len(call.args) > 1 else None
+    return (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name)
+            and isinstance(given, ast.Subscript) and isinstance(given.slice, ast.Name)
+            and given.slice.id == loop.target.id)
 
 
 def _availability_tests(availability: list[AmpUse], amp: str,
