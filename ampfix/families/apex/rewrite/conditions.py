@@ -21,6 +21,11 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     caller's choice): COND goes to `enabled=`, as for a local import's condition. The statement that initialize
     becomes the scaler of, the `enabled` expression, the flag, the condition."""
     guard = tree.parent(init)
+    flag = _branch_flag(guard, init) if isinstance(guard, ast.If) else None
+    if flag is not None:
+        if enabled is not None:
+            raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+        return guard, flag, (), flag
     if optional is None or not isinstance(guard, ast.If):
         return init, enabled, (), None
     if checks.strip(guard.body) != [init] or guard.orelse:
@@ -35,6 +40,72 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,), None
+
+
+def _branch_flag(guard: ast.If, init: ast.Assign) -> ast.expr | None:
+    """`if TEST: [if T: raise ...]; initialize; FLAG = True` (torchdistill's set-up: any TEST, checks that only
+    raise before initialize, no `else`), FLAG a name or `self.attribute`: after the `if`, FLAG says whether initialize
+    ran, where it was False before (`_flag_assignments` checks that), so it is the scaler's `enabled=` and the
+    condition the uses test. The flag, or None for another shape."""
+    body = guard.body
+    last = body[-1]
+    if guard.orelse or len(body) < 2 or body[-2] is not init or not (
+            isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.value, ast.Constant)
+            and last.value.value is True and _flag_target(last.targets[0])):
+        return None
+    if not all(isinstance(s, ast.If) and not s.orelse and all(isinstance(r, ast.Raise) for r in s.body)
+               for s in body[:-2]):
+        return None
+    return last.targets[0]
+
+
+def _flag_target(target: ast.expr) -> bool:
+    """A name, or an attribute of a name (`self.apex`)."""
+    return isinstance(target, ast.Name) or isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+
+
+def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.If, function: ast.AST,
+                      set_up_call: ast.stmt | None) -> None:
+    """The flag of `_branch_flag` says whether initialize ran, from the `if` on, wherever it is read: it is set False
+    in the `if`'s block before it, True only by the `if`, and assigned nowhere else (a name: in its function; an
+    attribute `self.X`: anywhere in the module, but for constants False or None in `__init__` before the call of
+    the set-up method, `set_up_call`, which sets it again)."""
+    block, position = tree.block_of(guard)
+    resets = [s for s in block[:position] if _assigns(s, flag, False)]
+    if not resets:
+        raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is not set False before its `if`")
+    set_true = guard.body[-1]
+    assert isinstance(set_true, ast.Assign)  # _branch_flag
+    allowed = {id(set_true.targets[0])} | {id(target) for s in resets if isinstance(s, ast.Assign)
+                                           for target in s.targets}
+    if isinstance(flag, ast.Name):
+        nodes = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == flag.id
+                 and not isinstance(n.ctx, ast.Load)]
+        others = [n.lineno for n in nodes if id(n) not in allowed]
+        declared = any(isinstance(n, (ast.Global, ast.Nonlocal)) and flag.id in n.names for n in ast.walk(function))
+        if others or declared or not isinstance(function, _FUNCTIONS):
+            raise NotMechanical(f"the flag `{flag.id}` set True after initialize is bound otherwise too"
+                                + (f" (line {others[0]})" if others else ""))
+        return
+    assert isinstance(flag, ast.Attribute)
+    for node in ast.walk(tree.engine.tree):
+        named = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == flag.attr
+        stored = isinstance(node, ast.Attribute) and node.attr == flag.attr and not isinstance(node.ctx, ast.Load) \
+            and id(node) not in allowed
+        if stored and set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call) \
+                and node.lineno < set_up_call.lineno and _assigns(tree.parent(node), node, None, False):
+            continue  # __init__'s placeholder before the set-up, which sets it again
+        if named or stored:
+            raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is assigned on line {node.lineno} "
+                                "too (the scaler and the methods' test would disagree)")
+
+
+def _assigns(statement: ast.AST | None, target: ast.expr, *values: object) -> bool:
+    """`statement` is `TARGET = <constant>` (one target, the same spelling), the constant one of `values`."""
+    return isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+        and ast.dump(statement.targets[0]) == ast.dump(target) and isinstance(statement.value, ast.Constant) \
+        and any(statement.value.value is v for v in values)
 
 
 def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:

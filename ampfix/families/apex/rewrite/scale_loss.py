@@ -39,7 +39,8 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
                                   if shape.init_statement in block else 0)
     while begin < position and block[begin] in shape.method_imports:
         begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
-    caller_forward = position <= begin and id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
+    # a loss given by the caller: the statements before it (`optimizer.zero_grad()`) are no forward pass
+    caller_forward = id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
     if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
         raise NotMechanical("no forward pass before a scale_loss in its block")
     rw.forward_blocks[id(block)] = position + 1
@@ -90,8 +91,8 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
 
 
 def _loss_from_caller(rw: _Rewrite, block: list[ast.stmt], loss: ast.expr) -> bool:
-    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter, scale_loss first in its
-    body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
+    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter it never rebinds, the
+    scale_loss in its own body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
     method = rw.tree.function_of(block[0])
     return (rw.shape.in_init and method in rw.shape.methods and isinstance(method, ast.FunctionDef)
             and block is method.body and isinstance(loss, ast.Name) and _parameter_chain(loss, method))
