@@ -23,6 +23,7 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     guard = tree.parent(init)
     flag = _branch_flag(guard, init) if isinstance(guard, ast.If) else None
     if flag is not None:
+        assert isinstance(guard, ast.If)  # _branch_flag
         if enabled is not None:
             raise NotMechanical("initialize under a flag has an `enabled=` of its own")
         return guard, flag, (), flag
@@ -64,7 +65,7 @@ def _flag_target(target: ast.expr) -> bool:
     return isinstance(target, ast.Name) or isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
 
 
-def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.If, function: ast.AST,
+def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: ast.AST,
                       set_up_call: ast.stmt | None) -> None:
     """The flag of `_branch_flag` says whether initialize ran, from the `if` on, wherever it is read: it is set False
     in the `if`'s block before it, True only by the `if`, and assigned nowhere else (a name: in its function; an
@@ -74,7 +75,7 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.If, function: ast.
     resets = [s for s in block[:position] if _assigns(s, flag, False)]
     if not resets:
         raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is not set False before its `if`")
-    set_true = guard.body[-1]
+    set_true = guard.body[-1] if isinstance(guard, ast.If) else None
     assert isinstance(set_true, ast.Assign)  # _branch_flag
     allowed = {id(set_true.targets[0])} | {id(target) for s in resets if isinstance(s, ast.Assign)
                                            for target in s.targets}
@@ -89,16 +90,18 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.If, function: ast.
         return
     assert isinstance(flag, ast.Attribute)
     for node in ast.walk(tree.engine.tree):
-        named = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
-            and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == flag.attr
-        stored = isinstance(node, ast.Attribute) and node.attr == flag.attr and not isinstance(node.ctx, ast.Load) \
-            and id(node) not in allowed
-        if stored and set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call) \
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == flag.attr:
+            raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is set by name on line "
+                                f"{node.lineno} too (the scaler and the methods' test would disagree)")
+        if not (isinstance(node, ast.Attribute) and node.attr == flag.attr and not isinstance(node.ctx, ast.Load)
+                and id(node) not in allowed):
+            continue
+        if set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call) \
                 and node.lineno < set_up_call.lineno and _assigns(tree.parent(node), node, None, False):
             continue  # __init__'s placeholder before the set-up, which sets it again
-        if named or stored:
-            raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is assigned on line {node.lineno} "
-                                "too (the scaler and the methods' test would disagree)")
+        raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is assigned on line {node.lineno} "
+                            "too (the scaler and the methods' test would disagree)")
 
 
 def _assigns(statement: ast.AST | None, target: ast.expr, *values: object) -> bool:

@@ -62,7 +62,9 @@ def _set_up_call(tree: _Tree, function: ast.AST) -> ast.Expr | None:
         return None
     init_self = init.args.args[0].arg
     for statement in init.body:
-        call = statement.value if isinstance(statement, ast.Expr) else None
+        if not isinstance(statement, ast.Expr):
+            continue
+        call = statement.value
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == function.name \
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == init_self:
             returns = any(isinstance(n, ast.Return) and n.lineno < statement.lineno and tree.function_of(n) is init
@@ -94,7 +96,8 @@ def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: a
     if any(isinstance(node, ast.Return) and node.lineno < init.lineno and tree.function_of(node) is function
            for node in ast.walk(function)):
         raise NotMechanical("`__init__` may return before initialize, leaving the object without the scaler")
-    _subclasses_make_the_scaler(tree, klass, function if set_up_call is not None else None)
+    set_up = function if set_up_call is not None and isinstance(function, ast.FunctionDef) else None
+    _subclasses_make_the_scaler(tree, klass, set_up)
     if set_up_call is not None:
         _methods_not_called_in_set_up(tree, klass, function, methods)
     attribute = opt_name.partition(".")[2]
