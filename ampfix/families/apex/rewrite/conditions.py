@@ -83,7 +83,7 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: as
         nodes = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == flag.id
                  and not isinstance(n.ctx, ast.Load)]
         others = [n.lineno for n in nodes if id(n) not in allowed]
-        declared = any(isinstance(n, (ast.Global, ast.Nonlocal)) and flag.id in n.names for n in ast.walk(function))
+        declared = any(_binds_otherwise(n, flag.id) for n in ast.walk(function))
         if others or declared or not isinstance(function, _FUNCTIONS):
             raise NotMechanical(f"the flag `{flag.id}` set True after initialize is bound otherwise too"
                                 + (f" (line {others[0]})" if others else ""))
@@ -102,6 +102,19 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: as
             continue  # __init__'s placeholder before the set-up, which sets it again
         raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is assigned on line {node.lineno} "
                             "too (the scaler and the methods' test would disagree)")
+
+
+def _binds_otherwise(node: ast.AST, name: str) -> bool:
+    """`node` binds `name` other than as a name node: `global`/`nonlocal`, an import, a def or class, `except ... as`,
+    a match pattern."""
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return name in node.names
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((alias.asname or alias.name.partition(".")[0]) == name for alias in node.names)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                         ast.MatchStar)):
+        return node.name == name
+    return isinstance(node, ast.MatchMapping) and node.rest == name
 
 
 def _assigns(statement: ast.AST | None, target: ast.expr, *values: object) -> bool:
