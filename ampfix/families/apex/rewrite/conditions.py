@@ -212,18 +212,80 @@ def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enab
         return init, enabled, None
     if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
-    if not _chain(guard.test):
-        raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
+    if not (_chain(guard.test) or _config_key(guard.test)):
+        raise NotMechanical("the `if` around initialize tests more than a flag (a name, an attribute, or a key of a "
+                            "config dict: `args[\"fp16\"]`)")
     if enabled is not None:
         raise NotMechanical("initialize under a condition has an `enabled=` of its own")
     return guard, guard.test, guard.test
 
 
+def _config_key(test: ast.expr) -> bool:
+    """`args["fp16"]`: a constant key of a name or an attribute chain (simpletransformers' dict of settings)."""
+    return isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) \
+        and isinstance(test.slice.value, (str, int)) and _chain(test.value)
+
+
+# what changes a dict's keys in place
+_DICT_MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+
+
+def _stable_key(tree: _Tree, condition: ast.Subscript, function: ast.AST) -> None:
+    """A config key (`args["fp16"]`) means the same at the scaler and at every autocast: what runs from initialize's
+    `if` on (its function, and the module's functions and methods it calls by name, transitively) stores or deletes
+    that key of no dict (`self.args["fp16"]` may be the same dict as `args`), nor changes a dict in place (`update`,
+    `pop`, ...) through a name or attribute spelled as the dict's own (`args`, `self.args`) or bound from it (`a =
+    self.args`). As for an attribute chain, code of other modules given the dict cannot be seen."""
+    assert isinstance(condition.slice, ast.Constant)  # _config_key
+    key = condition.slice.value
+    names = {_last_name(condition.value)}
+    for node in ast.walk(tree.engine.tree):  # the names bound from the dict's spelling: its aliases
+        if isinstance(node, ast.Assign) and _last_name(node.value) in names:
+            names.update(_last_name(t) for t in node.targets if _last_name(t))
+    for node in _run_from(tree, function, condition.lineno):
+        changed = (isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load)
+                   and isinstance(node.slice, ast.Constant) and node.slice.value == key) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_MUTATORS
+            and _last_name(node.func.value) in names)
+        if changed:
+            raise NotMechanical(f"`{tree.text(condition)}`, the condition of initialize, may be changed on line "
+                                f"{getattr(node, 'lineno', 0)}")
+
+
+def _run_from(tree: _Tree, function: ast.AST, line: int) -> list[ast.AST]:
+    """The nodes of `function` from `line` on, and of the module's functions and methods it calls by name
+    (`helper(...)`, `self.method(...)`), transitively."""
+    defined: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree.engine.tree):
+        if isinstance(node, _FUNCTIONS):
+            defined.setdefault(node.name, []).append(node)
+    found = [n for n in ast.walk(function) if getattr(n, "lineno", line) >= line]
+    seen = {id(function)}
+    position = 0
+    while position < len(found):
+        node = found[position]
+        position += 1
+        called = node.func if isinstance(node, ast.Call) else None
+        name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else ""
+        for callee in defined.get(name, []):
+            if id(callee) not in seen:
+                seen.add(id(callee))
+                found.extend(ast.walk(callee))
+    return found
+
+
+def _last_name(node: ast.expr) -> str:
+    """The last name of a name or an attribute chain (`self.args` -> `args`), else ""."""
+    if isinstance(node, ast.Attribute) and _chain(node):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
 def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
     """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
-    line `after` (nor, for an attribute chain, any chain it starts with)."""
+    line `after` (nor, for an attribute chain, any chain it starts with; a config key: the chain it is read from)."""
     dumps = set()
-    link: ast.expr = condition
+    link: ast.expr = condition.value if isinstance(condition, ast.Subscript) else condition
     while isinstance(link, ast.Attribute):
         dumps.add(ast.dump(link))
         link = link.value

@@ -13,7 +13,7 @@ from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, is_availability_test
 from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, _flag_assignments, _initialize_guard,
                                                      _local_guard, _local_import_statement, _stable,
-                                                     conditional_import)
+                                                     _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
@@ -156,6 +156,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
         _stable(condition, function, condition.lineno)
+        if isinstance(condition, ast.Subscript):
+            _stable_key(tree, condition, function)
         for method in _other_methods(tree, function, condition):
             _stable(condition, method, 0)
     comments = _comment_lines(tree.index.text)
