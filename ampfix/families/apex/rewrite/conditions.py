@@ -234,19 +234,24 @@ def _stable_key(tree: _Tree, condition: ast.Subscript, function: ast.AST) -> Non
     """A config key (`args["fp16"]`) means the same at the scaler and at every autocast: what runs from initialize's
     `if` on (its function, and the module's functions and methods it calls by name, transitively) stores or deletes
     that key of no dict (`self.args["fp16"]` may be the same dict as `args`), nor changes a dict in place (`update`,
-    `pop`, ...) through a name or attribute spelled as the dict's own (`args`, `self.args`) or bound from it (`a =
-    self.args`). As for an attribute chain, code of other modules given the dict cannot be seen."""
+    `pop`, `|=`, ...) through a name or attribute spelled as the dict's own (`args`, `self.args`) or bound from it
+    (`a = self.args`). As for an attribute chain, code of other modules given the dict cannot be seen."""
     assert isinstance(condition.slice, ast.Constant)  # _config_key
     key = condition.slice.value
     names = {_last_name(condition.value)}
-    for node in ast.walk(tree.engine.tree):  # the names bound from the dict's spelling: its aliases
-        if isinstance(node, ast.Assign) and _last_name(node.value) in names:
-            names.update(_last_name(t) for t in node.targets if _last_name(t))
+    aliases = [n for n in ast.walk(tree.engine.tree) if isinstance(n, ast.Assign)]
+    size = 0
+    while size != len(names):  # the names bound from the dict's spelling, or from those: its aliases
+        size = len(names)
+        for assign in aliases:
+            if _last_name(assign.value) in names:
+                names.update(_last_name(t) for t in assign.targets if _last_name(t))
     for node in _run_from(tree, function, condition.lineno):
         changed = (isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load)
                    and isinstance(node.slice, ast.Constant) and node.slice.value == key) or (
             isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_MUTATORS
-            and _last_name(node.func.value) in names)
+            and _last_name(node.func.value) in names) or (
+            isinstance(node, ast.AugAssign) and _last_name(node.target) in names)  # `args |= {...}`
         if changed:
             raise NotMechanical(f"`{tree.text(condition)}`, the condition of initialize, may be changed on line "
                                 f"{getattr(node, 'lineno', 0)}")
