@@ -135,6 +135,10 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if branch_flag is not None:
         _flag_in_scope(branch_flag, self_name)
         _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
+    if self_name is None and _binds_self(init, _self_of(tree, function)):
+        raise NotMechanical(f"initialize binds attributes of `{_self_of(tree, function)}` in "
+                            f"`{getattr(function, 'name', '')}`, which `__init__` does not call as a statement of its "
+                            "own body (no `return` before it): the object's other methods may run without the scaler")
     model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
@@ -142,7 +146,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     in_init = self_name is not None and opt_name.startswith(f"{self_name}.")
     if in_init:  # a trainer set up in __init__
         methods = _trainer_methods(tree, own_uses, function, init, opt_name, set_up_call)
-        method_condition = branch_flag or _method_condition(tree, function, init_statement, condition)
+        method_condition = branch_flag or _method_condition(tree, function, init_statement, condition, set_up_call)
     elif method_imports:
         raise NotMechanical("apex.amp is imported in several methods of a class, and initialize is not in `__init__` "
                             "binding `self.<optimizer>`")
@@ -170,6 +174,14 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
                   scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
                   optimizers, branch_flag)
+
+
+def _binds_self(init: ast.Assign, self_name: str | None) -> bool:
+    """initialize binds the optimizer as an attribute of the method's `self` (`self.model, self.optimizer = ...`)."""
+    target = init.targets[0]
+    bound = target.elts[1] if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 else None
+    return self_name is not None and isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) \
+        and bound.value.id == self_name
 
 
 def _flag_in_scope(flag: ast.expr, self_name: str | None) -> None:

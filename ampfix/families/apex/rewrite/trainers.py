@@ -159,11 +159,12 @@ def _methods_not_called_in_set_up(tree: _Tree, klass: ast.ClassDef, set_up: ast.
 
 
 def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
-                      condition: ast.expr | None) -> ast.expr | None:
+                      condition: ast.expr | None, set_up_call: ast.Expr | None = None) -> ast.expr | None:
     """The condition of initialize as the trainer's other methods test it: itself where it reads `self`
     (`self.use_amp`); for a parameter (`use_amp`), the attribute `__init__` assigns it to in its own body before
     initialize's `if` (`self.use_amp = use_amp`), the parameter rebound nowhere in `__init__`. Either way the
-    attribute is assigned nowhere else in the module (nor, for a chain, what it starts with): else NotMechanical."""
+    attribute is assigned nowhere else in the module (nor, for a chain, what it starts with) but, where initialize is
+    in a set-up method, in `__init__` before its call (`set_up_call`): else NotMechanical."""
     if condition is None:
         return None
     self_name = _self_name(function)
@@ -188,7 +189,9 @@ def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
     for node in ast.walk(tree.engine.tree):
         if isinstance(node, ast.Attribute) and node.attr in attributes and not isinstance(node.ctx, ast.Load) \
                 and tree.parent(node) is not assigned \
-                and not (tree.function_of(node) is function and node.lineno < init_statement.lineno):
+                and not (tree.function_of(node) is function and node.lineno < init_statement.lineno) \
+                and not (set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call)
+                         and node.lineno < set_up_call.lineno):
             raise NotMechanical(f"`{tree.text(tested)}`, the condition of initialize as the methods test it, is "
                                 f"assigned on line {node.lineno}")
     return tested
