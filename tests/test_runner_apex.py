@@ -40,6 +40,7 @@ JOBS: dict[str, list[str]] = {
     "init_trainer_verify": ["verify", "apex_init_trainer.py", "--rewritten", "apex_init_trainer.native.py"],
     "init_trainer_step_verify": ["verify", "apex_init_trainer_step.py", "--rewritten",
                                  "apex_init_trainer_step.native.py"],
+    "condition_key_verify": ["verify", "apex_condition_key.py", "--rewritten", "apex_condition_key.native.py"],
     "setup_box_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py"],
     "setup_box_off_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py", "--",
                              "--fp16", "0"],
@@ -211,6 +212,16 @@ def test_a_trainer_given_its_loss_by_the_caller_is_named_as_losing_the_callers_a
     assert report["first_difference"] == (
         "step 0: original call of Sequential under autocast(cuda float16) at apex_init_trainer_step.py:32; rewrite "
         "call of Sequential outside autocast at apex_init_trainer_step.native.py:28")
+
+
+def test_a_config_key_as_the_condition_verifies_as_a_flag_does(condition_key_verify: Job) -> None:
+    """`if args["fp16"]:` (simpletransformers' settings dict) goes to `enabled=` as `args.fp16` does: 4 losses bit
+    for bit, the clipping unscaled before as apex's was."""
+    report = condition_key_verify.report
+    assert condition_key_verify.returncode == 0, condition_key_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
 
 
 def test_a_set_up_method_with_its_flag_set_after_initialize_verifies_stage_by_stage(setup_box_verify: Job) -> None:
