@@ -223,7 +223,7 @@ def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enab
 def _config_key(test: ast.expr) -> bool:
     """`args["fp16"]`: a constant key of a name or an attribute chain (simpletransformers' dict of settings)."""
     return isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) \
-        and isinstance(test.slice.value, (str, int)) and _chain(test.value)
+        and isinstance(test.slice.value, str) and _chain(test.value)
 
 
 # what changes a dict's keys in place
