@@ -135,10 +135,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if branch_flag is not None:
         _flag_in_scope(branch_flag, self_name)
         _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
-    if self_name is None and _binds_self(init, _self_of(tree, function)):
-        raise NotMechanical(f"initialize binds attributes of `{_self_of(tree, function)}` in "
-                            f"`{getattr(function, 'name', '')}`, which `__init__` does not call as a statement of its "
-                            "own body (no `return` before it): the object's other methods may run without the scaler")
+    if self_name is None:
+        _not_binding_self(tree, init, function)
     model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
@@ -176,12 +174,17 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   optimizers, branch_flag)
 
 
-def _binds_self(init: ast.Assign, self_name: str | None) -> bool:
-    """initialize binds the optimizer as an attribute of the method's `self` (`self.model, self.optimizer = ...`)."""
+def _not_binding_self(tree: _Tree, init: ast.Assign, function: ast.AST) -> None:
+    """In a method neither `__init__` nor a set-up it calls, initialize does not bind the optimizer as an attribute
+    of the method's `self` (`self.model, self.optimizer = ...`): the object's other methods may run first."""
+    self_name = _self_of(tree, function)
     target = init.targets[0]
     bound = target.elts[1] if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 else None
-    return self_name is not None and isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) \
-        and bound.value.id == self_name
+    if self_name is not None and isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) \
+            and bound.value.id == self_name:
+        raise NotMechanical(f"initialize binds attributes of `{self_name}` in `{getattr(function, 'name', '')}`, "
+                            "which `__init__` does not call as a statement of its own body (no `return` before it): "
+                            "the object's other methods may run without the scaler")
 
 
 def _flag_in_scope(flag: ast.expr, self_name: str | None) -> None:
