@@ -113,7 +113,9 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "unsafe_fixes/apex_trainer_init_step_given_the_loss", "apex/several_optimizers_lists",
                 "apex/several_optimizers_clipped", "apex/several_optimizers_list_names",
                 "apex/several_optimizers_clipped_before_steps",
-                "unsafe_fixes/apex_several_optimizers_losses",
+                "unsafe_fixes/apex_several_optimizers_losses", "apex/flag_set_after_initialize",
+                "apex/flag_set_after_initialize_in_function", "apex/condition_config_key",
+                "apex/trainer_setup_method_condition",
                 "roots/star_import_torch"}
 
 

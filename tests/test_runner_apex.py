@@ -44,6 +44,11 @@ JOBS: dict[str, list[str]] = {
     "init_trainer_verify": ["verify", "apex_init_trainer.py", "--rewritten", "apex_init_trainer.native.py"],
     "init_trainer_step_verify": ["verify", "apex_init_trainer_step.py", "--rewritten",
                                  "apex_init_trainer_step.native.py"],
+    "condition_key_verify": ["verify", "apex_condition_key.py", "--rewritten", "apex_condition_key.native.py"],
+    "setup_box_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py"],
+    "setup_box_off_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py", "--",
+                             "--fp16", "0"],
+    "setup_box_wrong_order_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.wrong_order.py"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -223,6 +228,55 @@ def test_a_trainer_given_its_loss_by_the_caller_is_named_as_losing_the_callers_a
     assert report["first_difference"] == (
         "step 0: original call of Sequential under autocast(cuda float16) at apex_init_trainer_step.py:32; rewrite "
         "call of Sequential outside autocast at apex_init_trainer_step.native.py:28")
+
+
+def test_a_config_key_as_the_condition_verifies_as_a_flag_does(condition_key_verify: Job) -> None:
+    """`if args["fp16"]:` (simpletransformers' settings dict) goes to `enabled=` as `args.fp16` does: 4 losses bit
+    for bit, the clipping unscaled before as apex's was."""
+    report = condition_key_verify.report
+    assert condition_key_verify.returncode == 0, condition_key_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_a_set_up_method_with_its_flag_set_after_initialize_verifies_stage_by_stage(setup_box_verify: Job) -> None:
+    """torchdistill's shape: initialize in `setup` (called by `__init__`, then again for the second stage) under an
+    `if` testing the stage's config, `self.apex` set True after it; the scaler made after the `if`, `enabled=` the
+    flag, once per stage as apex made its loss scaler once per initialize. The 6 losses are the same bit for bit."""
+    report = setup_box_verify.report
+    assert setup_box_verify.returncode == 0, setup_box_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 6
+    assert [s["line"] for s in original["grad_scalers"]] == [28, 28]
+    assert [s["line"] for s in rewritten["grad_scalers"]] == [23, 23]
+    assert rewritten["scaler"] == {"scale": 6, "unscale": 0, "step": 6, "update": 6, "skipped_steps": 0}
+
+
+def test_a_set_up_method_with_apex_off_differs_only_by_its_disabled_scaler(setup_box_off_verify: Job) -> None:
+    report = setup_box_off_verify.report
+    assert setup_box_off_verify.returncode == 1, setup_box_off_verify.stderr
+    assert report["first_difference"] == (
+        "step 0: original call of Sequential outside autocast at apex_setup_box.py:39; rewrite loss "
+        "scaler(device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 "
+        "enabled=False) at apex_setup_box.native.py:23")
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 6)]
+
+
+def test_a_scaler_made_before_its_flag_is_known_is_not_equivalent(setup_box_wrong_order_verify: Job) -> None:
+    """The scaler made before the `if` reads the flag while it is still False: disabled where apex scaled."""
+    report = setup_box_wrong_order_verify.report
+    assert setup_box_wrong_order_verify.returncode == 1, setup_box_wrong_order_verify.stderr
+    assert report["first_difference"] == (
+        "loss scaling: original loss scaler(device='cuda' init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 "
+        "growth_interval=2000 enabled=True) at apex_setup_box.py:28; rewrite loss scaler(device='cuda' "
+        "init_scale=65536.0 growth_factor=2.0 backoff_factor=0.5 growth_interval=2000 enabled=False) at "
+        "apex_setup_box.wrong_order.py:18")
 
 
 def test_a_trainer_with_the_flag_off_differs_only_by_its_disabled_scaler(trainer_off_verify: Job) -> None:

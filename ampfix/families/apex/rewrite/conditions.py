@@ -21,6 +21,12 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     caller's choice): COND goes to `enabled=`, as for a local import's condition. The statement that initialize
     becomes the scaler of, the `enabled` expression, the flag, the condition."""
     guard = tree.parent(init)
+    flag = _branch_flag(guard, init) if isinstance(guard, ast.If) else None
+    if flag is not None:
+        assert isinstance(guard, ast.If)  # _branch_flag
+        if enabled is not None:
+            raise NotMechanical("initialize under a flag has an `enabled=` of its own")
+        return guard, flag, (), flag
     if optional is None or not isinstance(guard, ast.If):
         return init, enabled, (), None
     if checks.strip(guard.body) != [init] or guard.orelse:
@@ -35,6 +41,87 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,), None
+
+
+def _branch_flag(guard: ast.If, init: ast.Assign) -> ast.expr | None:
+    """`if TEST: [if T: raise ...]; initialize; FLAG = True` (torchdistill's set-up: any TEST, checks that only
+    raise before initialize, no `else`), FLAG a name or `self.attribute`: after the `if`, FLAG says whether initialize
+    ran, where it was False before (`_flag_assignments` checks that), so it is the scaler's `enabled=` and the
+    condition the uses test. The flag, or None for another shape."""
+    body = guard.body
+    last = body[-1]
+    if guard.orelse or len(body) < 2 or body[-2] is not init or not (
+            isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.value, ast.Constant)
+            and last.value.value is True and _flag_target(last.targets[0])):
+        return None
+    if not all(isinstance(s, ast.If) and not s.orelse and all(isinstance(r, ast.Raise) for r in s.body)
+               for s in body[:-2]):
+        return None
+    return last.targets[0]
+
+
+def _flag_target(target: ast.expr) -> bool:
+    """A name, or an attribute of a name (`self.apex`)."""
+    return isinstance(target, ast.Name) or isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+
+
+def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: ast.AST,
+                      set_up_call: ast.stmt | None) -> None:
+    """The flag of `_branch_flag` says whether initialize ran, from the `if` on, wherever it is read: it is set False
+    in the `if`'s block before it, True only by the `if`, and assigned nowhere else (a name: in its function; an
+    attribute `self.X`: anywhere in the module, but for constants False or None in `__init__` before the call of
+    the set-up method, `set_up_call`, which sets it again)."""
+    block, position = tree.block_of(guard)
+    resets = [s for s in block[:position] if _assigns(s, flag, False)]
+    if not resets:
+        raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is not set False before its `if`")
+    set_true = guard.body[-1] if isinstance(guard, ast.If) else None
+    assert isinstance(set_true, ast.Assign)  # _branch_flag
+    allowed = {id(set_true.targets[0])} | {id(target) for s in resets if isinstance(s, ast.Assign)
+                                           for target in s.targets}
+    if isinstance(flag, ast.Name):
+        nodes = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == flag.id
+                 and not isinstance(n.ctx, ast.Load)]
+        others = [n.lineno for n in nodes if id(n) not in allowed]
+        declared = any(_binds_otherwise(n, flag.id) for n in ast.walk(function))
+        if others or declared or not isinstance(function, _FUNCTIONS):
+            raise NotMechanical(f"the flag `{flag.id}` set True after initialize is bound otherwise too"
+                                + (f" (line {others[0]})" if others else ""))
+        return
+    assert isinstance(flag, ast.Attribute)
+    for node in ast.walk(tree.engine.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == flag.attr:
+            raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is set by name on line "
+                                f"{node.lineno} too (the scaler and the methods' test would disagree)")
+        if not (isinstance(node, ast.Attribute) and node.attr == flag.attr and not isinstance(node.ctx, ast.Load)
+                and id(node) not in allowed):
+            continue
+        if set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call) \
+                and node.lineno < set_up_call.lineno and _assigns(tree.parent(node), node, None, False):
+            continue  # __init__'s placeholder before the set-up, which sets it again
+        raise NotMechanical(f"`{tree.text(flag)}`, set True after initialize, is assigned on line {node.lineno} "
+                            "too (the scaler and the methods' test would disagree)")
+
+
+def _binds_otherwise(node: ast.AST, name: str) -> bool:
+    """`node` binds `name` other than as a name node: `global`/`nonlocal`, an import, a def or class, `except ... as`,
+    a match pattern."""
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return name in node.names
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((alias.asname or alias.name.partition(".")[0]) == name for alias in node.names)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                         ast.MatchStar)):
+        return node.name == name
+    return isinstance(node, ast.MatchMapping) and node.rest == name
+
+
+def _assigns(statement: ast.AST | None, target: ast.expr, *values: object) -> bool:
+    """`statement` is `TARGET = <constant>` (one target, the same spelling), the constant one of `values`."""
+    return isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+        and ast.dump(statement.targets[0]) == ast.dump(target) and isinstance(statement.value, ast.Constant) \
+        and any(statement.value.value is v for v in values)
 
 
 def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
@@ -125,18 +212,85 @@ def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enab
         return init, enabled, None
     if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
-    if not _chain(guard.test):
-        raise NotMechanical("the `if` around initialize tests more than a flag (a name or an attribute)")
+    if not (_chain(guard.test) or _config_key(guard.test)):
+        raise NotMechanical("the `if` around initialize tests more than a flag (a name, an attribute, or a key of a "
+                            "config dict: `args[\"fp16\"]`)")
     if enabled is not None:
         raise NotMechanical("initialize under a condition has an `enabled=` of its own")
     return guard, guard.test, guard.test
 
 
+def _config_key(test: ast.expr) -> bool:
+    """`args["fp16"]`: a constant key of a name or an attribute chain (simpletransformers' dict of settings)."""
+    return isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) \
+        and isinstance(test.slice.value, str) and _chain(test.value)
+
+
+# what changes a dict's keys in place
+_DICT_MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+
+
+def _stable_key(tree: _Tree, condition: ast.Subscript, function: ast.AST) -> None:
+    """A config key (`args["fp16"]`) means the same at the scaler and at every autocast: what runs from initialize's
+    `if` on (its function, and the module's functions and methods it calls by name, transitively) stores or deletes
+    that key of no dict (`self.args["fp16"]` may be the same dict as `args`), nor changes a dict in place (`update`,
+    `pop`, `|=`, ...) through a name or attribute spelled as the dict's own (`args`, `self.args`) or bound from it
+    (`a = self.args`). As for an attribute chain, code of other modules given the dict cannot be seen."""
+    assert isinstance(condition.slice, ast.Constant)  # _config_key
+    key = condition.slice.value
+    names = {_last_name(condition.value)}
+    aliases = [n for n in ast.walk(tree.engine.tree) if isinstance(n, ast.Assign)]
+    size = 0
+    while size != len(names):  # the names bound from the dict's spelling, or from those: its aliases
+        size = len(names)
+        for assign in aliases:
+            if _last_name(assign.value) in names:
+                names.update(_last_name(t) for t in assign.targets if _last_name(t))
+    for node in _run_from(tree, function, condition.lineno):
+        changed = (isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load)
+                   and isinstance(node.slice, ast.Constant) and node.slice.value == key) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_MUTATORS
+            and _last_name(node.func.value) in names) or (
+            isinstance(node, ast.AugAssign) and _last_name(node.target) in names)  # `args |= {...}`
+        if changed:
+            raise NotMechanical(f"`{tree.text(condition)}`, the condition of initialize, may be changed on line "
+                                f"{getattr(node, 'lineno', 0)}")
+
+
+def _run_from(tree: _Tree, function: ast.AST, line: int) -> list[ast.AST]:
+    """The nodes of `function` from `line` on, and of the module's functions and methods it calls by name
+    (`helper(...)`, `self.method(...)`), transitively."""
+    defined: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree.engine.tree):
+        if isinstance(node, _FUNCTIONS):
+            defined.setdefault(node.name, []).append(node)
+    found = [n for n in ast.walk(function) if getattr(n, "lineno", line) >= line]
+    seen = {id(function)}
+    position = 0
+    while position < len(found):
+        node = found[position]
+        position += 1
+        called = node.func if isinstance(node, ast.Call) else None
+        name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else ""
+        for callee in defined.get(name, []):
+            if id(callee) not in seen:
+                seen.add(id(callee))
+                found.extend(ast.walk(callee))
+    return found
+
+
+def _last_name(node: ast.expr) -> str:
+    """The last name of a name or an attribute chain (`self.args` -> `args`), else ""."""
+    if isinstance(node, ast.Attribute) and _chain(node):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
 def _stable(condition: ast.expr, function: ast.AST, after: int) -> None:
     """The condition means the same at the scaler and at every autocast: nothing in the function assigns it after
-    line `after` (nor, for an attribute chain, any chain it starts with)."""
+    line `after` (nor, for an attribute chain, any chain it starts with; a config key: the chain it is read from)."""
     dumps = set()
-    link: ast.expr = condition
+    link: ast.expr = condition.value if isinstance(condition, ast.Subscript) else condition
     while isinstance(link, ast.Attribute):
         dumps.add(ast.dump(link))
         link = link.value

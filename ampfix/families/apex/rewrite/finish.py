@@ -62,7 +62,10 @@ def _initialize_message(rw: _Rewrite) -> None:
              f"`{shape.scaler}.update()` after the last (one scaler serves every optimizer)")
     rw.messages[id(shape.init_use.ref)] = (
         f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> "
-        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`; {steps}"
+        f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`"
+        + (f", made after the `if` on line {shape.init_statement.lineno}, where `{tree.text(shape.branch_flag)}` says "
+           "whether initialize ran" if shape.branch_flag is not None else "")
+        + f"; {steps}"
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)

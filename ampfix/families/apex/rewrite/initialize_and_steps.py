@@ -16,6 +16,9 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     """initialize -> the scaler (and the names rebound when the left side differs)."""
     shape, index = rw.shape, rw.tree.index
     statement = shape.init_statement
+    if shape.branch_flag is not None:
+        _scaler_after_the_flag(rw)
+        return
     _whole_lines_only(rw, statement)
     indent = rw.tree.indent(statement.lineno)
     created = f"{indent}{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
@@ -26,6 +29,23 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
         else:
             created = f"{indent}{rebound}" + created
     rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
+
+
+def _scaler_after_the_flag(rw: _Rewrite) -> None:
+    """`if TEST: ...; initialize; FLAG = True`: initialize goes (the names rebound in its place where the left side
+    differs), and the scaler, `enabled=` the flag, is made right after the `if`, the flag then known."""
+    shape, index, tree = rw.shape, rw.tree.index, rw.tree
+    init, statement = shape.init, shape.init_statement
+    _whole_lines_only(rw, init)
+    _ends_its_line(rw, statement)
+    rebound = ""
+    if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
+        rebound = f"{tree.indent(init.lineno)}{tree.text(init.targets[0])} = {shape.model}, {shape.optimizer}"
+        rebound += shape.newline
+    rw.splices.append((index.line_start(init.lineno), index.line_end(_last_line(init)), rebound))
+    at = index.line_end(_last_line(statement))
+    created = f"{tree.indent(statement.lineno)}{shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})"
+    rw.splices.append((at, at, created + shape.newline))
 
 
 def _rewrite_steps(rw: _Rewrite) -> None:

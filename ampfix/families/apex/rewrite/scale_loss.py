@@ -39,7 +39,8 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
                                   if shape.init_statement in block else 0)
     while begin < position and block[begin] in shape.method_imports:
         begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
-    caller_forward = position <= begin and id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
+    # a loss given by the caller: the statements before it (`optimizer.zero_grad()`) are no forward pass
+    caller_forward = id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
     if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
         raise NotMechanical("no forward pass before a scale_loss in its block")
     rw.forward_blocks[id(block)] = position + 1
@@ -77,6 +78,7 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     optional = rw.shape.optional
     if _tests_condition(rw, guard):
         assert isinstance(guard, ast.If)  # _tests_condition
+        _no_clip_beside(rw, guard)
         # initialize's own condition (a trainer method's local import may come first: it goes with the `if`)
         _plain_backward_else(guard, with_node, loss, backward, rw.shape.method_imports)
         return guard
@@ -90,8 +92,8 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
 
 
 def _loss_from_caller(rw: _Rewrite, block: list[ast.stmt], loss: ast.expr) -> bool:
-    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter, scale_loss first in its
-    body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
+    """A trainer's method (set up in `__init__`) given the loss by its caller, a parameter it never rebinds, the
+    scale_loss in its own body (the issue's `def step(self, loss)`): the forward pass is outside the class."""
     method = rw.tree.function_of(block[0])
     return (rw.shape.in_init and method in rw.shape.methods and isinstance(method, ast.FunctionDef)
             and block is method.body and isinstance(loss, ast.Name) and _parameter_chain(loss, method))
@@ -168,6 +170,16 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
            for n in ast.walk(a)):
         raise NotMechanical("the scaled loss is used again in the backward call")
     return call.args[0], backward
+
+
+def _no_clip_beside(rw: _Rewrite, guard: ast.If) -> None:
+    """Clipping over `amp.master_params` in the scale_loss's own `if` (simpletransformers' experimental model: after
+    every micro-step's backward, the step under `if (step + 1) % accumulation == 0:`)."""
+    spans = [(first_line(s), _last_line(s)) for s in guard.body[1:]]
+    if any(a <= use.ref.node.lineno <= b for use in rw.shape.clips for a, b in spans):
+        raise NotMechanical("clipping over master_params shares the scale_loss's `if` (it must come directly before "
+                            "the optimizer step, in an `if` of its own: after a micro-step's backward it would clip "
+                            "partial, scaled gradients, which a GradScaler cannot unscale twice before its update)")
 
 
 def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call,

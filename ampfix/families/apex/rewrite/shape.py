@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from ampfix.core.locations import tokens
 from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, is_availability_test
-from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _initialize_guard, _local_guard,
-                                                     _local_import_statement, _stable, conditional_import)
+from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, _flag_assignments, _initialize_guard,
+                                                     _local_guard, _local_import_statement, _stable,
+                                                     _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
-                                                   _self_of, _sibling_method, _trainer_methods)
+                                                   _self_of, _set_up_call, _sibling_method, _trainer_methods)
 from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS, _NATIVE, _lines
 from ampfix.syntax.bindings import Scope
@@ -69,6 +70,8 @@ class _Shape:
     # initialize given a list of optimizers: their names as bound after it (`opt_name` is then the left side's
     # text); () for one optimizer
     optimizers: tuple[str, ...] = ()
+    # `if TEST: initialize; FLAG = True` (FLAG False before the `if`): the flag, the scaler made after the `if`
+    branch_flag: ast.expr | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -127,15 +130,22 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                                                                       checks)
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
-    self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" else None
+    set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
+    self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
+    branch_flag = _branch_flag(init_statement, init) if isinstance(init_statement, ast.If) else None
+    if branch_flag is not None:
+        _flag_in_scope(branch_flag, self_name)
+        _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
+    if self_name is None:
+        _not_binding_self(tree, init, function)
     model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
     method_condition = None
     in_init = self_name is not None and opt_name.startswith(f"{self_name}.")
     if in_init:  # a trainer set up in __init__
-        methods = _trainer_methods(tree, own_uses, function, init, opt_name)
-        method_condition = _method_condition(tree, function, init_statement, condition)
+        methods = _trainer_methods(tree, own_uses, function, init, opt_name, set_up_call)
+        method_condition = branch_flag or _method_condition(tree, function, init_statement, condition, set_up_call)
     elif method_imports:
         raise NotMechanical("apex.amp is imported in several methods of a class, and initialize is not in `__init__` "
                             "binding `self.<optimizer>`")
@@ -147,8 +157,10 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     torch_bound = _names_usable(init_use.ref.scope, init, optimizers or (opt_name,), scaler)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
-    if condition is not None:
+    if condition is not None and branch_flag is None:  # the flag's assignments are checked above
         _stable(condition, function, condition.lineno)
+        if isinstance(condition, ast.Subscript):
+            _stable_key(tree, condition, function)
         for method in _other_methods(tree, function, condition):
             _stable(condition, method, 0)
     comments = _comment_lines(tree.index.text)
@@ -160,7 +172,27 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
                   device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
                   scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
-                  optimizers)
+                  optimizers, branch_flag)
+
+
+def _not_binding_self(tree: _Tree, init: ast.Assign, function: ast.AST) -> None:
+    """In a method neither `__init__` nor a set-up it calls, initialize does not bind the optimizer as an attribute
+    of the method's `self` (`self.model, self.optimizer = ...`): the object's other methods may run first."""
+    self_name = _self_of(tree, function)
+    target = init.targets[0]
+    bound = target.elts[1] if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2 else None
+    if self_name is not None and isinstance(bound, ast.Attribute) and isinstance(bound.value, ast.Name) \
+            and bound.value.id == self_name:
+        raise NotMechanical(f"initialize binds attributes of `{self_name}` in `{getattr(function, 'name', '')}`, "
+                            "which `__init__` does not call as a statement of its own body (no `return` before it): "
+                            "the object's other methods may run without the scaler")
+
+
+def _flag_in_scope(flag: ast.expr, self_name: str | None) -> None:
+    """A flag attribute is the trainer's own (`self.X`, set up in `__init__` or in a method it calls)."""
+    if isinstance(flag, ast.Attribute) and not (isinstance(flag.value, ast.Name) and flag.value.id == self_name):
+        raise NotMechanical(f"the flag `{ast.unparse(flag)}` set True after initialize is not an attribute of the "
+                            "trainer set up in `__init__` (or in a method `__init__` calls)")
 
 
 def _initialize_holder(tree: _Tree, init_statement: ast.stmt) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef

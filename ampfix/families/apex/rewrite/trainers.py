@@ -48,12 +48,38 @@ def _methods_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: 
     return methods
 
 
+def _set_up_call(tree: _Tree, function: ast.AST) -> ast.Expr | None:
+    """For a plain method `M` of a class other than `__init__`: the statement `self.M(...)` of the class's
+    `__init__`'s own body (torchdistill's `setup`), with no `return` before it; None otherwise. `M` then runs when
+    the object is made, before any other method can, as `__init__` itself does."""
+    klass = tree.parent(function)
+    self_name = _self_of(tree, function)
+    if self_name is None or not isinstance(function, ast.FunctionDef) or function.name == "__init__":
+        return None
+    assert isinstance(klass, ast.ClassDef)  # _self_of
+    init = next((s for s in klass.body if isinstance(s, _FUNCTIONS) and s.name == "__init__"), None)
+    if not isinstance(init, ast.FunctionDef) or _self_of(tree, init) is None:
+        return None
+    init_self = init.args.args[0].arg
+    for statement in init.body:
+        if not isinstance(statement, ast.Expr):
+            continue
+        call = statement.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == function.name \
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == init_self:
+            returns = any(isinstance(n, ast.Return) and n.lineno < statement.lineno and tree.function_of(n) is init
+                          for n in ast.walk(init))
+            return statement if not returns else None
+    return None
+
+
 def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: ast.Assign,
-                     opt_name: str) -> list[ast.FunctionDef]:
-    """initialize in `__init__`, binding `self.<optimizer>` (the issue's first example): `self.scaler` is bound when
-    the object is made, before any other method can run, so the uses may lie in any plain method of the class with
-    the same `self`. The methods holding them; `self.<optimizer>` is assigned nowhere in the module but in
-    `__init__` up to initialize (every step and scale_loss then means initialize's optimizer)."""
+                     opt_name: str, set_up_call: ast.Expr | None = None) -> list[ast.FunctionDef]:
+    """initialize in `__init__`, binding `self.<optimizer>` (the issue's first example), or in a set-up method that
+    `__init__` calls (`set_up_call`): `self.scaler` is bound when the object is made, before any other method can
+    run, so the uses may lie in any plain method of the class with the same `self`. The methods holding them;
+    `self.<optimizer>` is assigned nowhere in the module but in initialize's method up to initialize (and in
+    `__init__` before the set-up call): every step and scale_loss then means initialize's optimizer."""
     methods: list[ast.FunctionDef] = []
     for use in uses:
         where = tree.function_of(use.ref.node)
@@ -70,14 +96,16 @@ def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: a
     if any(isinstance(node, ast.Return) and node.lineno < init.lineno and tree.function_of(node) is function
            for node in ast.walk(function)):
         raise NotMechanical("`__init__` may return before initialize, leaving the object without the scaler")
-    if any(isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == klass.name for b in node.bases)
-           and any(isinstance(m, _FUNCTIONS) and m.name == "__init__" for m in node.body)
-           for node in ast.walk(tree.engine.tree)):
-        raise NotMechanical(f"a subclass of `{klass.name}` has an `__init__` of its own, which may not make the scaler")
+    set_up = function if set_up_call is not None and isinstance(function, ast.FunctionDef) else None
+    _subclasses_make_the_scaler(tree, klass, set_up)
+    if set_up_call is not None:
+        _methods_not_called_in_set_up(tree, klass, function, methods)
     attribute = opt_name.partition(".")[2]
     for node in ast.walk(tree.engine.tree):
         if isinstance(node, ast.Attribute) and node.attr == attribute and not isinstance(node.ctx, ast.Load) \
-                and not (tree.function_of(node) is function and node.lineno <= init.lineno):
+                and not (tree.function_of(node) is function and node.lineno <= init.lineno) \
+                and not (set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call)
+                         and node.lineno < set_up_call.lineno):
             raise NotMechanical(f"`{opt_name}` is assigned again on line {node.lineno} (initialize's optimizer must "
                                 "be the one every method scales and steps)")
     if any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):
@@ -85,12 +113,58 @@ def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: a
     return methods
 
 
+def _subclasses_make_the_scaler(tree: _Tree, klass: ast.ClassDef, set_up: ast.FunctionDef | None) -> None:
+    """Every subclass of `klass` in the module makes the scaler: an `__init__` of its own calls `super().__init__(...)`
+    as a statement of its own body, with no `return` and no use of `self` before it (torchdistill's
+    `MultiStagesTrainingBox`), and none overrides the set-up method (`set_up`, where initialize is not in
+    `__init__`). A subclass in another module cannot be seen."""
+    for node in ast.walk(tree.engine.tree):
+        if not (isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == klass.name
+                                                       for b in node.bases)):
+            continue
+        if set_up is not None and any(isinstance(m, _FUNCTIONS) and m.name == set_up.name for m in node.body):
+            raise NotMechanical(f"a subclass of `{klass.name}` overrides `{set_up.name}`, which may not make the "
+                                "scaler")
+        own_init = next((m for m in node.body if isinstance(m, _FUNCTIONS) and m.name == "__init__"), None)
+        if own_init is not None and not _calls_super_init_first(tree, own_init):
+            raise NotMechanical(f"a subclass of `{klass.name}` has an `__init__` of its own, which may not make the "
+                                "scaler")
+
+
+def _calls_super_init_first(tree: _Tree, init: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`super().__init__(...)` is a statement of `init`'s own body, with no `return` and no use of `self` before it."""
+    self_name = _self_of(tree, init)
+    for position, statement in enumerate(init.body):
+        call = statement.value if isinstance(statement, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__" \
+                and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name) \
+                and call.func.value.func.id == "super" and not call.func.value.args:
+            before = [n for s in init.body[:position] for n in ast.walk(s)]
+            return self_name is not None and not any(
+                isinstance(n, ast.Return) or isinstance(n, ast.Name) and n.id == self_name for n in before)
+    return False
+
+
+def _methods_not_called_in_set_up(tree: _Tree, klass: ast.ClassDef, set_up: ast.AST,
+                                  methods: list[ast.FunctionDef]) -> None:
+    """The methods that use apex.amp are not named in `__init__` nor in the set-up method: they would run before
+    the scaler is there."""
+    names = {m.name for m in methods}
+    init = next((s for s in klass.body if isinstance(s, _FUNCTIONS) and s.name == "__init__"), None)
+    for holder in (init, set_up):
+        for node in ast.walk(holder) if holder is not None else ():
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                raise NotMechanical(f"`{node.attr}`, which uses apex.amp, is named on line {node.lineno}, in "
+                                    f"`{getattr(holder, 'name', '')}`, before the scaler is made")
+
+
 def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
-                      condition: ast.expr | None) -> ast.expr | None:
+                      condition: ast.expr | None, set_up_call: ast.Expr | None = None) -> ast.expr | None:
     """The condition of initialize as the trainer's other methods test it: itself where it reads `self`
     (`self.use_amp`); for a parameter (`use_amp`), the attribute `__init__` assigns it to in its own body before
     initialize's `if` (`self.use_amp = use_amp`), the parameter rebound nowhere in `__init__`. Either way the
-    attribute is assigned nowhere else in the module (nor, for a chain, what it starts with): else NotMechanical."""
+    attribute is assigned nowhere else in the module (nor, for a chain, what it starts with) but, where initialize is
+    in a set-up method, in `__init__` before its call (`set_up_call`): else NotMechanical."""
     if condition is None:
         return None
     self_name = _self_name(function)
@@ -115,7 +189,9 @@ def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
     for node in ast.walk(tree.engine.tree):
         if isinstance(node, ast.Attribute) and node.attr in attributes and not isinstance(node.ctx, ast.Load) \
                 and tree.parent(node) is not assigned \
-                and not (tree.function_of(node) is function and node.lineno < init_statement.lineno):
+                and not (tree.function_of(node) is function and node.lineno < init_statement.lineno) \
+                and not (set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call)
+                         and node.lineno < set_up_call.lineno):
             raise NotMechanical(f"`{tree.text(tested)}`, the condition of initialize as the methods test it, is "
                                 f"assigned on line {node.lineno}")
     return tested
