@@ -222,6 +222,10 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "enabled=bool(self.use_amp))` (an unsafe fix exists: --unsafe-fixes)"),
     ("trainer_imports_in_each_method", "AMP101",
      "not rewritten: torch is not imported where the local `from apex import amp` is"),
+    # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
+    ("initialize_with_keyword_dict", "AMP101",
+     "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "
+     "hand: the native pattern for the opt_level and loss scale it holds)"),
     # espnet's updaters: initialize in `train`, scale_loss in another class told through its constructor
     ("updater_flag_through_constructor", "AMP101",
      "not rewritten: in `update_core`: apex.amp is used with no initialize in that function (initialize is in "

@@ -486,6 +486,10 @@ def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr 
                             "names)")
     enabled = None
     for keyword in call.keywords:
+        if keyword.arg is None:
+            raise NotMechanical(f"initialize is given `**{ast.unparse(keyword.value)}`: its keywords, opt_level among "
+                                "them, cannot be read here (by hand: the native pattern for the opt_level and loss "
+                                "scale it holds)")
         if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
                 and keyword.arg != "num_losses":
             raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
