@@ -509,3 +509,22 @@ def test_a_native_grad_scaler_is_shown_in_its_own_terms() -> None:
     shown = _rendered(_report(process))
     assert "\nGradScaler calls scale 3 · unscale_ 0 · step 3 · update 3 · skipped steps 0\n" in shown
     assert "apex.amp" not in shown
+
+
+def test_apex_loss_scalers_a_later_initialize_replaced_are_not_counted() -> None:
+    """sentence-transformers' loop: an initialize per objective, each making the loss scaler that replaces the one
+    before (apex kept one set, process-wide). The replaced ones are marked in the trace, and verify compares the one
+    still in use with the rewrite's one GradScaler; a rewrite with two would differ."""
+    recorder = Recorder("main")
+    arguments = {"device": "cuda", "init_scale": 65536.0}
+    recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    recorder.apex_loss_scalers_replaced()
+    recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    assert [event.get("replaced") for event in recorder.trace] == [True, None]
+    emulated = [{"feature": "apex.amp O1", "file": "/x/train.py", "line": 7, "count": 2}]
+    rest = [_event(0, "loss", (0.5).hex()), _event(1, "optimizer_step", "1")]
+    original = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
+    native = _event(0, "grad_scaler", **arguments)
+    assert compare.first_difference(original, _report(_process(trace=[native, *rest]))) is None
+    assert compare.first_difference(original, _report(_process(trace=[native, native, *rest]))).startswith(
+        "loss scaling: the original has 1 loss scalers, the rewrite 2; ")

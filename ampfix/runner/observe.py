@@ -137,6 +137,7 @@ class Recorder:
         self.device_queries: dict[tuple[str, str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
+        self._apex_scaler_events: list[dict[str, Any]] = []  # the trace's loss scalers of apex's last initialize
         self.stopped_at_max_steps = False
 
     # -- the trace -------------------------------------------------------------------------
@@ -189,7 +190,18 @@ class Recorder:
         for (apex.amp's), shown, not compared."""
         extra = {"emulating": emulating} if emulating else {}
         self.grad_scalers.append({**arguments, **extra, "file": site.file, "line": site.line})
+        traced = len(self.trace)
         self._trace("grad_scaler", site=site, fields=dict(arguments))
+        if emulating and len(self.trace) > traced:
+            self._apex_scaler_events.append(self.trace[-1])
+
+    def apex_loss_scalers_replaced(self) -> None:
+        """apex's initialize called again: the loss scalers made before are replaced (apex kept one set, process-wide,
+        as sentence-transformers' loop over its objectives relied on). Their creation events are marked `replaced`:
+        verify counts the loss scalers still in use."""
+        for event in self._apex_scaler_events:
+            event["replaced"] = True
+        self._apex_scaler_events = []
 
     def scaler_called(self, name: str, what: str = "") -> None:
         self.scaler_calls[name] += 1
