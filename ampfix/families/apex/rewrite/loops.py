@@ -133,11 +133,19 @@ def _after(node: ast.AST, loop: ast.For) -> bool:
 def _dead_after(tree: _Tree, function: ast.AST, loop: ast.For, name: str, reason: str) -> None:
     """What the loop binds (its variable, initialize's names) is read after it only where a statement before the
     read, in a block holding it, binds the name again: the loop can go."""
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and _after(node, loop) \
-                and not _bound_before(tree, node, function, loop, lambda s: _binds(s, name)):
-            raise NotMechanical(reason + f"`{name}`, which the loop binds, is read on line {node.lineno} before "
-                                         "being bound again (the loop cannot go)")
+    read = _reads_unbound(tree, function, loop, name, lambda s: _binds(s, name))
+    if read:
+        raise NotMechanical(reason + f"`{name}`, which the loop binds, is read on line {read} before being bound "
+                                     "again (the loop cannot go)")
+
+
+def _reads_unbound(tree: _Tree, function: ast.AST, loop: ast.For, name: str,
+                   binds: Callable[[ast.stmt], bool]) -> int:
+    """The first line after the loop where `name` is read with no statement that `binds` it before (0: none)."""
+    lines = [node.lineno for node in ast.walk(function) if isinstance(node, ast.Name) and node.id == name
+             and isinstance(node.ctx, ast.Load) and _after(node, loop)
+             and not _bound_before(tree, node, function, loop, binds)]
+    return min(lines, default=0)
 
 
 def _binds(statement: ast.stmt, name: str) -> bool:
@@ -230,9 +238,8 @@ def _item_name(tree: _Tree, function: ast.AST, loop: ast.For, optimizers: str, r
     if other:
         raise NotMechanical(reason + f"`{name}` is bound otherwise than to an item of `{optimizers}` on "
                                      f"{_lines(other)}")
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load) and _after(node, loop) \
-                and not _bound_before(tree, node, function, loop, takes_an_item):
-            raise NotMechanical(reason + f"`{name}` is read on line {node.lineno} where no `{name} = "
-                                         f"{optimizers}[...]` before it in its block binds it")
+    read = _reads_unbound(tree, function, loop, name, takes_an_item)
+    if read:
+        raise NotMechanical(reason + f"`{name}` is read on line {read} where no `{name} = {optimizers}[...]` before "
+                                     "it in its block binds it")
     return name

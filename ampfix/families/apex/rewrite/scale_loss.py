@@ -198,9 +198,10 @@ def _no_clip_beside(rw: _Rewrite, guard: ast.If) -> None:
     every micro-step's backward, the step under `if (step + 1) % accumulation == 0:`)."""
     spans = [(first_line(s), _last_line(s)) for s in guard.body[1:]]
     if any(a <= use.ref.node.lineno <= b for use in rw.shape.clips for a, b in spans):
-        raise NotMechanical("clipping over master_params shares the scale_loss's `if` (it must come directly before "
-                            "the optimizer step, in an `if` of its own: after a micro-step's backward it would clip "
-                            "partial, scaled gradients, which a GradScaler cannot unscale twice before its update)")
+        raise NotMechanical("clipping over master_params shares the scale_loss's `if`, which the optimizer step "
+                            "does not directly follow (it must come right before the step: after a micro-step's "
+                            "backward it would clip partial, scaled gradients, which a GradScaler cannot unscale "
+                            "twice before its update)")
 
 
 def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call,

@@ -172,11 +172,10 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
-                  opt_name,
-                  enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
-                  optimizers, branch_flag, item_loop)
+                  opt_name, enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package,
+                  comments, device, dtype, newline, import_node, optional, import_statement_kept, condition,
+                  opt_level, scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition,
+                  in_init, optimizers, branch_flag, item_loop)
 
 
 def _not_binding_self(tree: _Tree, init: ast.Assign, function: ast.AST) -> None:
