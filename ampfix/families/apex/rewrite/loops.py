@@ -77,7 +77,8 @@ def _item_loop(tree: _Tree, init: ast.Assign, loop: ast.For, function: ast.AST) 
                                      "names")
     models, optimizers = str(lists[0]), str(lists[1])
     if loop.orelse or not _over_a_list(loop, (models, optimizers)):
-        raise NotMechanical(reason + f"the loop is not `for {index} in range(len({models})):` (no `else`)")
+        raise NotMechanical(reason + f"the loop is not `for {index} in range(len({models})):` (or of "
+                                     f"`{optimizers}`), with no `else`")
     stores = [_store(s, index) for s in loop.body[1:]]
     if loop.body[0] is not init or len(set(stores)) != len(stores) \
             or not set(stores) <= {(models, bound[0]), (optimizers, bound[1])}:
@@ -89,7 +90,13 @@ def _item_loop(tree: _Tree, init: ast.Assign, loop: ast.For, function: ast.AST) 
     for name in (index, *bound):
         _dead_after(tree, function, loop, name, reason)
     _list_kept(tree, function, loop, optimizers, reason)
-    return _ItemLoop(loop, optimizers, _item_name(tree, function, loop, optimizers, reason))
+    stepped = _item_name(tree, function, loop, optimizers, reason)
+    # a global (or a closure's) name is seen by other functions, which the checks here do not read
+    shared = sorted({n for node in ast.walk(function) if isinstance(node, (ast.Global, ast.Nonlocal))
+                     for n in node.names} & {index, *bound, optimizers, stepped})
+    if shared:
+        raise NotMechanical(reason + f"`{shared[0]}` is declared global or nonlocal in the function")
+    return _ItemLoop(loop, optimizers, stepped)
 
 
 def _list_item(given: ast.expr, index: str) -> str | None:
