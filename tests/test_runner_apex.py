@@ -328,8 +328,8 @@ def test_one_initialize_per_objective_is_one_grad_scaler_updated_after_each_step
     """sentence-transformers' loop (one initialize per objective, each objective stepping its own optimizer):
     ampfix's rewrite, one GradScaler made in place of the loop for every optimizer and an update after each step, is
     equivalent to apex, the overflow of objective 0 at step 1 included (its step skipped, objective 1 scaled by the
-    halved scale). apex made a loss scaler at each initialize, each replacing the one before: verify counts the one
-    still in use, as the rewrite's one."""
+    halved scale). apex made a loss scaler at each initialize, each replacing the one before, before any scale_loss:
+    verify counts the one that served, as the rewrite's one."""
     report = objectives_verify.report
     assert objectives_verify.returncode == 0, objectives_verify.stderr
     assert report["equivalent"] is True and report["first_difference"] is None

@@ -239,6 +239,7 @@ class AmpState:
             return
         optimizers = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
         scaler = self.loss_scalers[loss_id]
+        self.recorder.apex_loss_scalers_used()
         scale = scaler.loss_scale()
         if not scaler.dynamic and scale == 1.0:
             self.recorder.scaler_called("scale", "disabled")
