@@ -115,7 +115,7 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/several_optimizers_clipped_before_steps",
                 "unsafe_fixes/apex_several_optimizers_losses", "apex/flag_set_after_initialize",
                 "apex/flag_set_after_initialize_in_function", "apex/condition_config_key",
-                "apex/trainer_setup_method_condition",
+                "apex/trainer_setup_method_condition", "apex/initialize_in_a_loop", "apex/condition_scale_and_clip",
                 "roots/star_import_torch"}
 
 

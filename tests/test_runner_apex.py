@@ -22,6 +22,8 @@ JOBS: dict[str, list[str]] = {
     "apex_thread_run": ["run", "apex_thread.py"],
     "apex_restore_run": ["run", "apex_restore.py"],
     "objectives_verify": ["verify", "apex_objectives.py", "--rewritten", "apex_objectives.native.py"],
+    "objectives_off_verify": ["verify", "apex_objectives.py", "--rewritten", "apex_objectives.native.py", "--",
+                              "--fp16", "0"],
     "objectives_per_iteration_verify": ["verify", "apex_objectives.py", "--rewritten",
                                         "apex_objectives.update_per_iteration.py"],
     "yolo_verify": ["verify", "apex_yolo.py", "--rewritten", "apex_yolo.native.py"],
@@ -323,18 +325,31 @@ def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimi
 
 
 def test_one_initialize_per_objective_is_one_grad_scaler_updated_after_each_step(objectives_verify: Job) -> None:
-    """sentence-transformers' loop (one initialize per objective, each objective stepping its own optimizer), by
-    hand, since ampfix reports it: one GradScaler for every optimizer and an update after each step is equivalent to
-    apex, the overflow of objective 0 at step 1 included (its step skipped, objective 1 scaled by the halved scale).
-    The twin makes a scaler per objective, the last kept, as apex did: verify counts the loss scalers made, and apex
-    made one per initialize (one made before the loop reads as "the original has 2 loss scalers, the rewrite 1")."""
+    """sentence-transformers' loop (one initialize per objective, each objective stepping its own optimizer):
+    ampfix's rewrite, one GradScaler made in place of the loop for every optimizer and an update after each step, is
+    equivalent to apex, the overflow of objective 0 at step 1 included (its step skipped, objective 1 scaled by the
+    halved scale). apex made a loss scaler at each initialize, each replacing the one before, before any scale_loss:
+    verify counts the one that served, as the rewrite's one."""
     report = objectives_verify.report
     assert objectives_verify.returncode == 0, objectives_verify.stderr
     assert report["equivalent"] is True and report["first_difference"] is None
     original, rewritten = report["original"], report["rewritten"]
+    assert len(original["grad_scalers"]) == 2 and len(rewritten["grad_scalers"]) == 1
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 5
     assert rewritten["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 1}
+
+
+def test_the_objectives_with_the_flag_off_differ_only_by_the_disabled_scaler(objectives_off_verify: Job) -> None:
+    """`--fp16 0`: apex was never imported, the `if fp16:` kept around the backward and the clipping takes its
+    `else`, the rewrite's disabled GradScaler passes the steps through: only that object differs."""
+    report = objectives_off_verify.report
+    assert report["equivalent"] is False
+    assert "enabled=False) at apex_objectives.native.py:24" in report["first_difference"]
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 6
 
 
 def test_one_update_per_iteration_of_the_objectives_is_not_equivalent(objectives_per_iteration_verify: Job) -> None:

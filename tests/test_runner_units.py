@@ -509,3 +509,26 @@ def test_a_native_grad_scaler_is_shown_in_its_own_terms() -> None:
     shown = _rendered(_report(process))
     assert "\nGradScaler calls scale 3 · unscale_ 0 · step 3 · update 3 · skipped steps 0\n" in shown
     assert "apex.amp" not in shown
+
+
+def test_apex_loss_scalers_replaced_before_any_use_are_not_counted() -> None:
+    """sentence-transformers' loop: an initialize per objective, each making the loss scaler that replaces the one
+    before (apex kept one set, process-wide), before any scale_loss. Those replaced unused are marked in the trace,
+    and verify compares the one that served with the rewrite's one GradScaler; a rewrite with two would differ. A
+    loss scaler used before it is replaced (torchdistill's initialize per stage) is counted."""
+    recorder = Recorder("main")
+    arguments = {"device": "cuda", "init_scale": 65536.0}
+    for _ in range(2):
+        recorder.apex_loss_scalers_replaced()
+        recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    recorder.apex_loss_scalers_used()
+    recorder.apex_loss_scalers_replaced()
+    recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    assert [event.get("replaced_unused") for event in recorder.trace] == [True, None, None]
+    emulated = [{"feature": "apex.amp O1", "file": "/x/train.py", "line": 7, "count": 3}]
+    rest = [_event(0, "loss", (0.5).hex()), _event(1, "optimizer_step", "1")]
+    original = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
+    native = _event(0, "grad_scaler", **arguments)
+    assert compare.first_difference(original, _report(_process(trace=[native, native, *rest]))) is None
+    assert compare.first_difference(original, _report(_process(trace=[native, *rest]))).startswith(
+        "loss scaling: the original has 2 loss scalers, the rewrite 1; ")

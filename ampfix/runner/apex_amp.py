@@ -149,6 +149,8 @@ class AmpState:
             loss_scale = "dynamic" if opt_level == "O1" else 1.0
         models_out, optimizers_out = _shapes(models, optimizers)
         self._process(optimizers_out)
+        if self.loss_scalers:
+            self.recorder.apex_loss_scalers_replaced()
         self.loss_scalers = [LossScaler(loss_scale, min_loss_scale, max_loss_scale) for _ in range(num_losses)]
         self._record_loss_scales()
         description = "float16 autocast from initialize on" if patch else "float32"
@@ -237,6 +239,7 @@ class AmpState:
             return
         optimizers = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
         scaler = self.loss_scalers[loss_id]
+        self.recorder.apex_loss_scalers_used()
         scale = scaler.loss_scale()
         if not scaler.dynamic and scale == 1.0:
             self.recorder.scaler_called("scale", "disabled")

@@ -12,7 +12,8 @@ together, as one multiset without step numbers.
 When one side ran apex.amp through the runner's emulation, the two sides cannot open the same
 autocast regions (apex's O1 is one region from ``initialize`` on) nor call the scaler at the same
 moments (apex unscales and updates inside ``scale_loss``). What is compared then is what those
-choices produce: the loss scalers' arguments (apex's defaults are a GradScaler's), and per
+choices produce: the loss scalers' arguments (apex's defaults are a GradScaler's; not those of apex's loss
+scalers that a later initialize replaced before any scale_loss used them), and per
 optimizer step each top-level model call with the autocast it ran under, each loss given to
 backward (bit for bit) with the loss scale it was multiplied by, clipping and whether the gradients
 it clipped were still scaled, optimizer steps taken or skipped, the scaler state saved and loaded.
@@ -131,7 +132,9 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
-    scalers = [[event for event in trace if event["kind"] == SCALER_CREATION] for trace in (original, rewritten)]
+    # apex's loss scalers a later initialize replaced before any scale_loss used them are not counted (observe)
+    scalers = [[event for event in trace if event["kind"] == SCALER_CREATION and not event.get("replaced_unused")]
+               for trace in (original, rewritten)]
     if Counter(map(_content, scalers[0])) != Counter(map(_content, scalers[1])):
         return _scaler_difference(*scalers)
     return _trace_difference(*(_apex_comparable(trace) for trace in (original, rewritten)))

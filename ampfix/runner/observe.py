@@ -137,6 +137,8 @@ class Recorder:
         self.device_queries: dict[tuple[str, str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
+        # the trace's loss scalers of apex's last initialize, while no scale_loss has used them
+        self._apex_unused_scalers: list[dict[str, Any]] = []
         self.stopped_at_max_steps = False
 
     # -- the trace -------------------------------------------------------------------------
@@ -189,7 +191,24 @@ class Recorder:
         for (apex.amp's), shown, not compared."""
         extra = {"emulating": emulating} if emulating else {}
         self.grad_scalers.append({**arguments, **extra, "file": site.file, "line": site.line})
+        traced = len(self.trace)
         self._trace("grad_scaler", site=site, fields=dict(arguments))
+        if emulating and len(self.trace) > traced:
+            self._apex_unused_scalers.append(self.trace[-1])
+
+    def apex_loss_scalers_used(self) -> None:
+        """A scale_loss ran on the loss scalers of apex's last initialize."""
+        self._apex_unused_scalers = []
+
+    def apex_loss_scalers_replaced(self) -> None:
+        """apex's initialize called again: the loss scalers made before are replaced (apex kept one set,
+        process-wide). Those no scale_loss used (sentence-transformers' loop, an initialize per objective before the
+        training loop) are marked `replaced_unused`: verify does not count them, the last one serving every
+        optimizer. Those used before (torchdistill's initialize per stage) are counted, as the rewrite's scaler per
+        stage is."""
+        for event in self._apex_unused_scalers:
+            event["replaced_unused"] = True
+        self._apex_unused_scalers = []
 
     def scaler_called(self, name: str, what: str = "") -> None:
         self.scaler_calls[name] += 1

@@ -12,7 +12,7 @@ from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNC
 from ampfix.syntax.bindings import Scope
 
 
-def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: ast.expr | None,
+def _initialize_guard(tree: _Tree, init: ast.stmt, init_use: AmpUse, enabled: ast.expr | None,
                       optional: OptionalImport | None, checks: _ApexChecks
                       ) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None]:
     """`if flag: model, optimizer = amp.initialize(...)`: the flag says whether apex imported, so it goes to
@@ -43,7 +43,7 @@ def _initialize_guard(tree: _Tree, init: ast.Assign, init_use: AmpUse, enabled: 
     return guard, guard.test, (guard.test.id,), None
 
 
-def _branch_flag(guard: ast.If, init: ast.Assign) -> ast.expr | None:
+def _branch_flag(guard: ast.If, init: ast.stmt) -> ast.expr | None:
     """`if TEST: [if T: raise ...]; initialize; FLAG = True` (torchdistill's set-up: any TEST, checks that only
     raise before initialize, no `else`), FLAG a name or `self.attribute`: after the `if`, FLAG says whether initialize
     ran, where it was False before (`_flag_assignments` checks that), so it is the scaler's `enabled=` and the
@@ -202,7 +202,7 @@ def _local_import_statement(tree: _Tree, import_node: ast.ImportFrom) -> ast.stm
     return import_node
 
 
-def _local_guard(tree: _Tree, init: ast.Assign, import_statement: ast.stmt, enabled: ast.expr | None,
+def _local_guard(tree: _Tree, init: ast.stmt, import_statement: ast.stmt, enabled: ast.expr | None,
                  checks: _ApexChecks) -> tuple[ast.stmt, ast.expr | None, ast.expr | None]:
     """`if COND: [from apex import amp]; model, optimizer = amp.initialize(...)` (COND a name or an attribute
     chain; checks that apex is there may come first, `checks`): COND goes to `enabled=` of the scaler and of

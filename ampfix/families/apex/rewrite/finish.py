@@ -65,6 +65,9 @@ def _initialize_message(rw: _Rewrite) -> None:
         f"`{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`"
         + (f", made after the `if` on line {shape.init_statement.lineno}, where `{tree.text(shape.branch_flag)}` says "
            "whether initialize ran" if shape.branch_flag is not None else "")
+        + (f", made once in place of the loop on line {shape.item_loop.loop.lineno} that gave initialize each item of "
+           f"`{shape.item_loop.optimizers}` (apex's last loss scaler served every optimizer; O1 returned the objects "
+           f"it was given); every `{opt_name}` stepped is one of them" if shape.item_loop is not None else "")
         + f"; {steps}"
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")

@@ -22,7 +22,8 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     _whole_lines_only(rw, statement)
     indent = rw.tree.indent(statement.lineno)
     created = f"{indent}{rw.shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args}){shape.newline}"
-    if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
+    # a loop over list items goes whole: what it bound is dead after it (`_initialize_loop`)
+    if shape.item_loop is None and (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
         rebound = f"{rw.tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{shape.newline}"
         if shape.condition is not None and statement is not shape.init:  # bound where initialize bound them
             created += f"{indent}if {rw.tree.text(shape.condition)}:{shape.newline}{indent}    {rebound}"

@@ -30,10 +30,11 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     assert isinstance(with_node, ast.With)  # _scale_loss_arguments: the single item of a `with`
     # `if flag: with amp.scale_loss(...) ... else: loss.backward()`: both branches become the scaler's (a
     # disabled scaler's scale() returns the loss as it is)
-    guard = _flag_guard(rw, use, with_node, loss, backward)
+    kept_if = _kept_clip_pair(rw, with_node)
+    guard = _flag_guard(rw, use, with_node, loss, backward) if kept_if is None else None
     statement = guard if guard is not None else with_node
-    rw.backward_statements.append(statement)
-    block, position = tree.block_of(statement)
+    rw.backward_statements.append(kept_if or statement)
+    block, position = tree.block_of(kept_if or statement)  # a kept `if`: its forward pass is before it
     # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
     begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
                                   if shape.init_statement in block else 0)
@@ -68,6 +69,9 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
               f"`{shape.scaler}.scale(...).backward(...)` (where the scaler is disabled, scale() returns the loss as "
               "it is)" if guard is not None
               else f"`{amp}.scale_loss(...)` -> `{shape.scaler}.scale(...).backward(...)`")
+    if kept_if is not None:
+        before += (f" in the `if` on line {kept_if.lineno}, kept with its `else` (where the scaler is disabled): it "
+                   "clips right before the step")
     rw.messages[id(use.ref)] = f"{before}{where}"
 
 
@@ -89,6 +93,23 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
     _plain_backward_else(guard, with_node, loss, backward)
     rw.flags.append(guard.test.id)
     return guard
+
+
+def _kept_clip_pair(rw: _Rewrite, with_node: ast.With) -> ast.If | None:
+    """`if COND: with amp.scale_loss(...) ...; clip(amp.master_params(opt), n)` / `else: ...`, the `if` directly
+    followed by the step (sentence-transformers' `fit`): the `if` stays, the scale_loss rewritten in it, its `else`
+    as it is (it runs where the scaler is disabled); the clipping comes right before the step of the same
+    iteration, so `unscale_` may go before it (`_rewrite_clipping`). In an accumulation (the step under an `if` of
+    its own, simpletransformers' experimental model) the clipping is in the micro-steps: None, reported."""
+    tree = rw.tree
+    guard = tree.parent(with_node)
+    clips = {id(use.ref.node) for use in rw.shape.clips}
+    if not (_tests_condition(rw, guard) and isinstance(guard, ast.If) and len(guard.body) == 2
+            and guard.body[0] is with_node and any(id(n) in clips for n in ast.walk(guard.body[1]))):
+        return None
+    block, position = tree.block_of(guard)
+    following = block[position + 1] if position + 1 < len(block) else None
+    return guard if any(following is step for step in rw.steps) else None
 
 
 def _loss_from_caller(rw: _Rewrite, block: list[ast.stmt], loss: ast.expr) -> bool:
@@ -177,9 +198,10 @@ def _no_clip_beside(rw: _Rewrite, guard: ast.If) -> None:
     every micro-step's backward, the step under `if (step + 1) % accumulation == 0:`)."""
     spans = [(first_line(s), _last_line(s)) for s in guard.body[1:]]
     if any(a <= use.ref.node.lineno <= b for use in rw.shape.clips for a, b in spans):
-        raise NotMechanical("clipping over master_params shares the scale_loss's `if` (it must come directly before "
-                            "the optimizer step, in an `if` of its own: after a micro-step's backward it would clip "
-                            "partial, scaled gradients, which a GradScaler cannot unscale twice before its update)")
+        raise NotMechanical("clipping over master_params shares the scale_loss's `if`, which the optimizer step "
+                            "does not directly follow (it must come right before the step: after a micro-step's "
+                            "backward it would clip partial, scaled gradients, which a GradScaler cannot unscale "
+                            "twice before its update)")
 
 
 def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, backward: ast.Call,

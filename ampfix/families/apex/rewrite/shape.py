@@ -15,6 +15,7 @@ from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, 
                                                      _local_guard, _local_import_statement, _stable,
                                                      _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
+from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
@@ -72,6 +73,8 @@ class _Shape:
     optimizers: tuple[str, ...] = ()
     # `if TEST: initialize; FLAG = True` (FLAG False before the `if`): the flag, the scaler made after the `if`
     branch_flag: ast.expr | None = None
+    # initialize in a loop over list items (`_initialize_loop`): the loop, the list, the name the steps go through
+    item_loop: _ItemLoop | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -103,8 +106,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     init = tree.parent(init_call)
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
-    _not_in_a_loop(tree, init)
-    model, optimizer, enabled = _initialize_arguments(init_call)
+    item_loop = _initialize_loop(tree, init)  # one call per list item: the loop becomes the scaler
+    site = init if item_loop is None else item_loop.loop
+    model, optimizer, enabled = _initialize_arguments(init_call, item_loop is not None)
     opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
     conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
     local = optional is None and import_node not in tree.engine.tree.body and conditional is None
@@ -115,9 +119,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     flags: tuple[str, ...] = ()
     import_statement_kept: ast.stmt | None = import_statement
     if conditional is not None:
-        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
     elif local:
-        init_statement, enabled, condition = _local_guard(tree, init, import_statement, enabled, checks)
+        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
         if tree.parent(import_statement) is init_statement:
             import_statement_kept = None  # it goes with initialize's `if`
         elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
@@ -126,7 +130,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
                                 "nor in the `if` that guards initialize")
     else:
-        init_statement, enabled, flags, condition = _initialize_guard(tree, init, init_use, enabled, optional,
+        init_statement, enabled, flags, condition = _initialize_guard(tree, site, init_use, enabled, optional,
                                                                       checks)
         import_statement_kept = import_statement
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
@@ -138,7 +142,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
     if self_name is None:
         _not_binding_self(tree, init, function)
-    model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name)
+    model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name, item_loop)
     tests = _availability_tests(availability, amp, optional)
     own_uses = [u for u in uses if not any(u is a for a in availability)]
     method_condition = None
@@ -152,9 +156,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     else:
         methods = _methods_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
     scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
-    if optimizers and methods:
+    if (optimizers or item_loop) and methods:
         raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
-    torch_bound = _names_usable(init_use.ref.scope, init, optimizers or (opt_name,), scaler)
+    torch_bound = _names_usable(init_use.ref.scope, init, optimizers or ((opt_name,) if not item_loop else ()), scaler)
     if local and not torch_bound:
         raise NotMechanical("torch is not imported where the local `from apex import amp` is")
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
@@ -168,11 +172,10 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     ending = tree.lines[init.lineno - 1]
     newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
-                  opt_name,
-                  enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package, comments,
-                  device, dtype, newline, import_node, optional, import_statement_kept, condition, opt_level,
-                  scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition, in_init,
-                  optimizers, branch_flag)
+                  opt_name, enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package,
+                  comments, device, dtype, newline, import_node, optional, import_statement_kept, condition,
+                  opt_level, scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition,
+                  in_init, optimizers, branch_flag, item_loop)
 
 
 def _not_binding_self(tree: _Tree, init: ast.Assign, function: ast.AST) -> None:
@@ -323,39 +326,6 @@ def _same_object(tree: _Tree, first: ast.Call, bound: ast.expr, again: ast.Call,
                    for n in ast.walk(tree.engine.tree))
 
 
-def _not_in_a_loop(tree: _Tree, init: ast.Assign) -> None:
-    """initialize runs once, where the scaler is made. In a loop over list items (sentence-transformers' `fit`, one
-    call per training objective on `loss_models[i]`, `optimizers[i]`) apex made a new loss scaler at each call, the
-    last one serving every optimizer, which is one GradScaler made before the loop; but the optimizers it must step
-    are then list items, which the steps cannot be tied to by name. (Given the same optimizer at each iteration,
-    apex refused it from the second on.)"""
-    function = tree.function_of(init)
-    node: ast.AST | None = init
-    while node is not None and node is not function:
-        parent = tree.parent(node)
-        if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and any(node is s for s in parent.body):
-            reason = f"initialize is called in a loop (line {parent.lineno}), once per iteration"
-            if not _per_item(init, parent):
-                raise NotMechanical(f"{reason}: a scaler is created once, in one place")
-            raise NotMechanical(
-                f"{reason}: apex made a new loss scaler at each call, the last one serving every optimizer, which is "
-                "one GradScaler made once, before the loop; the optimizers it steps are then what the loop gave "
-                "initialize, not names the steps can be tied to (by hand: that one scaler, "
-                "`scaler.scale(loss).backward()`, `scaler.unscale_(optimizer)` before clipping, then "
-                "`scaler.step(optimizer)` and `scaler.update()` after each step, as apex updated its scale at each "
-                "scale_loss)")
-        node = parent
-
-
-def _per_item(init: ast.Assign, loop: ast.stmt) -> bool:
-    """initialize is given a list item picked by the `for` loop's own variable (`optimizers[train_idx]`)."""
-    call = init.value
-    given = call.args[1] if isinstance(call, ast.Call) and len(call.args) > 1 else None
-    return (isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name)
-            and isinstance(given, ast.Subscript) and isinstance(given.slice, ast.Name)
-            and given.slice.id == loop.target.id)
-
-
 def _availability_tests(availability: list[AmpUse], amp: str,
                         optional: OptionalImport | None) -> list[tuple[AmpUse, ast.Compare]]:
     """Each use of apex.amp itself with its `amp is not None` (that becomes True: torch.amp, which replaces
@@ -385,9 +355,11 @@ def _bound_names(target: ast.expr, self_name: str | None = None) -> tuple[str, s
 
 
 def _bound_targets(init: ast.Assign, model: ast.expr, optimizer: ast.expr, function: ast.AST,
-                   self_name: str | None) -> tuple[str, str, tuple[str, ...]]:
+                   self_name: str | None, item_loop: _ItemLoop | None = None) -> tuple[str, str, tuple[str, ...]]:
     """The model's and the optimizer's targets as initialize binds them (texts), and the optimizers' names where
-    it is given a list of them."""
+    it is given a list of them; in a loop over list items, the optimizer is the name the steps go through."""
+    if item_loop is not None:
+        return _bound_names(init.targets[0])[0], item_loop.opt_name, ()
     if not any(isinstance(given, (ast.List, ast.Tuple)) for given in (model, optimizer)):
         return (*_bound_names(init.targets[0], self_name), ())
     if self_name is not None:
@@ -477,11 +449,12 @@ def _call_of(use: AmpUse) -> ast.Call:
     return call
 
 
-def _initialize_arguments(call: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr | None]:
-    """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`."""
+def _initialize_arguments(call: ast.Call, items: bool = False) -> tuple[ast.expr, ast.expr, ast.expr | None]:
+    """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`; `items`:
+    list items in a loop, checked there (`_initialize_loop`)."""
     model, optimizer = call.args if len(call.args) == 2 else (None, None)
-    if not (model is not None and (_chain(model) or _chains(model))
-            and optimizer is not None and (_chain(optimizer) or _chains(optimizer, names=True))):
+    if not (model is not None and (_chain(model) or _chains(model) or items)
+            and optimizer is not None and (_chain(optimizer) or _chains(optimizer, names=True) or items)):
         raise NotMechanical("initialize is not given its models and optimizers by name (one each, or a list of "
                             "names)")
     enabled = None
