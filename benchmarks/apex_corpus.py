@@ -151,7 +151,7 @@ def measure(path: Path, rel: str, result: Result) -> None:
         else:
             why = _why_left(fixed.findings)
             result.reasons[mode][why] += 1
-            result.details.append(f"left {rel} ({mode}): {why}")
+            result.details.append(f"left {rel} ({mode}{'' if whole else ', half a set-up'}): {why}")
 
 
 def measure_tree(name: str, tree: Path) -> Result:
