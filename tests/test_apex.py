@@ -222,6 +222,11 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "enabled=bool(self.use_amp))` (an unsafe fix exists: --unsafe-fixes)"),
     ("trainer_imports_in_each_method", "AMP101",
      "not rewritten: torch is not imported where the local `from apex import amp` is"),
+    # the `import torch` the rewrite adds would bind a `torch` that a deprecated name is read through
+    ("o1_torch_read_unbound", "AMP101",
+     "not rewritten: `torch` is bound to nothing here, yet `torch.cuda.amp.autocast` is read through it on line 9 (a "
+     "star import's?): the `import torch` this rewrite adds would bind it, and the next run would rewrite that too "
+     "(by hand: import torch, then run ampfix again)"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "

@@ -86,7 +86,8 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
-        parallel = _plan_parallel(analysis, uses)
+        parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
+                                  else None)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
@@ -243,15 +244,17 @@ def _handover(analysis: ApexModule, node: ast.ImportFrom, groups: list[tuple[ast
     return link.reason(opt_level, loss, optimizer)
 
 
-def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> dict[int, str] | str:
+def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]],
+                   torch_imported_at: int | None) -> dict[int, str] | str:
     """AMP110/AMP111 (`ampfix.families.apex.parallel`), where every apex.parallel use is one of theirs: the message
-    of each use by id() of its ref, or why nothing is rewritten (each use is then reported, with it)."""
+    of each use by id() of its ref, or why nothing is rewritten (each use is then reported, with it).
+    `torch_imported_at`: the line where the apex.amp rewrite, made beside it, imports torch."""
     parallel = [(ref, rule, full) for ref, _, full, rule in uses
                 if full == "apex.parallel" or full.startswith("apex.parallel.")]
     if not parallel:
         return {}
     held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, rule, _ in parallel])
-    return held or plan_parallel(analysis, [(ref, full) for ref, _, full in parallel])
+    return held or plan_parallel(analysis, [(ref, full) for ref, _, full in parallel], torch_imported_at)
 
 
 def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:

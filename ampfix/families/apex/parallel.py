@@ -2,7 +2,8 @@
 
 Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
 uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
-own, no comment on them) and called directly; `torch` is imported at module level; each call passes only what
+own, no comment on them) and called directly; `torch` is imported at module level (or by the apex.amp rewrite made
+beside it, before the module-level uses); each call passes only what
 means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
 one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
 `X.local_rank` read in the call's scope where `X` is seen from the call; without one it is reported. The imports
@@ -20,11 +21,14 @@ from ampfix.families.apex.rewrite import Engine, NotMechanical, engine_of
 from ampfix.syntax.bindings import ChainRef
 
 
-def plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, str]]) -> dict[int, str] | str:
-    """The message of each use (id() of its ref) and of each import removed (id() of the statement), or why not."""
+def plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, str]],
+                  torch_imported_at: int | None = None) -> dict[int, str] | str:
+    """The message of each use (id() of its ref) and of each import removed (id() of the statement), or why not.
+    `torch_imported_at`: the line where the apex.amp rewrite made in the same pass imports torch at module level
+    (torch is then imported by its own name, as the next run would find)."""
     engine = engine_of(analysis)
     try:
-        splices, messages = _plan(engine, uses)
+        splices, messages = _plan(engine, uses, torch_imported_at)
     except NotMechanical as reason:
         return str(reason)
     engine.add_splices(splices)
@@ -34,10 +38,13 @@ def plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, str]]) -> dic
 Splices = list[tuple[int, int, str]]
 
 
-def _plan(engine: Engine, uses: list[tuple[ChainRef, str]]) -> tuple[Splices, dict[int, str]]:
+def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
+          torch_imported_at: int | None) -> tuple[Splices, dict[int, str]]:
     index, tree = engine.index, engine.tree
     _, torch_bindings = engine.module_scope.lookup(rules.NATIVE.package)
-    if not torch_bindings or not all(b.kind == "import" and b.qname == rules.NATIVE.package for b in torch_bindings):
+    imported = bool(torch_bindings) or torch_imported_at is not None and all(
+        ref.node.lineno > torch_imported_at for ref, _ in uses if ref.scope is engine.module_scope)
+    if not imported or not all(b.kind == "import" and b.qname == rules.NATIVE.package for b in torch_bindings):
         raise NotMechanical("the module does not import torch by its own name")
     splices: Splices = []
     messages: dict[int, str] = {}

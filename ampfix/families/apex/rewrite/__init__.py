@@ -68,6 +68,7 @@ class Rewritten:
     messages: dict[int, str]
     unsafe: bool
     splices: tuple[tuple[int, int, str], ...] = ()  # what it edits, where the caller commits it (commit_rewrites)
+    torch_imported_at: int | None = None  # the line of the module-level statement that becomes `import torch`
 
 
 class UnsafeOnly(str):
@@ -106,7 +107,7 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     _initialize_message(rewrite)
     if commit:
         engine.add_splices(rewrite.splices)
-    return Rewritten(rewrite.messages, unsafe, tuple(rewrite.splices))
+    return Rewritten(rewrite.messages, unsafe, tuple(rewrite.splices), rewrite.torch_imported_at)
 
 
 def commit_rewrites(analysis: ApexModule, rewrites: list[Rewritten]) -> Rewritten | str:

@@ -40,6 +40,20 @@ class _Engine:
     def resolve(self, node: ast.expr, scope: Scope) -> str | None:
         return self._analysis.resolve_value(node, scope)
 
+    def unbound_deprecated_read(self, package: str) -> tuple[int, str] | None:
+        """The first read of one of the family's deprecated names through `package` where that name is bound to
+        nothing and no other planner edits it (they do where a star import may bind it): its line and dotted name,
+        or None. An `import torch` the rewrite adds binds it, and the next run would rewrite it: not idempotent."""
+        family = self._analysis.family
+        edited = self.edit_spans()
+        for ref in self._analysis.walker.chains:
+            if ref.parts[0] == package and len(ref.parts) > 1 and not ref.scope.lookup(package)[1]:
+                dotted = ".".join(ref.parts)
+                start, end = self.index.span(ref.node)
+                if family.deprecated_root(dotted) is not None and not any(a < end and start < b for a, b in edited):
+                    return ref.node.lineno, dotted
+        return None
+
     def free_name(self, base: str) -> str:
         return free_name(self.tree, base)
 

@@ -32,17 +32,25 @@ def _rewrite_availability_tests(rw: _Rewrite) -> None:
 
 def _raises_alone(rw: _Rewrite, test: ast.Compare) -> bool:
     """`if amp is None: raise ...` (apex missing was an error), no `else`, on lines of its own without comments,
-    with other statements in its block (removed, the block is not left empty)."""
+    with a statement in its block that is not such a check (removed, the checks do not leave the block empty)."""
     guard = rw.tree.parent(test)
-    if not (isinstance(guard, ast.If) and guard.test is test and not guard.orelse
-            and all(isinstance(s, ast.Raise) for s in guard.body)):
+    if not _raise_check(rw, guard, test):
         return False
+    assert isinstance(guard, ast.If)  # _raise_check
     block, _ = rw.tree.block_of(guard)
     try:
         _whole_lines_only(rw, guard)
     except NotMechanical:
         return False
-    return len(block) > 1
+    tests = {id(t) for _, t in rw.shape.availability}
+    return any(not (isinstance(s, ast.If) and id(s.test) in tests and _raise_check(rw, s, s.test)) for s in block)
+
+
+def _raise_check(rw: _Rewrite, guard: ast.AST | None, test: ast.expr) -> bool:
+    """`guard` is `if <test>: raise ...`, no `else`, `test` an `amp is None` of the rewrite."""
+    return (isinstance(guard, ast.If) and guard.test is test and isinstance(test, ast.Compare)
+            and isinstance(test.ops[0], ast.Is) and not guard.orelse
+            and all(isinstance(s, ast.Raise) for s in guard.body))
 
 
 def _rewrite_import(rw: _Rewrite) -> None:
@@ -69,6 +77,8 @@ def _rewrite_import(rw: _Rewrite) -> None:
         rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
                                                                       bool(kept_comments))
     rw.splices.append((index.line_start(removed.lineno), index.line_end(_last_line(removed)), replacement))
+    if not shape.torch_bound and any(removed is top for top in rw.tree.engine.tree.body):
+        rw.torch_imported_at = removed.lineno
 
 
 def _rewrite_method_imports(rw: _Rewrite) -> None:

@@ -159,8 +159,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     if (optimizers or item_loop) and methods:
         raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
     torch_bound = _names_usable(init_use.ref.scope, init, optimizers or ((opt_name,) if not item_loop else ()), scaler)
-    if local and not torch_bound:
-        raise NotMechanical("torch is not imported where the local `from apex import amp` is")
+    if not torch_bound:
+        _torch_importable(tree, local)
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
         _stable(condition, function, condition.lineno)
         if isinstance(condition, ast.Subscript):
@@ -427,6 +427,20 @@ def _names_usable(scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], sc
             if binding.line > init.lineno:
                 raise NotMechanical("the optimizer is rebound after initialize")
     return bool(torch_bindings)
+
+
+def _torch_importable(tree: _Tree, local: bool) -> None:
+    """Where torch is not bound, the rewrite adds `import torch` (not beside a local apex import), binding no `torch`
+    a deprecated name is read through (with no star import to read it as torch's, torch's rules leave it): the next
+    run would rewrite that read, and a rewrite is idempotent."""
+    if local:
+        raise NotMechanical("torch is not imported where the local `from apex import amp` is")
+    unbound = tree.engine.unbound_deprecated_read(_NATIVE.package)
+    if unbound is not None:
+        raise NotMechanical(f"`{_NATIVE.package}` is bound to nothing here, yet `{unbound[1]}` is read through it on "
+                            f"line {unbound[0]} (a star import's?): the `import {_NATIVE.package}` this rewrite adds "
+                            "would bind it, and the next run would rewrite that too (by hand: import torch, then run "
+                            "ampfix again)")
 
 
 def _device_and_dtype(engine: _Engine) -> tuple[str, str]:

@@ -32,6 +32,7 @@ class _Rewrite:
     evaluation: list[ast.With] = field(default_factory=list)  # the `no_grad` blocks given the autocast
     unsafe_notes: list[str] = field(default_factory=list)  # what changes beyond O1's meaning (--unsafe-fixes)
     no_forward: list[str] = field(default_factory=list)  # the methods whose scale_loss has no forward pass before it
+    torch_imported_at: int | None = None  # the line of the module-level statement that becomes `import torch`
 
     def __post_init__(self) -> None:
         self.flags.extend(self.shape.flags)
