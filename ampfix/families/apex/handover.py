@@ -14,8 +14,6 @@ import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-
 
 @dataclass(frozen=True)
 class Handover:
