@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.families.apex.optional import OptionalImport, flag_reason
-from ampfix.families.apex.rewrite.tree import _Tree, _chain
+from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _chain, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNCTIONS
 from ampfix.syntax.bindings import Scope
 
@@ -80,9 +80,7 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: as
     allowed = {id(set_true.targets[0])} | {id(target) for s in resets if isinstance(s, ast.Assign)
                                            for target in s.targets}
     if isinstance(flag, ast.Name):
-        nodes = [n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == flag.id
-                 and not isinstance(n.ctx, ast.Load)]
-        others = [n.lineno for n in nodes if id(n) not in allowed]
+        others = [n.lineno for n in _name_stores(function, flag.id) if id(n) not in allowed]
         declared = any(_binds_otherwise(n, flag.id) for n in ast.walk(function))
         if others or declared or not isinstance(function, _FUNCTIONS):
             raise NotMechanical(f"the flag `{flag.id}` set True after initialize is bound otherwise too"
@@ -104,19 +102,6 @@ def _flag_assignments(tree: _Tree, flag: ast.expr, guard: ast.stmt, function: as
                             "too (the scaler and the methods' test would disagree)")
 
 
-def _binds_otherwise(node: ast.AST, name: str) -> bool:
-    """`node` binds `name` other than as a name node: `global`/`nonlocal`, an import, a def or class, `except ... as`,
-    a match pattern."""
-    if isinstance(node, (ast.Global, ast.Nonlocal)):
-        return name in node.names
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return any((alias.asname or alias.name.partition(".")[0]) == name for alias in node.names)
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
-                         ast.MatchStar)):
-        return node.name == name
-    return isinstance(node, ast.MatchMapping) and node.rest == name
-
-
 def _assigns(statement: ast.AST | None, target: ast.expr, *values: object) -> bool:
     """`statement` is `TARGET = <constant>` (one target, the same spelling), the constant one of `values`."""
     return isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
@@ -134,9 +119,7 @@ def _parameter_chain(test: ast.expr, function: ast.AST) -> bool:
     assert isinstance(root, ast.Name)
     arguments = function.args
     parameters = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
-    stored = any(isinstance(node, ast.Name) and node.id == root.id and not isinstance(node.ctx, ast.Load)
-                 for node in ast.walk(function))
-    return root.id in parameters and not stored
+    return root.id in parameters and not _name_stores(function, root.id)
 
 
 def conditional_import(module: ast.Module, import_node: ast.ImportFrom) -> ast.If | None:

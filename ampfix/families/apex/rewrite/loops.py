@@ -18,7 +18,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ampfix.families.apex.rewrite.tree import _Tree, _last_line
+from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _last_line, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _SCOPES, _lines
 
 
@@ -127,10 +127,8 @@ def _store(statement: ast.stmt, index: str) -> tuple[str, str] | None:
 
 
 def _bound_anywhere(tree: _Tree, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)
-               or isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
-               or isinstance(n, ast.alias) and (n.asname or n.name) == name
-               for n in ast.walk(tree.engine.tree))
+    module = tree.engine.tree
+    return bool(_name_stores(module, name)) or any(_binds_otherwise(n, name) for n in ast.walk(module))
 
 
 def _after(node: ast.AST, loop: ast.For) -> bool:
@@ -239,9 +237,8 @@ def _item_name(tree: _Tree, function: ast.AST, loop: ast.For, optimizers: str, r
         raise NotMechanical(reason + f"the items of `{optimizers}` are not bound to one name after the loop (the "
                                      "steps cannot be tied to the optimizers initialize was given)")
     name = names.pop()
-    other = sorted(n.lineno for n in ast.walk(function) if isinstance(n, ast.Name) and n.id == name
-                   and not isinstance(n.ctx, ast.Load) and _after(n, loop)
-                   and not takes_an_item(tree.parent(n)))
+    other = sorted(n.lineno for n in _name_stores(function, name)
+                   if _after(n, loop) and not takes_an_item(tree.parent(n)))
     if other:
         raise NotMechanical(reason + f"`{name}` is bound otherwise than to an item of `{optimizers}` on "
                                      f"{_lines(other)}")

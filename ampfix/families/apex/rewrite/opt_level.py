@@ -8,7 +8,7 @@ import ast
 from dataclasses import dataclass
 
 from ampfix.families.apex import rules
-from ampfix.families.apex.rewrite.tree import _Tree
+from ampfix.families.apex.rewrite.tree import _Tree, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNCTIONS
 
 
@@ -79,9 +79,7 @@ def _parameter_default(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str
     defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults):]], arguments.defaults))
     defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
     default = defaults.get(value.id)
-    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)) or any(
-            isinstance(node, ast.Name) and node.id == value.id and not isinstance(node.ctx, ast.Load)
-            for node in ast.walk(function)):
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)) or _name_stores(function, value.id):
         return None
     return value.id, default.value, []
 

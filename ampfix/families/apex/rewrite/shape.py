@@ -19,7 +19,7 @@ from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
-from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line
+from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS, _NATIVE, _lines
 from ampfix.syntax.bindings import Scope
 
@@ -308,9 +308,8 @@ def _same_object(tree: _Tree, first: ast.Call, bound: ast.expr, again: ast.Call,
         node: ast.AST | None = again
         while node is not None and not any(node is s for s in later):
             node = tree.parent(node)
-        return node is not None and not any(
-            isinstance(n, ast.Name) and n.id == bound.id and not isinstance(n.ctx, ast.Load)
-            and first.lineno < n.lineno < again.lineno and tree.function_of(n) is function for n in ast.walk(function))
+        return node is not None and not any(first.lineno < n.lineno < again.lineno and tree.function_of(n) is function
+                                            for n in _name_stores(function, bound.id))
     self_name = _self_of(tree, function)
     if not (getattr(function, "name", "") == "__init__" and self_name is not None and _sibling_method(tree, function,
                                                                                                       other)
@@ -321,9 +320,8 @@ def _same_object(tree: _Tree, first: ast.Call, bound: ast.expr, again: ast.Call,
     first_end = _last_line(statement)
     again_statement = tree.parent(again)  # its own left side binds the attribute after the call is given it
     rebinding = {id(n) for t in getattr(again_statement, "targets", []) for n in ast.walk(t)}
-    return not any(isinstance(n, ast.Attribute) and n.attr == bound.attr and not isinstance(n.ctx, ast.Load)
-                   and not (tree.function_of(n) is function and n.lineno <= first_end) and id(n) not in rebinding
-                   for n in ast.walk(tree.engine.tree))
+    return not any(not (tree.function_of(n) is function and n.lineno <= first_end) and id(n) not in rebinding
+                   for n in tree.attribute_stores(bound.attr))
 
 
 def _availability_tests(availability: list[AmpUse], amp: str,

@@ -101,9 +101,8 @@ def _trainer_methods(tree: _Tree, uses: list[AmpUse], function: ast.AST, init: a
     if set_up_call is not None:
         _methods_not_called_in_set_up(tree, klass, function, methods)
     attribute = opt_name.partition(".")[2]
-    for node in ast.walk(tree.engine.tree):
-        if isinstance(node, ast.Attribute) and node.attr == attribute and not isinstance(node.ctx, ast.Load) \
-                and not (tree.function_of(node) is function and node.lineno <= init.lineno) \
+    for node in tree.attribute_stores(attribute):
+        if not (tree.function_of(node) is function and node.lineno <= init.lineno) \
                 and not (set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call)
                          and node.lineno < set_up_call.lineno):
             raise NotMechanical(f"`{opt_name}` is assigned again on line {node.lineno} (initialize's optimizer must "
@@ -186,9 +185,8 @@ def _method_condition(tree: _Tree, function: ast.AST, init_statement: ast.stmt,
     while isinstance(link, ast.Attribute):
         attributes.add(link.attr)
         link = link.value
-    for node in ast.walk(tree.engine.tree):
-        if isinstance(node, ast.Attribute) and node.attr in attributes and not isinstance(node.ctx, ast.Load) \
-                and tree.parent(node) is not assigned \
+    for node in tree.attribute_stores(*attributes):
+        if tree.parent(node) is not assigned \
                 and not (tree.function_of(node) is function and node.lineno < init_statement.lineno) \
                 and not (set_up_call is not None and tree.function_of(node) is tree.function_of(set_up_call)
                          and node.lineno < set_up_call.lineno):

@@ -17,6 +17,7 @@ class _Tree:
         self.index = engine.index
         self.lines = engine.index.lines
         self.parent_of = engine.parents.of
+        self._attribute_stores: dict[str, list[tuple[int, ast.Attribute]]] | None = None  # with each one's walk order
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         return None if node is None else self.parent_of(node)
@@ -36,6 +37,17 @@ class _Tree:
                 return block, block.index(statement)
         raise NotMechanical("a statement is not in a plain block")
 
+    def attribute_stores(self, *attributes: str) -> list[ast.Attribute]:
+        """Every `X.<attribute>` the module assigns or deletes, any X, in walk order: what the checks that an
+        attribute is assigned nowhere else look through (one walk of the module, the first time it is asked)."""
+        if self._attribute_stores is None:
+            self._attribute_stores = {}
+            for order, node in enumerate(ast.walk(self.engine.tree)):
+                if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+                    self._attribute_stores.setdefault(node.attr, []).append((order, node))
+        return [node for _, node in sorted(stored for attribute in set(attributes)
+                                           for stored in self._attribute_stores.get(attribute, []))]
+
     def text(self, node: ast.AST) -> str:
         start, end = self.index.span(node)
         return self.index.text[start:end]
@@ -47,6 +59,24 @@ class _Tree:
 
 def _last_line(node: ast.stmt | ast.expr) -> int:
     return node.end_lineno if node.end_lineno is not None else node.lineno
+
+
+def _name_stores(root: ast.AST, name: str) -> list[ast.Name]:
+    """The names `name` that `root` (and what it holds) assigns or deletes, in walk order."""
+    return [n for n in ast.walk(root) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+
+
+def _binds_otherwise(node: ast.AST, name: str) -> bool:
+    """`node` binds `name` other than as a name node: `global`/`nonlocal`, an import, a def or class, `except ... as`,
+    a match pattern."""
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return name in node.names
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((alias.asname or alias.name.partition(".")[0]) == name for alias in node.names)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                         ast.MatchStar)):
+        return node.name == name
+    return isinstance(node, ast.MatchMapping) and node.rest == name
 
 
 def _chain(node: ast.expr) -> bool:
