@@ -229,7 +229,8 @@ def _handover(analysis: ApexModule, node: ast.ImportFrom, groups: list[tuple[ast
         return found is analysis.walker.module_scope and [(b.kind, b.line) for b in bindings] == [("other",
                                                                                                   klass.lineno)]
 
-    link = handover(analysis.tree, method, node, initializing, names_class) if method is not None else None
+    link = handover(analysis.context.parents.of, method, node, initializing, names_class) if method is not None \
+        else None
     if link is None:
         return None
 

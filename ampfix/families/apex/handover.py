@@ -47,15 +47,18 @@ class Handover:
                 f"`{self.function}`; O1 also ran the other forward passes (evaluation) in float16{level}")
 
 
-def handover(tree: ast.Module, method: ast.AST, import_node: ast.ImportFrom, initializing: Sequence[ast.AST],
+def handover(parent_of: Callable[[ast.AST], ast.AST | None], method: ast.AST, import_node: ast.ImportFrom,
+             initializing: Sequence[ast.AST],
              names_class: Callable[[ast.Name, ast.ClassDef], bool]) -> Handover | None:
     """The flag `method` (a plain method, its `from apex import amp` alone under `if self.<flag>:`) is handed by one
     of `initializing` (the functions that call initialize) through its class's constructor, or None.
     `names_class`: the name resolves to the class (the module's one binding of it)."""
-    klass = _class_holding(tree, method)
+    klass = parent_of(method)
+    klass = klass if isinstance(klass, ast.ClassDef) and method in klass.body else None
     if klass is None or not isinstance(method, ast.FunctionDef) or not method.args.args:
         return None
-    test = _test_around(method, import_node)
+    guard = parent_of(import_node)  # `if self.<flag>:` holding the import directly
+    test = guard.test if isinstance(guard, ast.If) and import_node in guard.body else None
     self_name = method.args.args[0].arg
     if not (isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == self_name):
         return None
@@ -71,15 +74,6 @@ def handover(tree: ast.Module, method: ast.AST, import_node: ast.ImportFrom, ini
                     return Handover(method.name, klass.name, getattr(function, "name", "?"), call.lineno, given,
                                     parameter, f"{self_name}.{test.attr}")
     return None
-
-
-def _class_holding(tree: ast.Module, method: ast.AST) -> ast.ClassDef | None:
-    return next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and method in c.body), None)
-
-
-def _test_around(method: ast.FunctionDef, import_node: ast.ImportFrom) -> ast.expr | None:
-    """The test of the `if` in `method` whose body holds `import_node` directly."""
-    return next((s.test for s in ast.walk(method) if isinstance(s, ast.If) and import_node in s.body), None)
 
 
 def _assigned_from_parameter(init: ast.FunctionDef, attribute: str) -> str | None:
