@@ -236,3 +236,54 @@ def test_a_state_function_named_by_its_attribute_on_torch_is_reported_never_rewr
         '`getattr(...)` names the deprecated `torch.get_autocast_gpu_dtype` by its attribute name: once the code '
         'calls `torch.get_autocast_dtype` with the device ("cuda"), a patch or lookup of this path no longer reaches '
         "it; `torch.get_autocast_dtype` serves every device, so the string is not rewritten")
+
+
+@pytest.mark.parametrize(("source", "first", "last", "kept"), [
+    # blank lines on both sides: the shorter run goes with the lines, the longer one stays
+    ("a\n\nB\nB\n\n\nc\n", 3, 4, "a\n\n\nc\n"),
+    ("a\n\n\nB\n\nc\n", 4, 4, "a\n\n\nc\n"),
+    # blank lines on one side only, or none: only the lines go
+    ("a\nB\n\nc\n", 2, 2, "a\n\nc\n"),
+    ("a\n\nB\nc\n", 3, 3, "a\n\nc\n"),
+    ("B\n\nc\n", 1, 1, "\nc\n"),
+    # a comment ends a run; whitespace-only lines are blank
+    ("a\n# x\nB\n\nc\n", 3, 3, "a\n# x\n\nc\n"),
+    ("a\n  \nB\n\t\nc\n", 3, 3, "a\n  \nc\n"),
+    # at the end of the file
+    ("a\n\nB\n\n", 3, 3, "a\n\n"),
+])
+def test_removing_lines_leaves_one_run_of_blank_lines_as_long_as_the_longer(source, first, last, kept):
+    from ampfix.core.locations import SourceIndex
+
+    start, end = SourceIndex(source).removal(first, last)
+    assert source[:start] + source[end:] == kept
+
+
+def test_a_splice_over_the_blank_lines_after_its_statement_keeps_the_added_head_statements():
+    """A statement removed with the blank line after it, where the head statements were to go after it (the last
+    opening import): they go where the removal ends, once, and no text is repeated."""
+    import ast
+
+    from ampfix.core.locations import SourceIndex, statement_groups
+    from ampfix.core.plan import Edit, Plan, Splice
+    from ampfix.engine.apply import apply_plan
+
+    source = "import a\n\nimport b\n\nx = 1\n"
+    index = SourceIndex(source)
+    groups = statement_groups(ast.parse(source), index)
+    start, end = index.removal(3, 3)
+    plan = Plan([], [Edit(start, end, 3, "Splice", "", Splice(""))], groups, groups[1][1], "import functools\n")
+    assert apply_plan(source, plan) == "import a\n\nimport functools\nx = 1\n"
+
+
+def test_a_splice_may_not_reach_the_next_statement():
+    import ast
+
+    from ampfix.core.locations import SourceIndex, statement_groups
+    from ampfix.core.plan import Edit, Plan, Splice
+    from ampfix.engine.apply import PlanMismatch, apply_plan
+
+    source = "import a\n\nx = 1\n"
+    groups = statement_groups(ast.parse(source), SourceIndex(source))
+    with pytest.raises(PlanMismatch, match="outside every top-level statement"):
+        apply_plan(source, Plan([], [Edit(0, len("import a\n\nx"), 1, "Splice", "", Splice(""))], groups, None, ""))

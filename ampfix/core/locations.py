@@ -66,6 +66,18 @@ class SourceIndex:
         """The offset just after the line, its line break included."""
         return self.starts[line] if line < len(self.lines) else self.length
 
+    def removal(self, first: int, last: int) -> tuple[int, int]:
+        """The span that removing lines `first`..`last` takes. Where blank lines stand both before and after them,
+        the two runs would join into one as long as both: the shorter run goes too (from the lines after), so the
+        run left is as long as the longer, as if the lines had never been written."""
+        before = 0
+        while first - before > 1 and not self.lines[first - before - 2].strip():
+            before += 1
+        after = 0
+        while last + after < len(self.lines) and not self.lines[last + after].strip():
+            after += 1
+        return self.line_start(first), self.line_end(last + min(before, after))
+
 
 def first_line(statement: ast.stmt) -> int:
     """The statement's first line, its decorators included (`ast` starts a decorated one at `def`)."""

@@ -43,13 +43,16 @@ def apply_plan(source: str, plan: Plan) -> str:
     pieces: list[str] = []
     done = 0
     head_at = plan.head_at  # a line boundary outside every fragment (`ampfix.engine.heads`)
-    for start, end, edits in _fragments(plan):
+    for start, end, edits in _fragments(source, plan):
         if head_at is not None and head_at <= start:
             pieces += [source[done:head_at], plan.head_text]
             done, head_at = head_at, None
         pieces.append(source[done:start])
         pieces.append(_apply_to_fragment(source[start:end], start, edits))
         done = end
+        if head_at is not None and head_at < end:  # a removal took the blank lines the head was to follow
+            pieces.append(plan.head_text)
+            head_at = None
     if head_at is not None:
         pieces += [source[done:head_at], plan.head_text]
         done = head_at
@@ -57,16 +60,22 @@ def apply_plan(source: str, plan: Plan) -> str:
     return "".join(pieces)
 
 
-def _fragments(plan: Plan) -> list[tuple[int, int, list[Edit]]]:
-    """The line groups to re-print, merged where they touch, each with its edits."""
+def _fragments(source: str, plan: Plan) -> list[tuple[int, int, list[Edit]]]:
+    """The line groups to re-print, merged where they touch, each with its edits. A text splice may go on over the
+    blank lines after its statement (a statement removed takes blank lines with it, `SourceIndex.removal`): its group
+    then ends where the splice does."""
     starts = [start for start, _ in plan.statements]
     wanted: dict[int, list[Edit]] = {}
+    ends = [end for _, end in plan.statements]
     for edit in plan.edits:
         i = bisect.bisect_right(starts, edit.start) - 1
-        if i < 0 or edit.end > plan.statements[i][1]:
+        if i >= 0 and edit.end > ends[i] and isinstance(edit.change, Splice) and not source[ends[i]:edit.end].strip() \
+                and (i + 1 == len(starts) or edit.end <= starts[i + 1]):
+            ends[i] = edit.end
+        if i < 0 or edit.end > ends[i]:
             raise PlanMismatch("the edit lies outside every top-level statement", edit.line)
         wanted.setdefault(i, []).append(edit)
-    ranges = [(plan.statements[i][0], plan.statements[i][1], edits) for i, edits in sorted(wanted.items())]
+    ranges = [(plan.statements[i][0], ends[i], edits) for i, edits in sorted(wanted.items())]
     merged: list[tuple[int, int, list[Edit]]] = []
     for start, end, edits in ranges:
         if merged and start < merged[-1][1]:

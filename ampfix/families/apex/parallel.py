@@ -99,7 +99,7 @@ def _remove(engine: Engine, statement: ast.ImportFrom, splices: Splices, message
     text = index.text[start:end]
     if text.strip() != index.text[index.span(statement)[0]:index.span(statement)[1]].strip() or "#" in text:
         raise NotMechanical("the apex.parallel import shares its lines (or a comment)")
-    splices.append((start, end, ""))
+    splices.append((*index.removal(statement.lineno, statement.end_lineno or statement.lineno), ""))
     messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place"
 
 

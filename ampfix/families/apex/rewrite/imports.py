@@ -22,7 +22,7 @@ def _rewrite_availability_tests(rw: _Rewrite) -> None:
             guard = rw.tree.parent(test)
             assert isinstance(guard, ast.If)
             index = rw.tree.index
-            rw.splices.append((index.line_start(guard.lineno), index.line_end(_last_line(guard)), ""))
+            rw.splices.append((*index.removal(guard.lineno, _last_line(guard)), ""))
             rw.messages[id(use.ref)] = f"`if {amp} is None: raise ...` is removed: {said}"
             continue
         start, end = rw.tree.index.span(test)
@@ -76,7 +76,9 @@ def _rewrite_import(rw: _Rewrite) -> None:
         replacement += "".join(kept + kept_comments)
         rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
                                                                       bool(kept_comments))
-    rw.splices.append((index.line_start(removed.lineno), index.line_end(_last_line(removed)), replacement))
+    start, end = (index.removal(removed.lineno, _last_line(removed)) if not replacement
+                  else (index.line_start(removed.lineno), index.line_end(_last_line(removed))))
+    rw.splices.append((start, end, replacement))
     if not shape.torch_bound and any(removed is top for top in rw.tree.engine.tree.body):
         rw.torch_imported_at = removed.lineno
 
@@ -95,7 +97,7 @@ def _rewrite_method_imports(rw: _Rewrite) -> None:
             raise NotMechanical(f"the `from apex import {rw.shape.amp}` on line {node.lineno} is neither in the body "
                                 "of a method using it nor first in the `if` around its scale_loss")
         _whole_lines_only(rw, node)
-        rw.splices.append((index.line_start(node.lineno), index.line_end(_last_line(node)), ""))
+        rw.splices.append((*index.removal(node.lineno, _last_line(node)), ""))
 
 
 def _optional_import_message(amp: str, flags: list[str], comments_kept: bool) -> str:
