@@ -117,7 +117,8 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "unsafe_fixes/apex_several_optimizers_losses", "apex/flag_set_after_initialize",
                 "apex/flag_set_after_initialize_in_function", "apex/condition_config_key",
                 "apex/trainer_setup_method_condition", "apex/initialize_in_a_loop", "apex/condition_scale_and_clip",
-                "apex/parallel_import_in_its_own_paragraph", "roots/star_import_torch"}
+                "apex/parallel_import_in_its_own_paragraph", "apex/import_torch_with_the_torch_imports",
+                "roots/star_import_torch"}
 
 
 def test_only_the_known_cases_are_not_runnable() -> None:

@@ -76,11 +76,40 @@ def _rewrite_import(rw: _Rewrite) -> None:
         replacement += "".join(kept + kept_comments)
         rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
                                                                       bool(kept_comments))
+    imports_torch = _first_torch_import(rw, removed) if not shape.torch_bound else None
+    if imports_torch is not None:  # `import torch` joins the module's torch imports, not after other statements
+        import_torch = f"import {_NATIVE.package}{newline}"
+        replacement = replacement.removeprefix(import_torch)
+        rw.splices.append((index.line_start(imports_torch.lineno), index.line_start(imports_torch.lineno),
+                           import_torch))
+        rw.torch_imported_at = imports_torch.lineno - 1
+    elif not shape.torch_bound and any(removed is top for top in rw.tree.engine.tree.body):
+        rw.torch_imported_at = removed.lineno
     start, end = (index.removal(removed.lineno, _last_line(removed)) if not replacement
                   else (index.line_start(removed.lineno), index.line_end(_last_line(removed))))
     rw.splices.append((start, end, replacement))
-    if not shape.torch_bound and any(removed is top for top in rw.tree.engine.tree.body):
-        rw.torch_imported_at = removed.lineno
+
+
+def _first_torch_import(rw: _Rewrite, removed: ast.stmt) -> ast.Import | ast.ImportFrom | None:
+    """The first module-level import of a torch module (`from torch import nn`, `import torch.nn as nn`) that comes
+    before `removed` with another statement between them (else `import torch` takes `removed`'s place), on lines of
+    its own: `import torch` goes just before it, with the module's imports. torch is loaded there already, so nothing
+    runs in another order."""
+    body = rw.tree.engine.tree.body
+    if not any(removed is top for top in body):
+        return None
+    position = next(i for i, top in enumerate(body) if top is removed)
+    if position == 0 or isinstance(body[position - 1], (ast.Import, ast.ImportFrom)):
+        return None
+    for i, top in enumerate(body[:position]):
+        if not isinstance(top, (ast.Import, ast.ImportFrom)):
+            continue
+        modules = ([alias.name for alias in top.names] if isinstance(top, ast.Import) else
+                   [top.module or ""] if not top.level else [])
+        if any(m == _NATIVE.package or m.startswith(f"{_NATIVE.package}.") for m in modules):
+            starts_line = i == 0 or _last_line(body[i - 1]) < top.lineno
+            return top if starts_line and rw.tree.index.col(top.lineno, top.col_offset) == 0 else None
+    return None
 
 
 def _rewrite_method_imports(rw: _Rewrite) -> None:
