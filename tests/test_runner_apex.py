@@ -39,6 +39,8 @@ JOBS: dict[str, list[str]] = {
     "trainer_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py"],
     "trainer_off_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.native.py", "--", "--fp16", "0"],
     "trainer_wrong_clip_verify": ["verify", "apex_trainer.py", "--rewritten", "apex_trainer.wrong_clip.py"],
+    "clip_helpers_verify": ["verify", "apex_clip_helpers.py", "--rewritten", "apex_clip_helpers.native.py"],
+    "clip_helpers_wrong_verify": ["verify", "apex_clip_helpers.py", "--rewritten", "apex_clip_helpers.wrong_clip.py"],
     "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
     "optimizers_verify": ["verify", "apex_optimizers.py", "--rewritten", "apex_optimizers.native.py"],
     "optimizers_wrong_clip_verify": ["verify", "apex_optimizers.py", "--rewritten",
@@ -298,6 +300,24 @@ def test_a_trainer_clipping_scaled_gradients_is_not_equivalent(trainer_wrong_cli
     assert report["first_difference"] == (
         "step 0: original clip_grad_norm_ max_norm=1.0 at apex_trainer.py:47; rewrite clip_grad_norm_ max_norm=1.0 "
         "on gradients still scaled by 65536.0 at apex_trainer.wrong_clip.py:36")
+
+
+def test_the_projects_own_gradient_helpers_after_unscale_are_equivalent(clip_helpers_verify: Job) -> None:
+    report = clip_helpers_verify.report
+    assert clip_helpers_verify.returncode == 0, clip_helpers_verify.stderr
+    assert report["equivalent"] is True
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 4
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
+
+
+def test_the_projects_own_gradient_helpers_on_scaled_gradients_are_not_equivalent(
+        clip_helpers_wrong_verify: Job) -> None:
+    report = clip_helpers_wrong_verify.report
+    assert clip_helpers_wrong_verify.returncode == 1, clip_helpers_wrong_verify.stderr
+    assert report["first_difference"] == (
+        "step 0: original clip_grad_norm_ max_norm=1.0 at apex_clip_helpers.py:12; rewrite clip_grad_norm_ "
+        "max_norm=1.0 on gradients still scaled by 65536.0 at apex_clip_helpers.wrong_clip.py:8")
 
 
 def test_several_losses_on_one_grad_scaler_differ_only_by_the_number_of_scales(losses_verify: Job) -> None:

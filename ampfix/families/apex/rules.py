@@ -422,6 +422,10 @@ AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cu
 
 # torch's gradient clipping: between a backward and its step it reads gradients apex had unscaled and a
 # GradScaler has not yet, so the rewrite puts `scaler.unscale_(optimizer)` before it.
+# The methods of a model (torch.nn.Module) or an optimizer that read no gradient: any other one called between a
+# backward and its step may (FSDP's `model.clip_grad_norm_`, a wrapper's `optimizer.clip_grad_norm`).
+METHODS_NOT_READING_GRADIENTS = frozenset({"step", "zero_grad", "train", "eval", "parameters", "named_parameters",
+                                           "modules", "named_modules", "children", "state_dict"})
 GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
                                "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
                                "torch.nn.utils.clip_grad.clip_grad_value_"})

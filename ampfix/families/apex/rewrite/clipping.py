@@ -8,7 +8,8 @@ import ast
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.shape import _call_of
-from ampfix.families.apex.rewrite.statements import _is_optimizer, _reads_gradients, _starts_its_line, _tests_condition
+from ampfix.families.apex.rewrite.statements import (_is_optimizer, _module_function, _reads_gradients,
+                                                     _starts_its_line, _tests_condition)
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 
@@ -61,6 +62,19 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
         rw.unscaled_steps.add(following.lineno)
 
 
+def _holds_a_backward(rw: _Rewrite, statement: ast.stmt) -> bool:
+    """Is (or holds) `statement` one of the backwards, or does it call the function of this module that holds one
+    (a trainer's `self._training_step(...)`)? The gradients are complete, and read, only after the last of them."""
+    backwards = {id(b) for b in rw.backward_statements}
+    for node in ast.walk(statement):
+        if id(node) in backwards:
+            return True
+        callee = _module_function(rw, node.func) if isinstance(node, ast.Call) else None
+        if callee is not None and any(id(inner) in backwards for inner in ast.walk(callee)):
+            return True
+    return False
+
+
 def _clips_master_params(rw: _Rewrite, statement: ast.stmt) -> bool:
     """Does `statement` hold a master_params use (clipping over it, checked where that use is rewritten)?"""
     uses = {id(use.ref.node) for use in rw.shape.clips}
@@ -82,7 +96,7 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         if step.lineno in rw.unscaled_steps:
             continue
         block, position = tree.block_of(step)
-        begin = next((block.index(s) + 1 for s in rw.backward_statements if s in block), 0)
+        begin = max((i + 1 for i, s in enumerate(block[:position]) if _holds_a_backward(rw, s)), default=0)
         readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
         if rw.shape.optimizers:
             readers = [s for s in readers if not _clips_master_params(rw, s)]

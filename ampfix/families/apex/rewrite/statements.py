@@ -20,13 +20,80 @@ def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
 
 
 def _reads_gradients(rw: _Rewrite, statement: ast.stmt) -> bool:
-    """Does `statement` read gradients: a `.grad`, or a call of torch's gradient clipping?"""
+    """May `statement` read gradients? apex had unscaled them when scale_loss exited; a scaler keeps them scaled until
+    its step, so whatever reads them between must come after an `unscale_` (which is always faithful there: apex's
+    gradients were unscaled from that point on). Read are: a `.grad`; torch's clipping; a call handed the model or
+    the optimizer (their parameters, master_params: a helper of the project's that clips or logs a norm); a method
+    of either, but those that touch no gradient; a function of this module, or a method of the trainer's class,
+    whose body reads them."""
+    holders = _gradient_holders(rw)
     for node in ast.walk(statement):
-        if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
+        if _reads_directly(rw, node) or _calls_a_reader(rw, node, set()):
             return True
-        if isinstance(node, ast.Call) and _resolved(rw, node.func) in rules.GRADIENT_CLIPPING:
-            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and _chain(func.value) and ast.unparse(func.value) in holders:
+                if func.attr not in rules.METHODS_NOT_READING_GRADIENTS:
+                    return True
+            elif any(_mentions(argument, holders) for argument in [*node.args, *(k.value for k in node.keywords)]):
+                return True
     return False
+
+
+def _reads_directly(rw: _Rewrite, node: ast.AST) -> bool:
+    """A `.grad` read, or a call of torch's gradient clipping."""
+    if isinstance(node, ast.Attribute) and node.attr == "grad" and isinstance(node.ctx, ast.Load):
+        return True
+    return isinstance(node, ast.Call) and _resolved(rw, node.func) in rules.GRADIENT_CLIPPING
+
+
+def _calls_a_reader(rw: _Rewrite, node: ast.AST, seen: set[int]) -> bool:
+    """`node` calls a function of this module (or a method of the class holding the rewrite) whose body reads
+    gradients directly or through such a call."""
+    if not isinstance(node, ast.Call):
+        return False
+    callee = _module_function(rw, node.func)
+    if callee is None or id(callee) in seen:
+        return False
+    seen.add(id(callee))
+    return any(_reads_directly(rw, inner) or _calls_a_reader(rw, inner, seen) for inner in ast.walk(callee))
+
+
+def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function `func` names: a module-level `def` (the name bound by it alone), or `self.<method>` where the
+    rewrite's function is a method of a class that defines it."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    if isinstance(func, ast.Name):
+        found = [top for top in rw.tree.engine.tree.body if isinstance(top, functions) and top.name == func.id]
+        bound = [n for n in ast.walk(rw.tree.engine.tree) if isinstance(n, ast.Name) and n.id == func.id
+                 and not isinstance(n.ctx, ast.Load)]
+        return found[0] if len(found) == 1 and not bound else None
+    holder = rw.shape.function
+    owner = rw.tree.parent(holder)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and isinstance(owner, ast.ClassDef) \
+            and isinstance(holder, functions) and holder.args.args and func.value.id == holder.args.args[0].arg:
+        methods = [m for m in owner.body if isinstance(m, functions) and m.name == func.attr]
+        return methods[0] if len(methods) == 1 else None
+    return None
+
+
+def _gradient_holders(rw: _Rewrite) -> set[str]:
+    """The model and optimizer names as initialize bound them (each of a list)."""
+    names = {rw.shape.opt_name, *rw.shape.optimizers}
+    try:
+        bound = ast.parse(rw.shape.model_name, mode="eval").body
+    except SyntaxError:
+        return names
+    models = bound.elts if isinstance(bound, (ast.Tuple, ast.List)) else [bound]
+    return names | {ast.unparse(model) for model in models if _chain(model)}
+
+
+def _mentions(node: ast.expr, holders: set[str]) -> bool:
+    """Does `node` hand on one of `holders` (a name or attribute chain spelled the same), other than by calling it
+    (`model(x)` hands on what the model computes, not the model)?"""
+    called = {id(inner.func) for inner in ast.walk(node) if isinstance(inner, ast.Call)}
+    return any(isinstance(inner, (ast.Name, ast.Attribute)) and id(inner) not in called and _chain(inner)
+               and ast.unparse(inner) in holders for inner in ast.walk(node))
 
 
 def _resolved(rw: _Rewrite, node: ast.expr) -> str | None:
