@@ -64,10 +64,7 @@ def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.Asyn
     rewrite's function is a method of a class that defines it."""
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     if isinstance(func, ast.Name):
-        found = [top for top in rw.tree.engine.tree.body if isinstance(top, functions) and top.name == func.id]
-        bound = [n for n in ast.walk(rw.tree.engine.tree) if isinstance(n, ast.Name) and n.id == func.id
-                 and not isinstance(n.ctx, ast.Load)]
-        return found[0] if len(found) == 1 and not bound else None
+        return rw.tree.module_function(func.id)
     holder = rw.shape.function
     owner = rw.tree.parent(holder)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and isinstance(owner, ast.ClassDef) \

@@ -18,6 +18,7 @@ class _Tree:
         self.lines = engine.index.lines
         self.parent_of = engine.parents.of
         self._attribute_stores: dict[str, list[tuple[int, ast.Attribute]]] | None = None  # with each one's walk order
+        self._module_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] | None = None
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         return None if node is None else self.parent_of(node)
@@ -47,6 +48,20 @@ class _Tree:
                     self._attribute_stores.setdefault(node.attr, []).append((order, node))
         return [node for _, node in sorted(stored for attribute in set(attributes)
                                            for stored in self._attribute_stores.get(attribute, []))]
+
+    def module_function(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The module-level `def` of `name`, where that is the only thing that binds it (the module walked once)."""
+        if self._module_functions is None:
+            functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+            defined: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+            for top in self.engine.tree.body:
+                if isinstance(top, functions):
+                    defined.setdefault(top.name, []).append(top)
+            stored = {n.id for n in ast.walk(self.engine.tree)
+                      if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+            self._module_functions = {name: found[0] for name, found in defined.items()
+                                      if len(found) == 1 and name not in stored}
+        return self._module_functions.get(name)
 
     def text(self, node: ast.AST) -> str:
         start, end = self.index.span(node)
