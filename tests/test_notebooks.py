@@ -241,3 +241,28 @@ def test_a_notebook_whose_only_apex_use_spells_no_amp_is_read(tmp_path: Path):
     path = tmp_path / "nb.ipynb"
     path.write_text(_notebook("import apex\nmodel = apex.parallel.DistributedDataParallel(model)"), encoding="utf-8")
     assert _findings(process_file(path, Options())) == [(1, 2, "AMP110", False)]
+
+
+def test_a_cell_the_rewrite_empties_is_written_as_nbformat_writes_an_empty_one():
+    """The optional apex import in a cell of its own goes whole: its source becomes `[]`, not a list holding the
+    indentation of the lines that were there."""
+    setup = "import torch\n"
+    optional = "try:\n    from apex import amp\nexcept ImportError:\n    amp = None\n"
+    train = ("def fit(model, optimizer, batches, loss_fn):\n"
+             "    model, optimizer = amp.initialize(model, optimizer)\n"
+             "    for inputs, targets in batches:\n"
+             "        loss = loss_fn(model(inputs), targets)\n"
+             "        with amp.scale_loss(loss, optimizer) as scaled:\n"
+             "            scaled.backward()\n"
+             "        optimizer.step()\n")
+    rewritten = ("def fit(model, optimizer, batches, loss_fn):\n"
+                 "    scaler = torch.amp.GradScaler(\"cuda\")\n"
+                 "    for inputs, targets in batches:\n"
+                 "        with torch.autocast(\"cuda\", dtype=torch.float16):\n"
+                 "            loss = loss_fn(model(inputs), targets)\n"
+                 "        scaler.scale(loss).backward()\n"
+                 "        scaler.step(optimizer)\n"
+                 "        scaler.update()\n")
+    new_text, _ = process_notebook(_notebook(setup, optional, train), Options())
+    assert '"source": []' in new_text
+    assert new_text == _notebook(setup, "", rewritten)

@@ -327,7 +327,7 @@ def _source_value(text: str, cell: Cell, new_source: str, ascii_only: bool) -> s
     new_lines = source_lines(new_source)
     raws = [spelled.get(line) or json.dumps(line, ensure_ascii=ascii_only) for line in new_lines]
     elements = cell.elements
-    if not elements:
+    if not elements or not raws:  # a cell emptied is `[]`, as nbformat writes one
         return "[" + ", ".join(raws) + "]"
     head = text[start + 1 : elements[0][0]]  # "\n    " in nbformat's layout
     tail = text[elements[-1][1] : end - 1]  # "\n   "
