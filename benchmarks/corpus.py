@@ -20,7 +20,8 @@ What is measured, per package:
   engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
   `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
   through the file's imports with a plain per-function scope rule, to something under those
-  modules (a `torch` no binding explains, in a file with a star import, is read as torch; a name
+  modules (a `torch` no binding explains, in a file with a star import, is read as torch; so is a
+  `torch` taken from another module, a re-export such as thinc's `from ..compat import torch`; a name
   bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names), any string whose whole value is such a dotted path, and any string that parses as an
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
@@ -358,6 +359,8 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 target = f"{node.module}.{alias.name}" if not node.level and alias.name != "*" else None
+                if alias.name == "torch" and (node.level or not _is_deprecated(node.module, ("torch",))):
+                    target = "torch"  # a re-export: thinc's `from ..compat import torch`
                 bound[alias.asname or alias.name].add((target, alias.lineno))
             continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
