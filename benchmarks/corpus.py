@@ -22,7 +22,8 @@ What is measured, per package:
   through the file's imports with a plain per-function scope rule, to something under those
   modules (a `torch` no binding explains, in a file with a star import, is read as torch; so is a
   `torch` taken from another module, a re-export such as thinc's `from ..compat import torch`; a name
-  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names), any string whose whole value is such a dotted path, and any string that parses as an
+  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names, and so is one
+  bound by any call whose first argument names torch, a lazy import such as `LazyImport("torch")`), any string whose whole value is such a dotted path, and any string that parses as an
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
@@ -387,7 +388,8 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
 
 def _dynamic_import(value: ast.expr) -> str | None:
     """The module an `__import__("a.b")` (binds `a`, or `a.b` with a fromlist) or an
-    `importlib.import_module("a.b")` / `import_module("a.b")` call binds; None for anything else."""
+    `importlib.import_module("a.b")` / `import_module("a.b")` call binds, or any other call whose first
+    argument names torch or a module below it (a project's lazy import); None for anything else."""
     if not (isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Constant)
             and isinstance(value.args[0].value, str)):
         return None
@@ -398,6 +400,8 @@ def _dynamic_import(value: ast.expr) -> str | None:
     if (isinstance(func, ast.Name) and func.id == "import_module"
             or isinstance(func, ast.Attribute) and func.attr == "import_module"
             and isinstance(func.value, ast.Name) and func.value.id == "importlib"):
+        return name
+    if name == "torch" or name.startswith("torch."):  # a lazy import: neural-compressor's `LazyImport("torch")`
         return name
     return None
 

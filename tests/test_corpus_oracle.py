@@ -26,6 +26,8 @@ def test_the_oracle_reads_torch_through_a_star_import_and_dynamic_imports():
     assert _lines("from ..compat import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n") == [2]
     assert _lines("from thinc.compat import torch as th\ns = th.cuda.amp.GradScaler()\n") == [2]
     assert _lines("from torch.utils import torch\ns = torch.cuda.amp.GradScaler()\n") == []
+    # a lazy import (neural-compressor 2.2.1's neural_compressor/adaptor/pytorch.py)
+    assert _lines("torch = LazyImport('torch')\nwith torch.cpu.amp.autocast():\n    pass\n") == [2]
 
 
 def test_the_oracle_reads_no_torch_where_nothing_may_provide_it():
