@@ -20,8 +20,10 @@ What is measured, per package:
   engine (`DeprecatedUses` below, on the stdlib `ast`): an import from or of `torch.cuda.amp` /
   `torch.cpu.amp` (or `from torch.cuda import amp`), any name or attribute chain that resolves,
   through the file's imports with a plain per-function scope rule, to something under those
-  modules (a `torch` no binding explains, in a file with a star import, is read as torch; a name
-  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names), any string whose whole value is such a dotted path, and any string that parses as an
+  modules (a `torch` no binding explains, in a file with a star import, is read as torch; so is a
+  `torch` taken from another module, a re-export such as thinc's `from ..compat import torch`; a name
+  bound by `__import__("torch")` / `importlib.import_module(...)` as the module it names, and so is one
+  bound by any call whose first argument names torch, a lazy import such as `LazyImport("torch")`), any string whose whole value is such a dotted path, and any string that parses as an
   expression holding such a chain (string annotations). It over-approximates (a name
   bound several ways counts as deprecated if one way is), so an "unreported" line is a lead to
   read, and the --details listing shows each one.
@@ -358,6 +360,8 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 target = f"{node.module}.{alias.name}" if not node.level and alias.name != "*" else None
+                if alias.name == "torch" and (node.level or not _is_deprecated(node.module, ("torch",))):
+                    target = "torch"  # a re-export: thinc's `from ..compat import torch`
                 bound[alias.asname or alias.name].add((target, alias.lineno))
             continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -384,7 +388,8 @@ def _bindings(body: list[ast.stmt]) -> dict[str, set[tuple[str | None, int | Non
 
 def _dynamic_import(value: ast.expr) -> str | None:
     """The module an `__import__("a.b")` (binds `a`, or `a.b` with a fromlist) or an
-    `importlib.import_module("a.b")` / `import_module("a.b")` call binds; None for anything else."""
+    `importlib.import_module("a.b")` / `import_module("a.b")` call binds, or any other call whose first
+    argument names torch or a module below it (a project's lazy import); None for anything else."""
     if not (isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Constant)
             and isinstance(value.args[0].value, str)):
         return None
@@ -395,6 +400,8 @@ def _dynamic_import(value: ast.expr) -> str | None:
     if (isinstance(func, ast.Name) and func.id == "import_module"
             or isinstance(func, ast.Attribute) and func.attr == "import_module"
             and isinstance(func.value, ast.Name) and func.value.id == "importlib"):
+        return name
+    if name == "torch" or name.startswith("torch."):  # a lazy import: neural-compressor's `LazyImport("torch")`
         return name
     return None
 

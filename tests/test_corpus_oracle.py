@@ -22,6 +22,12 @@ def test_the_oracle_reads_torch_through_a_star_import_and_dynamic_imports():
     assert _lines("from models.common import *\nwith torch.cuda.amp.autocast():\n    pass\n") == [2]
     assert _lines("torch = __import__('torch')\ns = torch.cuda.amp.GradScaler()\n") == [2]
     assert _lines("import importlib\nth = importlib.import_module('torch')\ns = th.cuda.amp.GradScaler()\n") == [3]
+    # a re-export (thinc 8.1.10's thinc/compat.py), relative or not; a module torch itself defines is its own
+    assert _lines("from ..compat import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n") == [2]
+    assert _lines("from thinc.compat import torch as th\ns = th.cuda.amp.GradScaler()\n") == [2]
+    assert _lines("from torch.utils import torch\ns = torch.cuda.amp.GradScaler()\n") == []
+    # a lazy import (neural-compressor 2.2.1's neural_compressor/adaptor/pytorch.py)
+    assert _lines("torch = LazyImport('torch')\nwith torch.cpu.amp.autocast():\n    pass\n") == [2]
 
 
 def test_the_oracle_reads_no_torch_where_nothing_may_provide_it():

@@ -382,3 +382,14 @@ def test_options_declare_the_target_when_it_is_given():
     assert Options(target_torch=(2, 0)).declares_target
     assert not Options(target_torch=(2, 0), target_declared=False).declares_target
     assert not Options(target_declared=True).declares_target  # declared, but nothing to decide at
+
+
+def test_a_name_bound_to_the_version_string_is_read_as_the_version():
+    # unsloth 2024.8 (unsloth/models/_utils.py): `torch_version = torch.__version__`, parsed in the test.
+    source = (FIXTURES / "guards" / "name_bound_to_version_string.in.py").read_text(encoding="utf-8")
+    assert messages(source)[0] == (8, "`torch.cuda.amp.custom_fwd` left: in the branch for torch < 2.4.0 (line 7), "
+                                      "which the target torch (the newest) never runs", False)
+    # Bound twice, the name is no version: held back as before.
+    twice = source.replace("torch_version = torch.__version__\n",
+                           "torch_version = torch.__version__\ntorch_version = '2.0'\n")
+    assert fix_source(twice).new_source == twice

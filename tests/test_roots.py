@@ -43,3 +43,16 @@ def test_a_star_import_does_not_make_another_name_torch():
     assert (line, code) == (2, "AMP013")
     assert message.startswith("`cuda.amp.custom_fwd`: `cuda` is not bound in this file (the star import on line 1 "
                               "may provide it); if `cuda` is the `torch.cuda` module")
+
+
+def test_a_name_taken_from_another_module_is_reported_not_read_as_that_module():
+    # thinc 8.1.10 re-exports torch from thinc/compat.py: `from ..compat import torch`, `from thinc.compat import torch`.
+    source = "from thinc.compat import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    assert _messages(source) == [
+        (2, "AMP013", "`torch.cuda.amp.GradScaler`: `torch` is imported from `thinc.compat` on line 1, which the check "
+         "cannot follow; if `torch` is the `torch` module, this is the deprecated `torch.cuda.amp.GradScaler` "
+         "(`torch.amp.GradScaler` instead)")]
+    assert fix_source(source, Options(unsafe_fixes=True)).new_source == source
+    # A module imported by name is that module's (numpy has no cuda.amp); torch's own names are rewritten.
+    assert _messages("import numpy as np\nx = np.cuda.amp.GradScaler()\n") == []
+    assert [code for _, code, _ in _messages("from torch import cuda\nx = cuda.amp.GradScaler()\n")] == ["AMP002"]

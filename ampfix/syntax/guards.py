@@ -159,10 +159,15 @@ class GuardJudge:
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
             literal = version_tests.parse_literal(arg.value, parser)
             return None if literal is None else (parser, literal)
-        return (parser, None) if self.is_installed_version(arg, scope) else None
+        return (parser, None) if self.is_installed_version(arg, scope, seen) else None
 
-    def is_installed_version(self, expr: ast.expr, scope: Scope) -> bool:
-        """`torch.__version__`, `torch.version.__version__`, `importlib.metadata.version("torch")`."""
+    def is_installed_version(self, expr: ast.expr, scope: Scope, seen: frozenset[int]) -> bool:
+        """`torch.__version__`, `torch.version.__version__`, `importlib.metadata.version("torch")`, or a
+        module-level name bound once to one of them (unsloth's `torch_version = torch.__version__`)."""
+        bound = self.module_binding(expr, scope, seen)
+        if bound is not None:
+            binding, value = bound
+            return self.is_installed_version(value, self.module_scope(scope), seen | {id(binding)})
         if isinstance(expr, ast.Call):
             return (qualified_name(expr.func, scope, unanimous=True) in _METADATA_VERSION and len(expr.args) == 1
                     and not expr.keywords

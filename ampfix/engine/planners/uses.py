@@ -17,7 +17,7 @@ from ampfix.engine.planners.decide import Decision, Use, decide
 from ampfix.engine.planners.suppressed import suppress_uses
 from ampfix.families import UNRESOLVED_CODE
 from ampfix.families.torch_amp.device import module_device
-from ampfix.syntax.bindings import ChainRef, dotted_parts, module_scope
+from ampfix.syntax.bindings import Binding, ChainRef, dotted_parts, module_scope
 from ampfix.syntax.context import ModuleContext, Sink
 
 FUNCTOOLS = "functools"
@@ -270,11 +270,21 @@ def _root_components(roots: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]
 
 def _resolved(context: ModuleContext, ref: ChainRef) -> bool:
     """Does an import explain the chain's root: one of the file's own (torch's uses are recorded above;
-    another package's chain is its own), or a star import read as the package, where the chain is deprecated?"""
-    if context.resolve(ref.node, ref.scope) is not None:
-        return True
+    another package's module is its own), or a star import read as the package, where the chain is deprecated?
+    A name taken from another module (`from thinc.compat import torch`) explains nothing: it may be the package
+    itself, re-exported."""
+    found = context.resolve(ref.node, ref.scope)
+    if found is not None:
+        return not _taken_from_another_module(context, found.binding)
     found = context.resolve(ref.node, ref.scope, within=context.family.owns, star=True)
     return found is not None and context.family.deprecated_root(found.qname) is not None
+
+
+def _taken_from_another_module(context: ModuleContext, binding: Binding | None) -> bool:
+    """A name a `from` import takes out of a module outside the family's package (a relative import included)."""
+    imported = binding.imported_by if binding is not None else None
+    return (imported is not None and isinstance(imported.node, ast.ImportFrom)
+            and not (imported.node.level == 0 and context.family.owns(imported.node.module)))
 
 
 def _why_unresolved(ref: ChainRef, index: int) -> str:
@@ -286,6 +296,11 @@ def _why_unresolved(ref: ChainRef, index: int) -> str:
         stars = module_scope(ref.scope).star_lines
         where = f" (the star import on line {stars[0]} may provide it)" if stars else ""
         return f"`{head}` is not bound in this file{where}"
+    imported = next((b.imported_by.node for b in bindings
+                     if b.imported_by is not None and isinstance(b.imported_by.node, ast.ImportFrom)), None)
+    if imported is not None:
+        module = "." * imported.level + (imported.module or "")
+        return f"`{head}` is imported from `{module}` on line {imported.lineno}, which the check cannot follow"
     node = found_in.node if found_in is not None else None
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         args = node.args
