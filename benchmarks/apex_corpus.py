@@ -13,7 +13,9 @@ What is measured, on every .py file that uses one of apex's removed modules (`ap
 `apex.fp16_utils`), found by the oracle of benchmarks/corpus.py (stdlib `ast`, no code shared with the engine)
 given those modules:
 
-- **trains with apex**: the file calls `apex.amp.initialize` or `apex.amp.scale_loss`.
+- **trains with apex**: the file calls `apex.amp.initialize` or `apex.amp.scale_loss`. Those whose every
+  initialize is given no optimizer and that hold no scale_loss (a model run in mixed precision for inference)
+  are counted apart too, and the shares are printed without them.
 - **no apex.amp left**: after `fix_source` (default options, then --unsafe-fixes) the oracle finds no use of
   `apex.amp` in the output (imports included). The rest are counted by the reason the engine gave: the
   `not rewritten: ...` part of the initialize (or scale_loss) finding.
@@ -74,6 +76,7 @@ class Result:
     apex_files: int = 0  # files using a removed apex module
     training: int = 0  # ... that train with apex.amp
     whole: int = 0  # ... that hold both initialize and scale_loss (the rest hold half a set-up: its other half is in another module)
+    inference: int = 0  # ... whose every initialize is given no optimizer, with no scale_loss: mixed precision for inference
     clean: dict[str, int] = field(default_factory=lambda: {"default": 0, "unsafe": 0})
     clean_whole: dict[str, int] = field(default_factory=lambda: {"default": 0, "unsafe": 0})
     unreported: int = 0
@@ -104,6 +107,18 @@ def _why_left(findings) -> str:
     return "no pattern reason given; open: " + ", ".join(codes)
 
 
+def _initialize_without_optimizer(source: str, uses: DeprecatedUses) -> bool:
+    """Is every call of apex.amp.initialize given no optimizer (`initialize(model, opt_level=...)`,
+    `optimizers=None`)? Such a file runs a model in mixed precision; it trains nothing with apex."""
+    lines = {line for line, names in uses.qnames.items() if any(q.startswith(SET_UP) for q in names)}
+    calls = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+             and node.func.lineno in lines and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+             == SET_UP.rpartition(".")[2]]
+    given = [node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "optimizers"), None)
+             for node in calls]
+    return bool(calls) and all(g is None or isinstance(g, ast.Constant) and g.value is None for g in given)
+
+
 def measure(path: Path, rel: str, result: Result) -> None:
     from ampfix.core.options import Options
     from ampfix.engine import INTERNAL_ERROR_CODE, check_source, fix_source
@@ -121,6 +136,8 @@ def measure(path: Path, rel: str, result: Result) -> None:
     whole = any(q.startswith(SET_UP) for q in called) and any(q.startswith(STEP) for q in called)
     result.training += training
     result.whole += whole
+    inference = training and not any(q.startswith(STEP) for q in called) and _initialize_without_optimizer(source, uses)
+    result.inference += inference
     for mode, options in (("default", Options()), ("unsafe", Options(unsafe_fixes=True))):
         try:  # the CLI turns an exception into AMP900 per file; the engine called directly raises it
             fixed = fix_source(source, options)
@@ -181,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     total = Result("**total**")
     for r in [*results, total]:
         if r is not total:
-            for attr in ("apex_files", "training", "whole", "unreported", "amp900", "broken"):
+            for attr in ("apex_files", "training", "whole", "inference", "unreported", "amp900", "broken"):
                 setattr(total, attr, getattr(total, attr) + getattr(r, attr))
             for mode in ("default", "unsafe"):
                 total.clean[mode] += r.clean[mode]
@@ -192,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
               f"| {_percent(r.clean['unsafe'], r.training)} | {r.unreported} | {r.amp900} | {r.broken} |")
     print(f"\nof the {total.training} files that train with apex.amp, {total.whole} hold both initialize and scale_loss; "
           f"the other {total.training - total.whole} hold half a set-up whose other half is in another module.")
+    trained = total.training - total.inference
+    print(f"{total.inference} of those half set-ups train nothing (initialize given no optimizer, no scale_loss: "
+          f"mixed precision for inference); without them, no apex.amp left: {_percent(total.clean['default'], trained)} "
+          f"(default), {_percent(total.clean['unsafe'], trained)} (--unsafe-fixes)")
     print(f"no apex.amp left in the files holding both: {_percent(total.clean_whole['default'], total.whole)} (default), "
           f"{_percent(total.clean_whole['unsafe'], total.whole)} (--unsafe-fixes)")
     for mode in ("default", "unsafe"):
