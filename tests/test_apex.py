@@ -202,6 +202,12 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("optional_handler_does_more", "AMP101",
      "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
      "(removing it would drop that)"),
+    # adapter-transformers 1.0.1's regularization loss: its backward would add unscaled gradients to scaled ones
+    ("o1_plain_backward_beside_scale_loss", "AMP101",
+     "not rewritten: `fusion_reg_loss.backward(...)` on line 16 is a backward not through scale_loss: apex had "
+     "unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), a "
+     "GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
+     "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
     # timm's wrapper: the module has no initialize, so scale_loss's finding says why
     ("timm_apex_scaler", "AMP102",
      "not rewritten: no `apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the "

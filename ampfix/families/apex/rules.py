@@ -436,6 +436,9 @@ MODULE_METHODS_WITHOUT_FORWARD = frozenset({
     "register_parameter", "register_forward_hook", "register_forward_pre_hook", "register_backward_hook",
     "register_full_backward_hook", "get_submodule", "get_parameter", "get_buffer", "extra_repr", "share_memory",
     "apply"})
+# A backward not through scale_loss: `torch.autograd.backward(tensors)`, or any `<tensor>.backward()`.
+PLAIN_BACKWARD = frozenset({"torch.autograd.backward"})
+BACKWARD_METHOD = "backward"
 GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
                                "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
                                "torch.nn.utils.clip_grad.clip_grad_value_"})

@@ -8,8 +8,9 @@ import ast
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.shape import _call_of
-from ampfix.families.apex.rewrite.statements import (_is_optimizer, _module_function, _reads_gradients,
+from ampfix.families.apex.rewrite.statements import (_is_optimizer, _module_function, _reads_gradients, _resolved,
                                                      _starts_its_line, _tests_condition)
+from ampfix.families.apex.rewrite.tree import _last_line
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 
@@ -117,3 +118,27 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
                     and _reads_gradients(rw, later):
                 raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
                                     "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
+
+
+def _no_plain_backward(rw: _Rewrite) -> None:
+    """No backward but the scale_losses' after initialize where the rewrite works (adapter-transformers 1.0.1's
+    `fusion_reg_loss.backward()` between the training step and the step): apex had unscaled the gradients when
+    scale_loss exited, and kept those of an earlier backward aside, unscaled; a GradScaler keeps them scaled until its
+    step, so a plain backward's gradients would be added to scaled ones and divided by the scale at the step."""
+    shape, tree = rw.shape, rw.tree
+    holders = (shape.function, *shape.methods)
+    rewritten = {id(node) for statement in rw.backward_statements for node in ast.walk(statement)}
+    for holder in holders:
+        for node in ast.walk(holder):
+            if not isinstance(node, ast.Call) or id(node) in rewritten or tree.function_of(node) not in holders \
+                    or (holder is shape.function and node.lineno <= _last_line(shape.init)):
+                continue
+            func = node.func
+            if (isinstance(func, ast.Attribute) and func.attr == rules.BACKWARD_METHOD) \
+                    or _resolved(rw, func) in rules.PLAIN_BACKWARD:
+                raise NotMechanical(
+                    f"`{ast.unparse(func)}(...)` on line {node.lineno} is a backward not through scale_loss: apex "
+                    "had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, "
+                    "unscaled), a GradScaler keeps them scaled until its step, so that backward's gradients would be "
+                    "added to scaled ones and divided by the scale (by hand: `scaler.scale(...).backward()` for it "
+                    "too)")
