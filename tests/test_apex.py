@@ -208,6 +208,11 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), a "
      "GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
      "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
+    ("o1_plain_backward_in_a_helper", "AMP101",
+     "not rewritten: `fusion.regularization_loss().backward(...)` on line 8 is a backward not through scale_loss: "
+     "apex had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), "
+     "a GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
+     "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
     # timm's wrapper: the module has no initialize, so scale_loss's finding says why
     ("timm_apex_scaler", "AMP102",
      "not rewritten: no `apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the "
