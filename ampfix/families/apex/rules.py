@@ -426,9 +426,10 @@ AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cu
 # backward and its step may (FSDP's `model.clip_grad_norm_`, a wrapper's `optimizer.clip_grad_norm`).
 METHODS_NOT_READING_GRADIENTS = frozenset({"step", "zero_grad", "train", "eval", "parameters", "named_parameters",
                                            "modules", "named_modules", "children", "state_dict"})
-# The methods of torch.nn.Module (and FSDP's `clip_grad_norm_`) that run no forward pass: a call of any other method of the model after initialize
-# (a project's `model.evaluate(dev)`, `model.forward_loss(batch)`, `model.predict(x)`) may run it, as a call of the
-# model does; O1 ran it in float16, so outside the autocast the rewrite adds it is named in initialize's finding.
+# The methods of torch.nn.Module (and FSDP's `clip_grad_norm_`) that run no forward pass: a call of any other
+# method of the model after initialize (a project's `model.evaluate(dev)`, `model.forward_loss(batch)`,
+# `model.predict(x)`) may run it, as a call of the model does; O1 ran it in float16, so outside the autocast the
+# rewrite adds it is named in initialize's finding.
 MODULE_METHODS_WITHOUT_FORWARD = frozenset({
     "train", "eval", "zero_grad", "parameters", "named_parameters", "buffers", "named_buffers", "modules",
     "named_modules", "children", "named_children", "state_dict", "load_state_dict", "to", "cuda", "cpu", "half",
