@@ -202,6 +202,17 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("optional_handler_does_more", "AMP101",
      "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
      "(removing it would drop that)"),
+    # adapter-transformers 1.0.1's regularization loss: its backward would add unscaled gradients to scaled ones
+    ("o1_plain_backward_beside_scale_loss", "AMP101",
+     "not rewritten: `fusion_reg_loss.backward(...)` on line 16 is a backward not through scale_loss: apex had "
+     "unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), a "
+     "GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
+     "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
+    ("o1_plain_backward_in_a_helper", "AMP101",
+     "not rewritten: `fusion.regularization_loss().backward(...)` on line 8 is a backward not through scale_loss: "
+     "apex had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), "
+     "a GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
+     "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
     # timm's wrapper: the module has no initialize, so scale_loss's finding says why
     ("timm_apex_scaler", "AMP102",
      "not rewritten: no `apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the "
@@ -259,6 +270,22 @@ def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason:
     assert result.new_source == source
     (finding,) = [f for f in result.findings if f.code == code]
     assert finding.message.endswith(reason), finding.message
+
+
+def test_initialize_names_the_calls_of_the_models_methods_left_outside_the_autocast():
+    """flair 0.5.1/0.6.1's `train` evaluates the dev set through a method of the model after each epoch: O1 ran it
+    in float16, the rewrite leaves it in float32, so the finding names its line and the method, as it names the calls
+    of the model itself; nn.Module's own methods that run no forward pass (`train`, `eval`, `state_dict`) are not."""
+    from ampfix.engine import fix_source
+
+    case = ROOT / "fixtures" / "apex" / "o1_model_method_evaluates_after_initialize"
+    result = fix_source(case.with_suffix(".in.py").read_text())
+    assert result.new_source == case.with_suffix(".out.py").read_text()
+    (finding,) = [f for f in result.findings if f.code == "AMP101"]
+    assert finding.message.endswith(
+        "; O1 put every call after initialize in mixed precision, the autocast added covers the forward passes: the "
+        "calls of `self.model` on line 27 (`self.model.evaluate`: a method of the model, which may run it), and any "
+        "call outside `train`, are outside it (float32 unless under an autocast of their own)"), finding.message
 
 
 UPDATER_ELSEWHERE = ("not rewritten: in `update_core`: apex.amp is used with no initialize in that function "

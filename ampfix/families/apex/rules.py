@@ -426,6 +426,20 @@ AUTOCAST_CONTEXTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cu
 # backward and its step may (FSDP's `model.clip_grad_norm_`, a wrapper's `optimizer.clip_grad_norm`).
 METHODS_NOT_READING_GRADIENTS = frozenset({"step", "zero_grad", "train", "eval", "parameters", "named_parameters",
                                            "modules", "named_modules", "children", "state_dict"})
+# The methods of torch.nn.Module (and FSDP's `clip_grad_norm_`) that run no forward pass: a call of any other
+# method of the model after initialize (a project's `model.evaluate(dev)`, `model.forward_loss(batch)`,
+# `model.predict(x)`) may run it, as a call of the model does; O1 ran it in float16, so outside the autocast the
+# rewrite adds it is named in initialize's finding.
+MODULE_METHODS_WITHOUT_FORWARD = frozenset({
+    "train", "eval", "zero_grad", "parameters", "named_parameters", "buffers", "named_buffers", "modules",
+    "named_modules", "children", "named_children", "state_dict", "load_state_dict", "to", "cuda", "cpu", "half",
+    "float", "double", "bfloat16", "type", "requires_grad_", "add_module", "register_module", "register_buffer",
+    "register_parameter", "register_forward_hook", "register_forward_pre_hook", "register_backward_hook",
+    "register_full_backward_hook", "get_submodule", "get_parameter", "get_buffer", "extra_repr", "share_memory",
+    "apply", "clip_grad_norm_"})
+# A backward not through scale_loss: `torch.autograd.backward(tensors)`, or any `<tensor>.backward()`.
+PLAIN_BACKWARD = frozenset({"torch.autograd.backward"})
+BACKWARD_METHOD = "backward"
 GRADIENT_CLIPPING = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
                                "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
                                "torch.nn.utils.clip_grad.clip_grad_value_"})

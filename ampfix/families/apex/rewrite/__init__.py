@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.optional import OptionalImport
-from ampfix.families.apex.rewrite.clipping import _rewrite_clipping, _unscale_before_gradient_reads
+from ampfix.families.apex.rewrite.clipping import _no_plain_backward, _rewrite_clipping, _unscale_before_gradient_reads
 from ampfix.families.apex.rewrite.conditions import conditional_import
 from ampfix.families.apex.rewrite.engine import Engine, _Engine, engine_of
 from ampfix.families.apex.rewrite.evaluation import _rewrite_evaluation
@@ -78,7 +78,7 @@ class UnsafeOnly(str):
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
     _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses,
-    _steps_after_the_backwards, _rewrite_clipping,
+    _steps_after_the_backwards, _no_plain_backward, _rewrite_clipping,
     _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
     _rewrite_method_imports)
 

@@ -8,8 +8,9 @@ import ast
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.shape import _call_of
-from ampfix.families.apex.rewrite.statements import (_is_optimizer, _module_function, _reads_gradients,
+from ampfix.families.apex.rewrite.statements import (_is_optimizer, _module_function, _reads_gradients, _resolved,
                                                      _starts_its_line, _tests_condition)
+from ampfix.families.apex.rewrite.tree import _last_line
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 
@@ -117,3 +118,34 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
                     and _reads_gradients(rw, later):
                 raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
                                     "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
+
+
+def _no_plain_backward(rw: _Rewrite) -> None:
+    """No backward but the scale_losses' after initialize where the rewrite works, nor in a function of the module
+    (or method of the trainer) called there (adapter-transformers 1.0.1's `fusion_reg_loss.backward()` between the
+    training step and the step): apex had unscaled the gradients when scale_loss exited, and kept those of an
+    earlier backward aside, unscaled; a GradScaler keeps them scaled until its step, so a plain backward's gradients
+    would be added to scaled ones and divided by the scale at the step."""
+    shape, tree = rw.shape, rw.tree
+    holders = (shape.function, *shape.methods)
+    rewritten = {id(node) for statement in rw.backward_statements for node in ast.walk(statement)}
+    seen: set[int] = set()
+    for holder in holders:
+        calls = [node for node in ast.walk(holder) if isinstance(node, ast.Call) and id(node) not in rewritten
+                 and tree.function_of(node) in holders
+                 and not (holder is shape.function and node.lineno <= _last_line(shape.init))]
+        while calls:
+            call = calls.pop()
+            func = call.func
+            if (isinstance(func, ast.Attribute) and func.attr == rules.BACKWARD_METHOD) \
+                    or _resolved(rw, func) in rules.PLAIN_BACKWARD:
+                raise NotMechanical(
+                    f"`{ast.unparse(func)}(...)` on line {call.lineno} is a backward not through scale_loss: apex "
+                    "had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, "
+                    "unscaled), a GradScaler keeps them scaled until its step, so that backward's gradients would be "
+                    "added to scaled ones and divided by the scale (by hand: `scaler.scale(...).backward()` for it "
+                    "too)")
+            callee = _module_function(rw, func)
+            if callee is not None and callee not in holders and id(callee) not in seen:
+                seen.add(id(callee))  # a helper called there: its own backwards run there too
+                calls += [node for node in ast.walk(callee) if isinstance(node, ast.Call) and id(node) not in rewritten]

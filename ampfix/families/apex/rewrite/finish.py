@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _chain, _last_line
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _NATIVE, _lines
@@ -28,6 +29,29 @@ def _check_splices(rw: _Rewrite) -> None:
             raise NotMechanical("another rule edits a statement this rewrite rebuilds")
 
 
+def _calls_left_outside(rw: _Rewrite, holders: tuple, models: list[str],
+                        covered: list[tuple[int, int]]) -> tuple[list[int], list[str]]:
+    """The lines, after initialize and outside the autocast added, of the calls of the models and of their methods
+    that may run them (any but nn.Module's own that run no forward pass: flair's `self.model.evaluate(dev)` in
+    `train`), with those methods: O1 ran each in float16, the rewrite leaves it in float32."""
+    lines: set[int] = set()
+    methods: dict[str, int] = {}  # each method, at its first line
+    for holder in holders:
+        for node in ast.walk(holder):
+            if not (isinstance(node, ast.Call) and _chain(node.func) and node.lineno > _last_line(rw.shape.init)
+                    and not any(a <= node.lineno <= b for a, b in covered)
+                    and rw.tree.function_of(node) in holders):
+                continue
+            callee = ast.unparse(node.func)
+            if callee in models:
+                lines.add(node.lineno)
+            elif (isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) in models
+                  and node.func.attr not in rules.MODULE_METHODS_WITHOUT_FORWARD):
+                lines.add(node.lineno)
+                methods[callee] = min(node.lineno, methods.get(callee, node.lineno))
+    return sorted(lines), sorted(methods, key=methods.__getitem__)
+
+
 def _initialize_message(rw: _Rewrite) -> None:
     """What became of initialize, with what the autocast covers and what it does not."""
     shape, tree = rw.shape, rw.tree
@@ -36,16 +60,15 @@ def _initialize_message(rw: _Rewrite) -> None:
     target = shape.init.targets[0]
     bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
     models = [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [shape.model_name]
-    outside = sorted({node.lineno for holder in holders for node in ast.walk(holder)
-                      if isinstance(node, ast.Call) and _chain(node.func)
-                      and ast.unparse(node.func) in models and node.lineno > _last_line(shape.init)
-                      and not any(a <= node.lineno <= b for a, b in covered)
-                      and tree.function_of(node) in holders})
+    outside, methods = _calls_left_outside(rw, holders, models, covered)
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
                                      f"{_lines([b.lineno for b in rw.evaluation])}"
                                      if rw.evaluation else "")
     note = (f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
-            f"the calls of {', '.join(f'`{m}`' for m in models)} on {_lines(outside)}, and any call outside "
+            f"the calls of {', '.join(f'`{m}`' for m in models)} on {_lines(outside)}"
+            + (f" ({', '.join(f'`{m}`' for m in methods)}: "
+               f"{'a method' if len(methods) == 1 else 'methods'} of the model, which may run it)" if methods else "")
+            + f", and any call outside "
             f"{shape.where}, are outside "
             "it (float32 unless under an autocast of their own)" if outside else
             f"; O1 put every call after initialize in mixed precision, the autocast added covers {passes}: "
