@@ -60,6 +60,10 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("classy_vision==0.4.0", "sdist"),
     ("deepspeed==0.3.16", "sdist"),
     ("torchdistill==0.1.0", "sdist"),
+    # A fork of transformers 3.x's Trainer whose adapter fusion adds a regularization loss with a plain
+    # `.backward()` beside scale_loss (branch apexhunt). flair 0.5.1 and 0.6.1 also train with apex.amp, but their
+    # trainers are 0.4.5's again, so they are not counted twice.
+    ("adapter-transformers==1.0.1", "wheel"),
 )
 
 AMP = ("apex.amp",)
