@@ -243,6 +243,14 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("gradients_read_in_the_micro_steps", "AMP101",
      "not rewritten: gradients are read on line 16, between a backward and the step of an accumulation, where a "
      "scaler keeps them scaled (apex had unscaled them)"),
+    # a clip between two losses' backwards: apex had unscaled the first's gradients, a scaler unscales after the last
+    ("gradients_read_between_two_backwards", "AMP101",
+     "not rewritten: gradients are read on line 15, between two backwards of one step, where a scaler keeps them "
+     "scaled (apex had unscaled them; a scaler unscales once per step, after the last backward)"),
+    # the step's own condition reads the gradients: no unscale_ can go before it without a step after it
+    ("gradients_read_in_the_steps_condition", "AMP101",
+     "not rewritten: gradients are read on line 17, in a condition the step on line 18 depends on, where a scaler "
+     "keeps them scaled (apex had unscaled them)"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "

@@ -97,7 +97,15 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         if step.lineno in rw.unscaled_steps:
             continue
         block, position = tree.block_of(step)
-        begin = max((i + 1 for i, s in enumerate(block[:position]) if _holds_a_backward(rw, s)), default=0)
+        backwards = [i for i, s in enumerate(block[:position]) if _holds_a_backward(rw, s)]
+        begin = backwards[-1] + 1 if backwards else 0
+        between = [s for s in block[backwards[0] + 1:begin - 1] if not _holds_a_backward(rw, s)] if backwards else []
+        read_between = next((s for s in between if _reads_gradients(rw, s)), None)
+        if read_between is not None:
+            # apex had unscaled the first loss's gradients there; a scaler unscales once per step, after the last
+            raise NotMechanical(f"gradients are read on line {read_between.lineno}, between two backwards of one step, "
+                                "where a scaler keeps them scaled (apex had unscaled them; a scaler unscales once per "
+                                "step, after the last backward)")
         readers = [s for s in block[begin:position] if _reads_gradients(rw, s)]
         if rw.shape.optimizers:
             readers = [s for s in readers if not _clips_master_params(rw, s)]
@@ -114,10 +122,28 @@ def _unscale_before_gradient_reads(rw: _Rewrite) -> None:
         if any(step in block for step in steps):
             continue  # the step's own block: above
         for later in block[position + 1:]:
-            if not any(isinstance(node, ast.Expr) and node in steps for node in ast.walk(later)) \
-                    and _reads_gradients(rw, later):
+            held = [node for node in ast.walk(later) if isinstance(node, ast.Expr) and node in steps]
+            if not held and _reads_gradients(rw, later):
                 raise NotMechanical(f"gradients are read on line {later.lineno}, between a backward and the step of "
                                     "an accumulation, where a scaler keeps them scaled (apex had unscaled them)")
+            condition = next((test for step in held for test in _conditions_around(rw, step, later)
+                              if _reads_gradients(rw, test)), None)
+            if condition is not None:
+                # an unscale_ before the condition would run where no step follows: the next one raises
+                raise NotMechanical(f"gradients are read on line {condition.lineno}, in a condition the step on line "
+                                    f"{held[0].lineno} depends on, where a scaler keeps them scaled (apex had "
+                                    "unscaled them)")
+
+
+def _conditions_around(rw: _Rewrite, step: ast.stmt, outer: ast.stmt) -> list[ast.expr]:
+    """What decides whether `step`, inside `outer`, runs: the tests of the `if`s and `while`s between them."""
+    conditions: list[ast.expr] = []
+    node: ast.AST | None = step
+    while node is not None and node is not outer:
+        node = rw.tree.parent(node)
+        if isinstance(node, (ast.If, ast.While)):
+            conditions.append(node.test)
+    return conditions
 
 
 def _no_plain_backward(rw: _Rewrite) -> None:

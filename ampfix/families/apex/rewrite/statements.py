@@ -19,7 +19,7 @@ def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
     return condition is not None and isinstance(node, ast.If) and ast.unparse(node.test) == ast.unparse(condition)
 
 
-def _reads_gradients(rw: _Rewrite, statement: ast.stmt) -> bool:
+def _reads_gradients(rw: _Rewrite, statement: ast.stmt | ast.expr) -> bool:
     """May `statement` read gradients? apex had unscaled them when scale_loss exited; a scaler keeps them scaled until
     its step, so whatever reads them between must come after an `unscale_` (which is always faithful there: apex's
     gradients were unscaled from that point on). Read are: a `.grad`; torch's clipping; a call handed the model or
