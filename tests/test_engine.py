@@ -261,7 +261,8 @@ def test_removing_lines_leaves_one_run_of_blank_lines_as_long_as_the_longer(sour
 
 def test_a_splice_over_the_blank_lines_after_its_statement_keeps_the_added_head_statements():
     """A statement removed with the blank line after it, where the head statements were to go after it (the last
-    opening import): they go where the removal ends, once, and no text is repeated."""
+    opening import): they take its place, once, and the blank line it took stays after them (`x = 1` keeps the blank
+    line above it)."""
     import ast
 
     from ampfix.core.locations import SourceIndex, statement_groups
@@ -273,7 +274,7 @@ def test_a_splice_over_the_blank_lines_after_its_statement_keeps_the_added_head_
     groups = statement_groups(ast.parse(source), index)
     start, end = index.removal(3, 3)
     plan = Plan([], [Edit(start, end, 3, "Splice", "", Splice(""))], groups, groups[1][1], "import functools\n")
-    assert apply_plan(source, plan) == "import a\n\nimport functools\nx = 1\n"
+    assert apply_plan(source, plan) == "import a\n\nimport functools\n\nx = 1\n"
 
 
 def test_a_splice_may_not_reach_the_next_statement():

@@ -121,6 +121,7 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/parallel_import_in_its_own_paragraph", "apex/import_torch_with_the_torch_imports",
                 "apex/o1_gradients_read_by_the_projects_code", "apex/gradients_read_in_the_micro_steps",
                 "apex/gradients_read_between_two_backwards", "apex/gradients_read_in_the_steps_condition",
+                "unsafe_fixes/apex_parallel_import_where_functools_goes",
                 "roots/star_import_torch"}
 
 

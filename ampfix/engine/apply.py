@@ -50,8 +50,10 @@ def apply_plan(source: str, plan: Plan) -> str:
         pieces.append(source[done:start])
         pieces.append(_apply_to_fragment(source[start:end], start, edits))
         done = end
-        if head_at is not None and head_at < end:  # a removal took the blank lines the head was to follow
-            pieces.append(plan.head_text)
+        if head_at is not None and head_at < end:
+            # The head goes where a statement was removed with the blank lines after it: it takes that statement's
+            # place, so those blank lines stay, after it (the code below keeps its spacing).
+            pieces += [plan.head_text, source[head_at:end]]
             head_at = None
     if head_at is not None:
         pieces += [source[done:head_at], plan.head_text]
