@@ -251,6 +251,12 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("gradients_read_in_the_steps_condition", "AMP101",
      "not rewritten: gradients are read on line 17, in a condition the step on line 18 depends on, where a scaler "
      "keeps them scaled (apex had unscaled them)"),
+    # a plain backward in a helper the training function defines and calls between the backward and the step
+    ("o1_plain_backward_in_a_nested_helper", "AMP101",
+     "not rewritten: `fusion.regularization_loss().backward(...)` on line 11 is a backward not through scale_loss: "
+     "apex had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), "
+     "a GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
+     "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "

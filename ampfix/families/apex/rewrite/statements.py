@@ -64,7 +64,8 @@ def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.Asyn
     rewrite's function is a method of a class that defines it."""
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     if isinstance(func, ast.Name):
-        return rw.tree.module_function(func.id)
+        bound_locally, local = _local_function(rw, func)
+        return local if bound_locally else rw.tree.module_function(func.id)
     holder = rw.shape.function
     owner = rw.tree.parent(holder)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and isinstance(owner, ast.ClassDef) \
@@ -72,6 +73,31 @@ def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.Asyn
         methods = [m for m in owner.body if isinstance(m, functions) and m.name == func.attr]
         return methods[0] if len(methods) == 1 else None
     return None
+
+
+def _local_function(rw: _Rewrite, func: ast.Name) -> tuple[bool, ast.FunctionDef | ast.AsyncFunctionDef | None]:
+    """Whether the function holding the call binds `func`'s name itself, and the `def` nested in it that alone binds
+    it (a helper of the training function's own: `def regularize(): ...` called between the backward and the step)."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    scope = rw.tree.function_of(func)
+    if not isinstance(scope, functions):
+        return False, None
+    arguments = scope.args
+    parameters = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                  *filter(None, [arguments.vararg, arguments.kwarg])]}
+    defined, stored = [], False
+    for node in ast.walk(scope):
+        if node is scope or rw.tree.function_of(node) is not scope:
+            continue
+        if isinstance(node, functions) and node.name == func.id:
+            defined.append(node)
+        elif isinstance(node, ast.Name) and node.id == func.id and not isinstance(node.ctx, ast.Load):
+            stored = True
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and func.id in node.names:
+            stored = True
+    if not defined and not stored and func.id not in parameters:
+        return False, None
+    return True, defined[0] if len(defined) == 1 and not stored and func.id not in parameters else None
 
 
 def _gradient_holders(rw: _Rewrite) -> set[str]:
