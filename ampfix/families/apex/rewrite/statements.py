@@ -61,7 +61,7 @@ def _calls_a_reader(rw: _Rewrite, node: ast.AST, seen: set[int]) -> bool:
 
 def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The function `func` names: a module-level `def` (the name bound by it alone), or `self.<method>` where the
-    rewrite's function is a method of a class that defines it."""
+    rewrite's function is a method of a class that defines it, or inherits it from a class of the module."""
     functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     if isinstance(func, ast.Name):
         bound_locally, local = _local_function(rw, func)
@@ -70,8 +70,26 @@ def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.Asyn
     owner = rw.tree.parent(holder)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and isinstance(owner, ast.ClassDef) \
             and isinstance(holder, functions) and holder.args.args and func.value.id == holder.args.args[0].arg:
-        methods = [m for m in owner.body if isinstance(m, functions) and m.name == func.attr]
+        return _method_of(rw, owner, func.attr, set())
+    return None
+
+
+def _method_of(rw: _Rewrite, owner: ast.ClassDef, name: str,
+               seen: set[int]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The method `name` of `owner`: its own, else the first of its bases' that are classes of this module (a
+    trainer's `self.clip()` defined in its base class)."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    methods = [m for m in owner.body if isinstance(m, functions) and m.name == name]
+    if methods:
         return methods[0] if len(methods) == 1 else None
+    seen.add(id(owner))
+    for base in owner.bases:
+        classes = [c for c in rw.tree.engine.tree.body if isinstance(c, ast.ClassDef) and isinstance(base, ast.Name)
+                   and c.name == base.id]
+        if len(classes) == 1 and id(classes[0]) not in seen:
+            found = _method_of(rw, classes[0], name, seen)
+            if found is not None:
+                return found
     return None
 
 
