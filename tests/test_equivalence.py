@@ -123,7 +123,7 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/gradients_read_between_two_backwards", "apex/gradients_read_in_the_steps_condition",
                 "unsafe_fixes/apex_parallel_import_where_functools_goes",
                 "apex/o1_plain_backward_in_a_nested_helper", "apex/o1_gradients_read_by_a_nested_helper",
-                "apex/trainer_gradients_read_by_an_inherited_method",
+                "apex/trainer_gradients_read_by_an_inherited_method", "apex/o1_step_on_an_unended_last_line",
                 "roots/star_import_torch"}
 
 

@@ -64,7 +64,18 @@ class _Engine:
     def add_splices(self, splices: list[tuple[int, int, str]]) -> None:
         for start, end, text in splices:
             line = self.index.text.count("\n", 0, start) + 1
-            self._analysis.add_edit(Edit(start, end, line, "Splice", "", Splice(text)))
+            self._analysis.add_edit(Edit(start, end, line, "Splice", "", Splice(self._at_an_unended_end(start, end,
+                                                                                                      text))))
+
+    def _at_an_unended_end(self, start: int, end: int, text: str) -> str:
+        """`text` as it goes at the end of a file whose last line has no line break: lines added after that line
+        (`scaler.update()` after a last `optimizer.step()`) begin with the break instead of ending with it, and text
+        that replaces the end ends without one, as the file did."""
+        source = self.index.text
+        ending = next((b for b in ("\r\n", "\n", "\r") if text.endswith(b)), None)
+        if end != len(source) or not source or source.endswith(("\n", "\r")) or ending is None:
+            return text
+        return ending + text[:-len(ending)] if start == end else text[:-len(ending)]
 
 
 Engine = _Engine  # the adapter's type, for the family's other rewrites
