@@ -249,6 +249,8 @@ def test_a_state_function_named_by_its_attribute_on_torch_is_reported_never_rewr
     # a comment ends a run; whitespace-only lines are blank
     ("a\n# x\nB\n\nc\n", 3, 3, "a\n# x\n\nc\n"),
     ("a\n  \nB\n\t\nc\n", 3, 3, "a\n  \nc\n"),
+    # a form feed is a page break, not a blank line: it stays, and ends the run
+    ("a\n\nB\n\x0c\nc\n", 3, 3, "a\n\n\x0c\nc\n"),
     # at the end of the file
     ("a\n\nB\n\n", 3, 3, "a\n\n"),
 ])

@@ -30,6 +30,9 @@ def tokens(source: str) -> Iterator[tokenize.TokenInfo]:
     return tokenize.generate_tokens(io.StringIO(source, newline=None).readline)
 
 
+_BLANK = " \t\r\n"  # what a blank line holds: a form feed is a page break the author put there, not a blank
+
+
 class SourceIndex:
     def __init__(self, source: str) -> None:
         self.text = source
@@ -71,10 +74,10 @@ class SourceIndex:
         the two runs would join into one as long as both: the shorter run goes too (from the lines after), so the
         run left is as long as the longer, as if the lines had never been written."""
         before = 0
-        while first - before > 1 and not self.lines[first - before - 2].strip():
+        while first - before > 1 and not self.lines[first - before - 2].strip(_BLANK):
             before += 1
         after = 0
-        while last + after < len(self.lines) and not self.lines[last + after].strip():
+        while last + after < len(self.lines) and not self.lines[last + after].strip(_BLANK):
             after += 1
         return self.line_start(first), self.line_end(last + min(before, after))
 
