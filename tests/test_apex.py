@@ -257,6 +257,10 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "apex had unscaled the gradients when scale_loss exited (and kept those of an earlier backward aside, unscaled), "
      "a GradScaler keeps them scaled until its step, so that backward's gradients would be added to scaled ones and "
      "divided by the scale (by hand: `scaler.scale(...).backward()` for it too)"),
+    # torch bound only for type checkers: the names the rewrite writes would raise NameError at run time
+    ("torch_imported_for_type_checkers_only", "AMP101",
+     "not rewritten: `torch` is imported only for type checkers (under `if TYPE_CHECKING:`), and the names this "
+     "rewrite writes need it at run time (by hand: `import torch` at run time, then run ampfix again)"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "

@@ -437,6 +437,8 @@ MODULE_METHODS_WITHOUT_FORWARD = frozenset({
     "register_parameter", "register_forward_hook", "register_forward_pre_hook", "register_backward_hook",
     "register_full_backward_hook", "get_submodule", "get_parameter", "get_buffer", "extra_repr", "share_memory",
     "apply", "clip_grad_norm_"})
+# The flag under which imports are for type checkers only: its `if` never runs.
+TYPE_CHECKING = "typing.TYPE_CHECKING"
 # A backward not through scale_loss: `torch.autograd.backward(tensors)`, or any `<tensor>.backward()`.
 PLAIN_BACKWARD = frozenset({"torch.autograd.backward"})
 BACKWARD_METHOD = "backward"

@@ -158,7 +158,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
     if (optimizers or item_loop) and methods:
         raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
-    torch_bound = _names_usable(init_use.ref.scope, init, optimizers or ((opt_name,) if not item_loop else ()), scaler)
+    torch_bound = _names_usable(tree, init_use.ref.scope, init,
+                                optimizers or ((opt_name,) if not item_loop else ()), scaler)
     if not torch_bound:
         _torch_importable(tree, local)
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
@@ -407,15 +408,20 @@ def _several_optimizers(init: ast.Assign, models: ast.expr, optimizers: ast.expr
     return names
 
 
-def _names_usable(scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], scaler: str) -> bool:
+def _names_usable(tree: _Tree, scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], scaler: str) -> bool:
     """The names the rewrite writes mean what it means where initialize is: the scaler's is free (a local's; an
-    attribute's is checked with the methods), the package's is torch's (or unbound: then it is imported), the
-    optimizer is not rebound. Whether torch's is bound."""
+    attribute's is checked with the methods), the package's is torch's at run time (or unbound: then it is
+    imported), the optimizer is not rebound. Whether torch's is bound."""
     if scaler == SCALER and scope.lookup(SCALER)[1]:
         raise NotMechanical(f"the name `{SCALER}` is already bound")
     found, torch_bindings = scope.lookup(_NATIVE.package)
     if not all(b.kind == "import" and b.qname == _NATIVE.package for b in torch_bindings):
         raise NotMechanical(f"`{_NATIVE.package}` is bound to something else")
+    if torch_bindings and all(_for_type_checkers_only(tree, b.imported_by.node if b.imported_by else None, scope)
+                              for b in torch_bindings):
+        raise NotMechanical(f"`{_NATIVE.package}` is imported only for type checkers (under `if TYPE_CHECKING:`), "
+                            f"and the names this rewrite writes need it at run time (by hand: `import "
+                            f"{_NATIVE.package}` at run time, then run ampfix again)")
     # torch imported where initialize runs (its function, or a script's top level) must come before it: the scaler
     # that replaces initialize is created there
     if torch_bindings and found is scope and not all(b.line < init.lineno for b in torch_bindings):
@@ -425,6 +431,17 @@ def _names_usable(scope: Scope, init: ast.Assign, opt_names: tuple[str, ...], sc
             if binding.line > init.lineno:
                 raise NotMechanical("the optimizer is rebound after initialize")
     return bool(torch_bindings)
+
+
+def _for_type_checkers_only(tree: _Tree, node: ast.AST | None, scope: Scope) -> bool:
+    """Does `node` (an import) stand in the body of an `if typing.TYPE_CHECKING:`, which never runs?"""
+    while node is not None:
+        parent = tree.parent(node)
+        if isinstance(parent, ast.If) and any(node is s for s in parent.body) \
+                and tree.engine.resolve(parent.test, scope) == rules.TYPE_CHECKING:
+            return True
+        node = parent
+    return False
 
 
 def _torch_importable(tree: _Tree, local: bool) -> None:
