@@ -158,8 +158,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
     if (optimizers or item_loop) and methods:
         raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
-    torch_bound = _names_usable(tree, init_use.ref.scope, init,
-                                optimizers or ((opt_name,) if not item_loop else ()), scaler)
+    torch_bound = _names_usable(tree, init_use.ref.scope, init, optimizers or (() if item_loop else (opt_name,)),
+                                scaler)
     if not torch_bound:
         _torch_importable(tree, local)
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
@@ -168,15 +168,18 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             _stable_key(tree, condition, function)
         for method in _other_methods(tree, function, condition):
             _stable(condition, method, 0)
-    comments = _comment_lines(tree.index.text)
     device, dtype = _device_and_dtype(tree.engine)
-    ending = tree.lines[init.lineno - 1]
-    newline = ending[len(ending.rstrip("\r\n")):] or "\n"  # the file's own line ending (CRLF, CR, LF)
     return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
                   opt_name, enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package,
-                  comments, device, dtype, newline, import_node, optional, import_statement_kept, condition,
-                  opt_level, scale_reads, block_end, scaler, tuple(methods), method_imports, method_condition,
-                  in_init, optimizers, branch_flag, item_loop)
+                  _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
+                  import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
+                  method_imports, method_condition, in_init, optimizers, branch_flag, item_loop)
+
+
+def _line_ending(tree: _Tree, init: ast.Assign) -> str:
+    """The file's own line ending (CRLF, CR, LF), as initialize's line has it."""
+    ending = tree.lines[init.lineno - 1]
+    return ending[len(ending.rstrip("\r\n")):] or "\n"
 
 
 def _not_binding_self(tree: _Tree, init: ast.Assign, function: ast.AST) -> None:
