@@ -96,26 +96,14 @@ def _method_of(rw: _Rewrite, owner: ast.ClassDef, name: str,
 def _local_function(rw: _Rewrite, func: ast.Name) -> tuple[bool, ast.FunctionDef | ast.AsyncFunctionDef | None]:
     """Whether the function holding the call binds `func`'s name itself, and the `def` nested in it that alone binds
     it (a helper of the training function's own: `def regularize(): ...` called between the backward and the step)."""
-    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     scope = rw.tree.function_of(func)
-    if not isinstance(scope, functions):
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False, None
-    arguments = scope.args
-    parameters = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                                  *filter(None, [arguments.vararg, arguments.kwarg])]}
-    defined, stored = [], False
-    for node in ast.walk(scope):
-        if node is scope or rw.tree.function_of(node) is not scope:
-            continue
-        if isinstance(node, functions) and node.name == func.id:
-            defined.append(node)
-        elif isinstance(node, ast.Name) and node.id == func.id and not isinstance(node.ctx, ast.Load):
-            stored = True
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and func.id in node.names:
-            stored = True
-    if not defined and not stored and func.id not in parameters:
+    defined, stored = rw.tree.own_bindings(scope)
+    found = defined.get(func.id, [])
+    if not found and func.id not in stored:
         return False, None
-    return True, defined[0] if len(defined) == 1 and not stored and func.id not in parameters else None
+    return True, found[0] if len(found) == 1 and func.id not in stored else None
 
 
 def _gradient_holders(rw: _Rewrite) -> set[str]:

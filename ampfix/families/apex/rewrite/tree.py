@@ -19,6 +19,7 @@ class _Tree:
         self.parent_of = engine.parents.of
         self._attribute_stores: dict[str, list[tuple[int, ast.Attribute]]] | None = None  # with each one's walk order
         self._module_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] | None = None
+        self._own_bindings: dict[int, tuple[dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]], set[str]]] = {}
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         return None if node is None else self.parent_of(node)
@@ -62,6 +63,30 @@ class _Tree:
             self._module_functions = {name: found[0] for name, found in defined.items()
                                       if len(found) == 1 and name not in stored}
         return self._module_functions.get(name)
+
+    def own_bindings(self, function: ast.FunctionDef | ast.AsyncFunctionDef,
+                     ) -> tuple[dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]], set[str]]:
+        """What `function` binds itself, not its nested scopes: each `def` nested in it, by name, and the other names
+        (parameters, assignments, `global`/`nonlocal`); walked once per function."""
+        cached = self._own_bindings.get(id(function))
+        if cached is None:
+            arguments = function.args
+            stored = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                      *filter(None, [arguments.vararg, arguments.kwarg])]}
+            defined: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+            stack = list(ast.iter_child_nodes(function))
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.setdefault(node.name, []).append(node)
+                elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    stored.add(node.id)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    stored.update(node.names)
+                if not isinstance(node, _SCOPES):
+                    stack.extend(ast.iter_child_nodes(node))
+            cached = self._own_bindings[id(function)] = (defined, stored)
+        return cached
 
     def text(self, node: ast.AST) -> str:
         start, end = self.index.span(node)
