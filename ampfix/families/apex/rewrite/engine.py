@@ -28,6 +28,13 @@ class _Engine:
         self.options: Options = analysis.options
         self.module_scope: Scope = analysis.walker.module_scope
         self.parents: Parents = analysis.context.parents
+        self._scopes: dict[int, Scope] | None = None
+
+    def scope_of(self, name: ast.Name) -> Scope | None:
+        """The scope the bindings walk read `name` in (every name is one of its chains), or None."""
+        if self._scopes is None:
+            self._scopes = {id(ref.node): ref.scope for ref in self._analysis.walker.chains}
+        return self._scopes.get(id(name))
 
     def device(self) -> str:
         """The device the scaler and autocast get: `--device`, `--device-expr`, as for torch's own CUDA names."""

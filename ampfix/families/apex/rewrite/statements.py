@@ -9,7 +9,7 @@ from ampfix.core.locations import first_line
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _chain, _last_line
-from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _NATIVE
+from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _FUNCTIONS, _NATIVE
 
 
 def _tests_condition(rw: _Rewrite, node: ast.AST | None) -> bool:
@@ -60,16 +60,18 @@ def _calls_a_reader(rw: _Rewrite, node: ast.AST, seen: set[int]) -> bool:
 
 
 def _module_function(rw: _Rewrite, func: ast.expr) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The function `func` names: a module-level `def` (the name bound by it alone), or `self.<method>` where the
-    rewrite's function is a method of a class that defines it, or inherits it from a class of the module."""
-    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    """The function `func` names: a `def` of the module, or nested in the function calling it, that alone binds the
+    name where the call reads it (the bindings walk's resolution), or `self.<method>` where the rewrite's function is
+    a method of a class that defines it, or inherits it from a class of the module."""
     if isinstance(func, ast.Name):
-        bound_locally, local = _local_function(rw, func)
-        return local if bound_locally else rw.tree.module_function(func.id)
+        scope = rw.tree.engine.scope_of(func)
+        bindings = scope.lookup(func.id)[1] if scope is not None else []
+        value = bindings[0].value if len(bindings) == 1 else None
+        return value if isinstance(value, _FUNCTIONS) else None
     holder = rw.shape.function
     owner = rw.tree.parent(holder)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and isinstance(owner, ast.ClassDef) \
-            and isinstance(holder, functions) and holder.args.args and func.value.id == holder.args.args[0].arg:
+            and isinstance(holder, _FUNCTIONS) and holder.args.args and func.value.id == holder.args.args[0].arg:
         return _method_of(rw, owner, func.attr, set())
     return None
 
@@ -78,8 +80,7 @@ def _method_of(rw: _Rewrite, owner: ast.ClassDef, name: str,
                seen: set[int]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The method `name` of `owner`: its own, else the first of its bases' that are classes of this module (a
     trainer's `self.clip()` defined in its base class)."""
-    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-    methods = [m for m in owner.body if isinstance(m, functions) and m.name == name]
+    methods = [m for m in owner.body if isinstance(m, _FUNCTIONS) and m.name == name]
     if methods:
         return methods[0] if len(methods) == 1 else None
     seen.add(id(owner))
@@ -91,19 +92,6 @@ def _method_of(rw: _Rewrite, owner: ast.ClassDef, name: str,
             if found is not None:
                 return found
     return None
-
-
-def _local_function(rw: _Rewrite, func: ast.Name) -> tuple[bool, ast.FunctionDef | ast.AsyncFunctionDef | None]:
-    """Whether the function holding the call binds `func`'s name itself, and the `def` nested in it that alone binds
-    it (a helper of the training function's own: `def regularize(): ...` called between the backward and the step)."""
-    scope = rw.tree.function_of(func)
-    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False, None
-    defined, stored = rw.tree.own_bindings(scope)
-    found = defined.get(func.id, [])
-    if not found and func.id not in stored:
-        return False, None
-    return True, found[0] if len(found) == 1 and func.id not in stored else None
 
 
 def _gradient_holders(rw: _Rewrite) -> set[str]:

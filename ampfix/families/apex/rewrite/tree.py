@@ -18,8 +18,6 @@ class _Tree:
         self.lines = engine.index.lines
         self.parent_of = engine.parents.of
         self._attribute_stores: dict[str, list[tuple[int, ast.Attribute]]] | None = None  # with each one's walk order
-        self._module_functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] | None = None
-        self._own_bindings: dict[int, tuple[dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]], set[str]]] = {}
 
     def parent(self, node: ast.AST | None) -> ast.AST | None:
         return None if node is None else self.parent_of(node)
@@ -49,44 +47,6 @@ class _Tree:
                     self._attribute_stores.setdefault(node.attr, []).append((order, node))
         return [node for _, node in sorted(stored for attribute in set(attributes)
                                            for stored in self._attribute_stores.get(attribute, []))]
-
-    def module_function(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The module-level `def` of `name`, where that is the only thing that binds it (the module walked once)."""
-        if self._module_functions is None:
-            functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-            defined: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-            for top in self.engine.tree.body:
-                if isinstance(top, functions):
-                    defined.setdefault(top.name, []).append(top)
-            stored = {n.id for n in ast.walk(self.engine.tree)
-                      if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-            self._module_functions = {name: found[0] for name, found in defined.items()
-                                      if len(found) == 1 and name not in stored}
-        return self._module_functions.get(name)
-
-    def own_bindings(self, function: ast.FunctionDef | ast.AsyncFunctionDef,
-                     ) -> tuple[dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]], set[str]]:
-        """What `function` binds itself, not its nested scopes: each `def` nested in it, by name, and the other names
-        (parameters, assignments, `global`/`nonlocal`); walked once per function."""
-        cached = self._own_bindings.get(id(function))
-        if cached is None:
-            arguments = function.args
-            stored = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                                      *filter(None, [arguments.vararg, arguments.kwarg])]}
-            defined: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-            stack = list(ast.iter_child_nodes(function))
-            while stack:
-                node = stack.pop()
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    defined.setdefault(node.name, []).append(node)
-                elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                    stored.add(node.id)
-                elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                    stored.update(node.names)
-                if not isinstance(node, _SCOPES):
-                    stack.extend(ast.iter_child_nodes(node))
-            cached = self._own_bindings[id(function)] = (defined, stored)
-        return cached
 
     def text(self, node: ast.AST) -> str:
         start, end = self.index.span(node)
