@@ -57,9 +57,7 @@ def _initialize_message(rw: _Rewrite) -> None:
     shape, tree = rw.shape, rw.tree
     covered = rw.regions + [(b.lineno, _last_line(b)) for b in rw.evaluation]
     holders = (shape.function, *shape.methods)
-    target = shape.init.targets[0]
-    bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
-    models = [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [shape.model_name]
+    models = shape.models
     outside, methods = _calls_left_outside(rw, holders, models, covered)
     passes = "the forward passes" + (f" and the `no_grad`/`inference_mode` blocks on "
                                      f"{_lines([b.lineno for b in rw.evaluation])}"

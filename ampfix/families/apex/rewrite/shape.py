@@ -86,6 +86,13 @@ class _Shape:
         return self.init_use.ref.scope
 
     @property
+    def models(self) -> list[str]:
+        """The model names initialize bound, each of a list (`[g, d], [og, od] = amp.initialize(...)`)."""
+        target = self.init.targets[0]
+        bound = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) else target
+        return [ast.unparse(e) for e in bound.elts] if isinstance(bound, (ast.Tuple, ast.List)) else [self.model_name]
+
+    @property
     def where(self) -> str:
         if self.in_init:
             return ", ".join(f"`{m.name}`" for m in self.methods)

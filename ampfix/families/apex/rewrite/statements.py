@@ -96,13 +96,7 @@ def _method_of(rw: _Rewrite, owner: ast.ClassDef, name: str,
 
 def _gradient_holders(rw: _Rewrite) -> set[str]:
     """The model and optimizer names as initialize bound them (each of a list)."""
-    names = {rw.shape.opt_name, *rw.shape.optimizers}
-    try:
-        bound = ast.parse(rw.shape.model_name, mode="eval").body
-    except SyntaxError:
-        return names
-    models = bound.elts if isinstance(bound, (ast.Tuple, ast.List)) else [bound]
-    return names | {ast.unparse(model) for model in models if _chain(model)}
+    return {rw.shape.opt_name, *rw.shape.optimizers, *rw.shape.models}
 
 
 def _mentions(node: ast.expr, holders: set[str]) -> bool:
