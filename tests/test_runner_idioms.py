@@ -145,6 +145,7 @@ import json, os, sys, tempfile
 import torch
 import torch.distributed as dist
 from ampfix.runner import process_patches
+from ampfix.runner.devices import DeviceModel
 from ampfix.runner.observe import Recorder
 
 DDP = torch.nn.parallel.DistributedDataParallel
@@ -161,7 +162,7 @@ bad_calls = [
 ]
 before = [error_of(call) for call in bad_calls]
 recorder = Recorder("main")
-for _, install in process_patches.installers(recorder):
+for _, install in process_patches.installers(recorder, DeviceModel(recorder)):
     install()
 after = [error_of(call) for call in bad_calls]
 store = os.path.join(tempfile.mkdtemp(), "store")

@@ -306,12 +306,13 @@ def test_verify_for_the_cpu_still_finds_a_changed_argument() -> None:
 def test_options_for_the_cpu_run_the_cpu_policy_in_bfloat16() -> None:
     given = api.RunOptions(max_steps=3, seed=5)
     assert api.options_for_device(given, "cuda") is given
+    # The rewrite moves AMP to the CPU and keeps the script's .cuda(): on both sides "cuda" tensors are CPU ones.
     assert api.options_for_device(given, "cpu") == api.RunOptions(
-        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="bfloat16"
+        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="bfloat16", cuda_is_cpu=True
     )
     # --keep-dtype: an explicit dtype runs as given, a defaulted one as the CPU's default.
     assert api.options_for_device(given, "cpu", keep_dtype=True) == api.RunOptions(
-        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="explicit"
+        max_steps=3, seed=5, autocast_policy="cpu", amp_dtype="explicit", cuda_is_cpu=True
     )
     assert api.options_for_device(given, "cuda", keep_dtype=True) is given  # as for rewrite: no effect on cuda
     with pytest.raises(ValueError, match="device must be one of cuda, cpu"):

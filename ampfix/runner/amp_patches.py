@@ -43,8 +43,13 @@ LOW_PRECISION_DTYPES = tuple(FORCED_DTYPES.values())
 class AmpPlan:
     """How a request for the emulated device is run on the CPU."""
 
-    def __init__(self, amp_dtype: str, cuda_policy: CudaPolicy | None = None) -> None:
+    def __init__(
+        self, amp_dtype: str, cuda_policy: CudaPolicy | None = None, cuda_tensors_read_as: str = "cuda"
+    ) -> None:
         self.forced_dtype = FORCED_DTYPES.get(amp_dtype)  # None: keep the requested dtype
+        # The device the script's "cuda" tensors read as (devices.DeviceModel): "cuda", or "cpu" where "cuda"
+        # means the CPU (verify --device cpu). A "cuda" custom_fwd casts the tensors of that device.
+        self.cuda_tensors_read_as = cuda_tensors_read_as
         # "explicit": a dtype the script gave is kept, a defaulted one is the CPU's default, as in a
         # rewrite to the CPU that keeps float16 (`ampfix rewrite --device cpu --keep-dtype`).
         self.cpu_default_for_defaulted = amp_dtype == "explicit"
@@ -414,20 +419,22 @@ def _held_dtype(held: CpuAutocastState) -> Any:
 
 
 def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:
-    """custom_fwd/custom_bwd for "cuda" act on CPU autocast, custom_fwd's ``cast_inputs`` in the
-    run's dtype (:meth:`AmpPlan.run_cast_inputs`); what the script asked for is recorded."""
+    """custom_fwd/custom_bwd for "cuda" act on CPU autocast (through the "cuda" regions they open), custom_fwd's
+    ``cast_inputs`` in the run's dtype (:meth:`AmpPlan.run_cast_inputs`); what the script asked for is recorded."""
 
     def fwd_for_the_cpu(arguments: dict[str, Any]) -> None:
         requested_device, requested_cast = arguments["device_type"], arguments["cast_inputs"]
+        # torch's _cast casts the tensors whose device is custom_fwd's: the one "cuda" tensors read as; the region
+        # custom_fwd opens for "cuda" runs as CPU autocast like every other.
         if requested_device == "cuda":
-            arguments["device_type"] = "cpu"
+            arguments["device_type"] = plan.cuda_tensors_read_as
             arguments["cast_inputs"] = plan.run_cast_inputs(requested_device, requested_cast)
         recorder.custom_fwd_created(
             CustomFwdKey(
                 find_site(),
                 device_requested=str(requested_device),
                 cast_inputs_requested=_dtype_or_none(requested_cast),
-                device_run=str(arguments["device_type"]),
+                device_run="cpu" if requested_device == "cuda" else str(requested_device),
                 cast_inputs_run=_dtype_or_none(arguments["cast_inputs"]),
             )
         )
@@ -435,7 +442,7 @@ def install_custom_fwd_bwd(recorder: Recorder, plan: AmpPlan) -> None:
     def bwd_for_the_cpu(arguments: dict[str, Any]) -> None:
         requested_device = arguments["device_type"]
         if requested_device == "cuda":
-            arguments["device_type"] = "cpu"
+            arguments["device_type"] = plan.cuda_tensors_read_as
         recorder.custom_amp_decorator("custom_bwd", {"device_type": str(requested_device)}, find_site())
 
     custom_fwd = _decorator_for_the_cpu(torch.amp.autocast_mode.custom_fwd, fwd_for_the_cpu)

@@ -30,6 +30,12 @@ class RunOptions:
     autocast_policy: str = "cuda"  # whose op lists "cuda" regions follow: CUDA's or the CPU's
     seed: int = 0
     threads: int = 1
+    gpus: int = 1  # the emulated GPUs: cuda:0 .. cuda:N-1
+    gpu_memory: int | None = None  # bytes each GPU holds; None: no limit
+    device_checks: bool = True  # what a GPU refuses fails the run; False: recorded and let through
+    # Every tensor asked for on "cuda" is a CPU tensor in all it reads: verify --device cpu, whose rewrite
+    # moves AMP to the CPU and leaves the script's .cuda() calls (the CPU machine it targets has no GPU).
+    cuda_is_cpu: bool = False
 
     def __post_init__(self) -> None:
         if self.amp_dtype not in AMP_DTYPES:
@@ -42,6 +48,10 @@ class RunOptions:
             raise ValueError("max_steps must be at least 1")
         if self.threads < 1:
             raise ValueError("threads must be at least 1")
+        if self.gpus < 1:
+            raise ValueError("gpus must be at least 1")
+        if self.gpu_memory is not None and self.gpu_memory < 1:
+            raise ValueError("gpu_memory must be at least 1 byte")
 
 
 def _launch(
@@ -54,6 +64,7 @@ def _launch(
     cwd: Path | None = None,
     extra_paths: Sequence[str] = (),
     verify_observations: bool = False,
+    module: str | None = None,
 ) -> LaunchedRun:
     return LaunchedRun(
         Path(script),
@@ -63,6 +74,7 @@ def _launch(
         timeout=timeout,
         extra_paths=extra_paths,
         cwd=None if cwd is None else str(cwd),
+        module=module,
     )
 
 
@@ -79,6 +91,20 @@ def run_script(
     return _launch(Path(script), script_args, options, capture_output=capture_output, timeout=timeout).finish()
 
 
+def run_module(
+    module: str,
+    module_args: Sequence[str] = (),
+    options: RunOptions = RunOptions(),
+    *,
+    capture_output: bool = False,
+    timeout: float | None = None,
+) -> RunReport:
+    """Run ``python -m module module_args`` under the harness (a test suite: ``run_module("pytest", ["tests/"])``);
+    the exit code is the module's."""
+    return _launch(Path(module), module_args, options, capture_output=capture_output, timeout=timeout,
+                   module=module).finish()
+
+
 # The device a rewrite targets (`ampfix rewrite --device`): "cuda" keeps each request's device,
 # "cpu" moves CUDA's requests to the CPU.
 VERIFY_DEVICES = ("cuda", "cpu")
@@ -90,7 +116,8 @@ def options_for_device(options: RunOptions, device: str, keep_dtype: bool = Fals
     asks for instead of float16; with ``keep_dtype``, in the dtype the script gave, and the CPU's
     default where it gave none."""
     if device == "cpu":
-        return replace(options, autocast_policy="cpu", amp_dtype="explicit" if keep_dtype else CPU_AMP_DTYPE)
+        return replace(options, autocast_policy="cpu", amp_dtype="explicit" if keep_dtype else CPU_AMP_DTYPE,
+                       cuda_is_cpu=True)
     return options
 
 

@@ -34,6 +34,12 @@ class RunnerConfig:
     # wrappers installed a Ctrl-C that lands in the first training step was seen to be lost under
     # load, cause not found: plain runs go without both).
     verify_observations: bool = False
+    # The emulated GPUs: how many, each one's memory in bytes (None: no limit), and whether what a GPU
+    # refuses (two devices in one op, numpy of a GPU's tensor) fails the run as it would there.
+    gpus: int = 1
+    gpu_memory: int | None = None
+    device_checks: bool = True
+    cuda_is_cpu: bool = False  # every "cuda" tensor reads as a CPU one (verify --device cpu)
 
     def to_env_value(self) -> str:
         return json.dumps(asdict(self))

@@ -1,10 +1,14 @@
-"""Tensors asked for on "cuda" live on the CPU; ops inside autocast have their output dtypes counted.
+"""Tensors live on the CPU and read as the device the script put them on; what CUDA refuses is refused.
 
-Runs in the child. One :class:`CudaOnCpuMode` (a ``TorchFunctionMode``) sees every torch call:
-it rewrites ``device=`` arguments, turns ``.cuda()`` / ``.to("cuda")`` into CPU no-ops (a copy
-for a pinned tensor, as on a GPU), keeps the mark of pinned memory (``pin_memory()``,
-``is_pinned()``), notes reads of ``x.is_cuda`` (which stays False: that cannot be emulated),
-and, while CPU autocast is on, counts the dtypes the call produced.
+Runs in the child. One :class:`CudaOnCpuMode` (a ``TorchFunctionMode``) sees every torch call the
+script and torch's Python code make. It makes every tensor on the CPU (``device=`` arguments,
+``.cuda()``, ``.to("cuda")``, ``.cpu()``, ``.type(...)``) and gives it the device asked for through
+:class:`devices.DeviceModel`: a factory's ``device=`` or the default device, otherwise the device of the
+call's tensors, where a GPU would refuse two devices. Moving a tensor to another device copies it, as on
+a GPU. Reads answer with that device (``x.device``, ``x.is_cuda``, ``x.is_cpu``, ``x.get_device()``,
+``x.type()``), ``.numpy()`` / ``np.asarray`` of a GPU's tensor fail as on a GPU, pinned memory is
+marked (``pin_memory()``, ``is_pinned()``), and, while CPU autocast is on, the dtypes each call produced
+are counted.
 
 A torch function mode is thread-local and autograd switches it off while running backward, so
 the mode is re-entered in every new thread, in custom ``Function.backward``, in tensor and module
@@ -23,24 +27,30 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ampfix.runner.devices import CPU, NO_TENSORS, DeviceModel
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace, run_every_new_thread_through
-from ampfix.runner.sites import find_site
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to
-# The getter torch calls a torch function mode with when the script reads ``x.is_cuda``.
-_IS_CUDA: Any = inspect.getattr_static(_Tensor, "is_cuda").__get__
 
 
-def is_cuda_device(device: Any) -> bool:
-    if isinstance(device, str):
-        return device.startswith("cuda")
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    # A bare integer names an accelerator index; on the machine the script was written for
-    # that is a GPU.
-    return isinstance(device, int) and not isinstance(device, bool)
+def _setter(name: str) -> Any:
+    return inspect.getattr_static(_Tensor, name).__set__
+
+
+
+# Calls whose result is on the device of the tensor they are called on, whatever tensors they are
+# also given: CUDA indexes with CPU index tensors and copies from any device; the others read only a
+# shape, or build a new tensor on their tensor's device from any data.
+ON_THEIR_TENSORS_DEVICE = frozenset({
+    _Tensor.__getitem__, _Tensor.__setitem__, _Tensor.copy_, _Tensor.set_, _Tensor.index_put_,
+    _Tensor.index_put, _Tensor.new_tensor, _Tensor.new_empty, _Tensor.new_zeros, _Tensor.new_ones,
+    _Tensor.new_full, _Tensor.new_empty_strided, _Tensor.expand_as, _Tensor.view_as, _Tensor.reshape_as,
+    _setter("data"), _setter("grad"),
+})  # fmt: skip
+# Calls that make a CPU tensor whatever the default device is.
+ON_THE_CPU = frozenset({torch.from_numpy, torch.frombuffer})
 
 
 class PinnedTensors:
@@ -63,60 +73,90 @@ class PinnedTensors:
         return id(tensor) in self._ids
 
 
-def _map_keyword_devices(kwargs: dict[str, Any]) -> dict[str, Any]:
-    device = kwargs.get("device")
-    move = device is not None and is_cuda_device(device)
-    pin = bool(kwargs.get("pin_memory"))
-    if not move and not pin:
-        return kwargs
-    kwargs = dict(kwargs)
-    if move:
-        kwargs["device"] = "cpu"
-    if pin:
-        kwargs["pin_memory"] = False  # pinned memory needs an accelerator; plain CPU memory is the same data
-    return kwargs
-
-
 class CudaOnCpuMode(TorchFunctionMode):
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, devices: DeviceModel) -> None:
         super().__init__()
         self._recorder = recorder
+        self.devices = devices
         self._pinned = PinnedTensors()
         # Private torch names are looked up here, inside the install step, so that a torch without
         # them loses this emulation alone. The C function itself: torch.is_autocast_enabled is
         # patched to answer "cuda" with the CPU state.
         self._is_autocast_enabled = torch._C.is_autocast_enabled
         self.mode_stack = torch.overrides._get_current_function_mode_stack
+        # What a GPU refuses before the call runs: checked ahead of any handler.
+        self._refusals: dict[Any, Callable[[tuple], None]] = {
+            _Tensor.numpy: self._host_copy,
+            _Tensor.__array__: self._host_copy,
+            _Tensor.pin_memory: self._host_copy_to_pin,
+        }
         # Handlers get the call's own arguments: each maps the devices it names itself.
         self._handlers: dict[Any, Callable[[tuple, dict], Any]] = {
             _Tensor.cuda: self._cuda,
             _TENSOR_TO: self._to,
+            _Tensor.cpu: self._cpu,
             _Tensor.pin_memory: self._pin_memory,
             _Tensor.is_pinned: self._is_pinned,
             _Tensor.type: self._type,
-            _IS_CUDA: self._is_cuda,
+            _Tensor.type_as: self._type_as,
         }
 
     def add_handlers(self, handlers: dict[Any, Callable[[tuple, dict], Any]]) -> None:
-        """More calls handled by their own code (see :mod:`boundaries`); the device handlers stay first."""
-        self._handlers = {**handlers, **self._handlers}
+        """More calls handled by their own code (see :mod:`boundaries`). A call has one handler: a second
+        one for the same call is a bug of the runner's, not something to drop silently."""
+        clash = handlers.keys() & self._handlers.keys()
+        if clash:
+            raise ValueError(f"two handlers for {sorted(map(str, clash))}")
+        self._handlers = {**self._handlers, **handlers}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        refusal = self._refusals.get(func)
+        if refusal is not None:
+            refusal(args)
         handler = self._handlers.get(func)
         if handler is not None:
             return handler(args, kwargs or {})
         return self.call(func, args, kwargs)
 
     def call(self, func: Any, args: tuple, kwargs: dict | None) -> Any:
-        """A torch call as the mode runs it: devices mapped, output dtypes counted inside autocast."""
+        """A torch call as the mode runs it: on the CPU, its result on the device CUDA would give it.
+
+        Only a call that returns tensors has a device to give, and only such a call is refused for
+        two devices: a GPU checks where a kernel computes, and a question asked of tensors
+        (``torch._has_compatible_shallow_copy_type``, ``x.shape``) computes nothing."""
+        wanted, pin = None, False
         if kwargs:  # every torch call passes here: the common call without keywords does no more
-            result = func(*args, **_map_keyword_devices(kwargs))
+            if kwargs.get("device") is not None:
+                wanted = self.devices.resolve(kwargs["device"])
+                if wanted is not None:
+                    kwargs = {**kwargs, "device": CPU}
             if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)
-                self._pinned.add(result)
+                pin, kwargs = True, {**kwargs, "pin_memory": False}  # page-locked memory needs an accelerator
+        devices = self.devices
+        refusal = None
+        if wanted is not None:
+            device: str | None = wanted
+        elif func in ON_THEIR_TENSORS_DEVICE:
+            device = devices.of(args[0]) if args else None
         else:
-            result = func(*args)
-        if self._is_autocast_enabled("cpu"):
-            self._count_dtypes(result)
+            device, refusal = devices.of_inputs((*args, *kwargs.values()) if kwargs else args)
+            if device == NO_TENSORS:
+                device = CPU if func in ON_THE_CPU else devices.for_new_tensors()
+        outer = devices.start_making(device)
+        try:
+            result = func(*args, **kwargs) if kwargs else func(*args)
+        finally:
+            devices.start_making(outer)
+        if isinstance(result, _Tensor) or (isinstance(result, (tuple, list)) and result and
+                                           isinstance(result[0], _Tensor)):
+            if refusal is not None:
+                devices.refused(refusal)
+            if device is not None:
+                devices.place(result, device)
+            if pin:
+                self._pinned.add(result)
+            if self._is_autocast_enabled("cpu"):
+                self._count_dtypes(result)
         return result
 
     def _count_dtypes(self, result: Any) -> None:
@@ -127,62 +167,121 @@ class CudaOnCpuMode(TorchFunctionMode):
                 if isinstance(item, _Tensor):
                     self._recorder.count_op_dtype(item.dtype)
 
-    # -- the calls that name a device positionally, or that need an accelerator ----------------
+    # -- moves between devices ---------------------------------------------------------------------
 
-    def _on_device(self, source: _Tensor, moved: Any) -> Any:
-        """A pinned buffer is staging memory the script refills: its device copy must not follow it."""
-        return moved.clone() if moved is source and source in self._pinned else moved
+    def _move(self, tensor: _Tensor, target: str | None, run: Callable[..., Any]) -> Any:
+        """``run(copy=...)`` makes the CPU tensor; a move to another device copies, as a GPU does."""
+        current = self.devices.of(tensor)
+        if target is None or target == (current or CPU):
+            result = run(copy=False)
+            if current is not None and result is not tensor:
+                self.devices.place(result, current)  # a dtype or layout conversion on the same device
+            return result
+        result = run(copy=True)
+        self.devices.place(result, target)
+        return result
 
     def _cuda(self, args: tuple, kwargs: dict) -> Any:
         # Tensor.cuda(device=None, non_blocking=False, memory_format=torch.preserve_format)
         tensor = args[0]
-        memory_format = kwargs.get("memory_format", args[3] if len(args) > 3 else None)
-        if memory_format is None or memory_format is torch.preserve_format:
-            return self._on_device(tensor, tensor)
-        return _TENSOR_TO(tensor, memory_format=memory_format)
+        device = kwargs.get("device", args[1] if len(args) > 1 else None)
+        memory_format = kwargs.get("memory_format", args[3] if len(args) > 3 else torch.preserve_format)
+        if isinstance(device, (str, torch.device)) and torch.device(device).type != "cuda":
+            raise RuntimeError(f"Invalid device, must be cuda device, but got: {device}")
+        target = self.devices.resolve("cuda" if device is None else device)
+        return self._move(tensor, target, lambda copy: _TENSOR_TO(tensor, memory_format=memory_format, copy=copy))
+
+    def _cpu(self, args: tuple, kwargs: dict) -> Any:
+        tensor = args[0]
+        memory_format = kwargs.get("memory_format", args[1] if len(args) > 1 else torch.preserve_format)
+        return self._move(tensor, CPU, lambda copy: _TENSOR_TO(tensor, memory_format=memory_format, copy=copy))
 
     def _to(self, args: tuple, kwargs: dict) -> Any:
-        to_cuda = False
-        if kwargs:
-            to_cuda = is_cuda_device(kwargs.get("device"))
-            kwargs = _map_keyword_devices(kwargs)
-        if len(args) > 1 and is_cuda_device(args[1]):
-            args, to_cuda = (args[0], "cpu", *args[2:]), True
-        moved = _TENSOR_TO(*args, **kwargs)
-        return self._on_device(args[0], moved) if to_cuda else moved
+        # Tensor.to(device=None, dtype=None, non_blocking=False, copy=False), to(dtype, ...), to(other, ...)
+        tensor, rest = args[0], list(args[1:])
+        target = None
+        if rest and isinstance(rest[0], _Tensor):
+            target = self.devices.as_read(rest[0])
+        elif kwargs.get("device") is not None:
+            target = self.devices.resolve(kwargs["device"])
+            if target is not None:
+                kwargs = {**kwargs, "device": CPU}
+        elif rest and not isinstance(rest[0], torch.dtype):
+            target = self.devices.resolve(rest[0])
+            if target is not None:
+                rest[0] = CPU
+        copy_asked = bool(kwargs.pop("copy", False)) if "copy" in kwargs else False
+        if len(rest) > 3:  # copy given positionally
+            copy_asked, rest = bool(rest[3]), rest[:3]
+
+        def run(copy: bool) -> Any:
+            to: Any = _TENSOR_TO  # its overloads cannot follow arguments gathered at run time
+            return to(tensor, *rest, **kwargs, copy=copy or copy_asked)
+
+        return self._move(tensor, target, run)
+
+    def _type(self, args: tuple, kwargs: dict) -> Any:
+        # x.type() -> its type's name; x.type("torch.cuda.FloatTensor") / x.type(torch.FloatTensor) moves it too.
+        tensor = args[0]
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if wanted is None:
+            own = _Tensor.type(tensor)
+            on_gpu = (self.devices.of(tensor) or CPU) != CPU
+            return "torch.cuda." + own[len("torch."):] if on_gpu and own.startswith("torch.") else own
+        legacy = _legacy_type_name(wanted)
+        rest = _without(kwargs, "dtype")
+        if legacy is None:  # a dtype: the same device
+            return self._move(tensor, None, lambda copy: _Tensor.type(tensor, wanted, **rest))
+        name: str = legacy
+        on_gpu = name.startswith("torch.cuda.")
+        cpu_name = "torch." + name[len("torch.cuda."):] if on_gpu else name
+
+        def run(copy: bool) -> Any:
+            converted = _Tensor.type(tensor, cpu_name, **rest)
+            return converted.clone() if copy and converted is tensor else converted
+
+        return self._move(tensor, self.devices.resolve("cuda") if on_gpu else CPU, run)
+
+    def _type_as(self, args: tuple, kwargs: dict) -> Any:
+        tensor, other = args[0], args[1]
+        return self._move(tensor, self.devices.as_read(other), lambda copy: _TENSOR_TO(tensor, other.dtype, copy=copy))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    # -- the host's side: numpy, pinned memory ------------------------------------------------------
+
+    def _host_copy(self, args: tuple) -> None:
+        self.devices.check_host_copy(args[0])
+
+    def _host_copy_to_pin(self, args: tuple) -> None:
+        device = self.devices.of(args[0])
+        if device is not None and device != CPU:
+            self.devices.refused(f"cannot pin '{self._type((args[0],), {})}' only dense CPU tensors can be pinned")
 
     def _pin_memory(self, args: tuple, kwargs: dict) -> Any:
         # Pinning copies into page-locked memory; the source stays as it was.
         tensor = args[0]
-        return tensor if tensor in self._pinned else self._pinned.add(tensor.clone())
+        if tensor in self._pinned:
+            return tensor
+        pinned = self._pinned.add(tensor.clone())
+        self.devices.place(pinned, CPU)
+        return pinned
 
     def _is_pinned(self, args: tuple, kwargs: dict) -> bool:
         return args[0] in self._pinned
 
-    @staticmethod
-    def _type(args: tuple, kwargs: dict) -> Any:
-        # x.type("torch.cuda.FloatTensor") / x.type(torch.cuda.FloatTensor) -> the CPU twin.
-        if len(args) > 1:
-            args = (args[0], _cpu_twin_of_cuda_type(args[1]), *args[2:])
-        elif "dtype" in kwargs:
-            kwargs = {**kwargs, "dtype": _cpu_twin_of_cuda_type(kwargs["dtype"])}
-        return _Tensor.type(*args, **kwargs)
 
-    def _is_cuda(self, args: tuple, kwargs: dict) -> Any:
-        site = find_site()
-        if site.origin == "script":
-            self._recorder.unemulated_use("x.is_cuda (False on CPU: the script's is_cuda branch is not taken)", site)
-        return _IS_CUDA(*args, **kwargs)
+def _without(kwargs: dict, name: str) -> dict:
+    return {key: value for key, value in kwargs.items() if key != name}
 
 
-def _cpu_twin_of_cuda_type(wanted: Any) -> Any:
+def _legacy_type_name(wanted: Any) -> str | None:
+    """'torch.cuda.FloatTensor' for that name or class; None for a dtype."""
     if isinstance(wanted, str):
-        name = wanted
-    elif isinstance(wanted, type):
-        name = f"{wanted.__module__}.{wanted.__name__}"
-    else:
         return wanted
-    return "torch." + name[len("torch.cuda.") :] if name.startswith("torch.cuda.") else wanted
+    if isinstance(wanted, type):
+        return f"{wanted.__module__}.{wanted.__name__}"
+    return None
 
 
 @contextlib.contextmanager
@@ -195,8 +294,42 @@ def mode_active(mode: CudaOnCpuMode) -> Iterator[None]:
         yield
 
 
+def _reads_answer_with_devices(devices: DeviceModel) -> None:
+    """``x.device``, ``x.is_cuda``, ``x.is_cpu`` and ``x.get_device()`` answer with the tensor's device.
+
+    Properties of ``torch.Tensor`` itself, not the mode's: a read must give one answer whether or not a
+    mode is active (inside a torch call the mode is not, and ``torch.utils.checkpoint`` compares what
+    its pack hook read there with what the recompute reads)."""
+    base = torch._C.TensorBase
+    real_device, real_is_cuda = inspect.getattr_static(base, "device"), inspect.getattr_static(base, "is_cuda")
+    real_is_cpu, real_get_device = inspect.getattr_static(base, "is_cpu", None), base.get_device
+
+    def device(self: Any) -> Any:
+        mark = devices.read(self)
+        return real_device.__get__(self) if mark is None else devices.torch_device(mark)
+
+    def is_cuda(self: Any) -> Any:
+        mark = devices.read(self)
+        return real_is_cuda.__get__(self) if mark is None else mark != CPU
+
+    def is_cpu(self: Any) -> Any:
+        mark = devices.read(self)
+        return real_is_cpu.__get__(self) if mark is None else mark == CPU
+
+    def get_device(self: Any) -> int:
+        mark = devices.read(self)
+        return real_get_device(self) if mark is None or mark == CPU else int(mark[5:])
+
+    replace(_Tensor, "device", property(device, doc=real_device.__doc__))
+    replace(_Tensor, "is_cuda", property(is_cuda, doc=real_is_cuda.__doc__))
+    if real_is_cpu is not None:
+        replace(_Tensor, "is_cpu", property(is_cpu, doc=real_is_cpu.__doc__))
+    replace(_Tensor, "get_device", functools.wraps(real_get_device)(get_device))
+
+
 def install(mode: CudaOnCpuMode) -> None:
     """Enter the mode for good in this thread and re-enter it where torch leaves it behind."""
+    _reads_answer_with_devices(mode.devices)
     mode.__enter__()
     _reenter_in_new_threads(mode)
     _reenter_in_custom_backward(mode)

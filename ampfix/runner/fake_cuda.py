@@ -1,12 +1,11 @@
-"""``torch.cuda`` and ``torch.accelerator`` answer as one fake CUDA device, so the script takes its
-CUDA path on the CPU, and the report says so.
+"""``torch.cuda`` and ``torch.accelerator`` answer as the emulated GPUs (:mod:`devices`), so the script
+takes its CUDA path on the CPU, and the report says so.
 
-Runs in the child. The utilities a training script calls (availability, device queries, memory
-statistics, events, streams, nvtx) get CPU stand-ins. Each device question the script branches on
-(``is_available()``, ``current_accelerator()``, ...) is recorded with the answer it got. What
-cannot be emulated (CUDA graphs, the legacy ``torch.cuda.FloatTensor`` types) is recorded where
-the script touches it and then fails the way it would on a CPU, so the report names it instead of
-hiding it.
+Runs in the child. The utilities a training script calls (availability, device queries, the caching
+allocator's memory figures, events, streams, nvtx, the legacy ``torch.cuda.FloatTensor`` types) get CPU
+stand-ins. Each device question the script branches on (``is_available()``, ``current_accelerator()``,
+...) is recorded with the answer it got. What cannot be emulated (CUDA graphs) is recorded where the
+script touches it and then fails the way it would on a CPU, so the report names it instead of hiding it.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ampfix.runner.devices import DeviceModel
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace
 from ampfix.runner.sites import find_site
@@ -49,24 +49,6 @@ def _physical_memory() -> tuple[int, int]:
         return page * os.sysconf("SC_AVPHYS_PAGES"), page * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0, 0
-
-
-class _DeviceIndex:
-    """The index set_device() was given; there is one device, but scripts read their rank back."""
-
-    def __init__(self) -> None:
-        self.index = 0
-
-    def set(self, device: Any) -> None:
-        if isinstance(device, torch.device):
-            self.index = device.index or 0
-        elif isinstance(device, str):
-            self.index = torch.device(device).index or 0
-        elif isinstance(device, int) and device >= 0:
-            self.index = device
-
-    def current(self) -> int:
-        return self.index
 
 
 class FakeEvent:
@@ -169,26 +151,28 @@ def _set_stream(stream: Any) -> None:
         _CURRENT.stream = stream
 
 
-_DEVICE = _DeviceIndex()  # one device, shared by torch.cuda and torch.accelerator
+def _device_context(devices: DeviceModel) -> Callable[[Any], contextlib.AbstractContextManager[None]]:
+    @contextlib.contextmanager
+    def device(device: Any) -> Iterator[None]:
+        previous = devices.current
+        devices.set_current(device)  # None (or a negative index) keeps the current one, as torch does
+        try:
+            yield
+        finally:
+            devices.set_current(previous)
+
+    return device
 
 
-@contextlib.contextmanager
-def _device_context(device: Any) -> Iterator[None]:
-    previous = _DEVICE.current()
-    _DEVICE.set(device)  # None (or a negative index) keeps the current one, as torch does
-    try:
-        yield
-    finally:
-        _DEVICE.index = previous
-
-
-def _device_functions() -> dict[str, Any]:
+def _device_functions(devices: DeviceModel) -> dict[str, Any]:
     def properties(device: Any = None) -> types.SimpleNamespace:
+        # Every index answers alike: DataParallel over more devices than --gpus asks for each one's, and runs
+        # as one replica (process_patches).
         return types.SimpleNamespace(
             name=DEVICE_NAME,
             major=CAPABILITY[0],
             minor=CAPABILITY[1],
-            total_memory=_physical_memory()[1],
+            total_memory=devices.memory.capacity or _physical_memory()[1],
             multi_processor_count=os.cpu_count() or 1,
             is_integrated=False,
             is_multi_gpu_board=False,
@@ -197,10 +181,10 @@ def _device_functions() -> dict[str, Any]:
     return {
         "is_available": lambda: True,
         "init": lambda: None,
-        "device_count": lambda: 1,
-        "current_device": _DEVICE.current,
-        "set_device": _DEVICE.set,
-        "device": _device_context,
+        "device_count": lambda: devices.gpus,
+        "current_device": lambda: devices.current,
+        "set_device": devices.set_current,
+        "device": _device_context(devices),
         "synchronize": lambda device=None: None,
         "get_device_name": lambda device=None: DEVICE_NAME,
         "get_device_properties": properties,
@@ -216,41 +200,44 @@ def _device_functions() -> dict[str, Any]:
         "stream": _stream_context,
         "get_rng_state": lambda device="cuda": torch.get_rng_state(),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "get_rng_state_all": lambda: [torch.get_rng_state()],
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(devices.gpus)],
         "set_rng_state_all": lambda new_states: torch.set_rng_state(new_states[0]),
     }
 
 
-def _memory_functions() -> dict[str, Any]:
-    def zero(device: Any = None) -> int:
-        return 0
+def _memory_functions(devices: DeviceModel) -> dict[str, Any]:
+    """The caching allocator's figures, from the emulated GPUs' count of their storages (gpu_memory)."""
+    memory = devices.memory
 
-    def nothing(device: Any = None) -> None:
-        return None
+    def of(device: Any) -> Any:
+        return memory.devices[devices.stats_index(device)]
 
-    functions: dict[str, Any] = {
-        name: zero
-        for name in (
-            "memory_allocated", "max_memory_allocated", "memory_reserved",
-            "max_memory_reserved", "memory_cached", "max_memory_cached",
+    def reset_peak(device: Any = None) -> None:
+        memory.reset_peak(devices.stats_index(device))
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        stats = of(device).stats()
+        return "ampfix run: emulated CUDA caching allocator\n" + "\n".join(
+            f"{name}: {value}" for name, value in stats.items()
         )
-    }  # fmt: skip
-    functions.update(
-        {
-            name: nothing
-            for name in (
-                "empty_cache", "reset_peak_memory_stats", "reset_max_memory_allocated",
-                "reset_max_memory_cached", "reset_accumulated_memory_stats",
-            )
-        }  # fmt: skip
-    )
-    functions["memory_stats"] = lambda device=None: {}
-    functions["memory_summary"] = lambda device=None, abbreviated=False: (
-        "ampfix run: CUDA memory is emulated by host memory; no allocator statistics."
-    )
-    functions["mem_get_info"] = lambda device=None: _physical_memory()
-    functions["set_per_process_memory_fraction"] = lambda fraction, device=None: None
-    return functions
+
+    return {
+        "memory_allocated": lambda device=None: of(device).allocated,
+        "max_memory_allocated": lambda device=None: of(device).peak_allocated,
+        "memory_reserved": lambda device=None: of(device).reserved,
+        "max_memory_reserved": lambda device=None: of(device).peak_reserved,
+        "memory_cached": lambda device=None: of(device).reserved,
+        "max_memory_cached": lambda device=None: of(device).peak_reserved,
+        "empty_cache": memory.empty_cache,
+        "reset_peak_memory_stats": reset_peak,
+        "reset_max_memory_allocated": reset_peak,
+        "reset_max_memory_cached": reset_peak,
+        "reset_accumulated_memory_stats": lambda device=None: None,
+        "memory_stats": lambda device=None: of(device).stats(),
+        "memory_summary": summary,
+        "mem_get_info": lambda device=None: memory.free_and_total(devices.stats_index(device), _physical_memory()[1]),
+        "set_per_process_memory_fraction": lambda fraction, device=None: None,
+    }
 
 
 def _nvtx_functions() -> dict[str, Callable[..., Any]]:
@@ -273,25 +260,25 @@ def _unemulated_callable(recorder: Recorder, feature: str, original: Any) -> Cal
 
 
 class _LegacyCudaType(type):
-    """Stands in for torch.cuda.FloatTensor & co: notes the use, then behaves as on a CPU build."""
+    """Stands in for torch.cuda.FloatTensor & co: a tensor of that dtype on the current GPU, as on the GPU."""
 
-    recorder: Recorder
-    original: type  # the CPU build's own class, which refuses to construct
+    devices: DeviceModel
+    cpu_type: Any  # torch.FloatTensor & co: the same constructor on the CPU (its class has the dtype)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        cls.recorder.unemulated_use(f"torch.cuda.{cls.__name__} constructor", find_site())
-        return cls.original(*args, **kwargs)  # raises: "Torch not compiled with CUDA enabled"
+        return cls.cpu_type(*args, **kwargs).cuda()
 
     def __instancecheck__(cls, instance: Any) -> bool:
-        site = find_site()
-        if site.origin == "script":
-            cls.recorder.unemulated_use(f"isinstance(x, torch.cuda.{cls.__name__}) (False on CPU)", site)
-        return False
+        return (
+            isinstance(instance, torch.Tensor)
+            and cls.devices.as_read(instance) != "cpu"
+            and instance.dtype == cls.cpu_type.dtype
+        )
 
 
-def _legacy_type(recorder: Recorder, name: str, original: type) -> type:
-    proxy = _LegacyCudaType(name, (), {"original": original, "__module__": "torch.cuda"})
-    proxy.recorder = recorder
+def _legacy_type(devices: DeviceModel, name: str) -> type:
+    proxy = _LegacyCudaType(name, (), {"__module__": "torch.cuda"})
+    proxy.devices, proxy.cpu_type = devices, getattr(torch, name)
     return proxy
 
 
@@ -326,18 +313,18 @@ def _recording_answers(recorder: Recorder, query: str, answer: Callable[..., Any
     return ask
 
 
-def install(recorder: Recorder) -> None:
+def install(recorder: Recorder, devices: DeviceModel) -> None:
     cuda = torch.cuda
     submodules = [getattr(cuda, name) for name in ("memory", "random", "streams", "graphs") if hasattr(cuda, name)]
-    replacements = {**_device_functions(), **_memory_functions()}
+    replacements = {**_device_functions(devices), **_memory_functions(devices)}
     for name in CUDA_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.cuda.{name}", replacements[name])
     for name in CUDA_GRAPH_NAMES:
         replacements[name] = _unemulated_callable(recorder, f"CUDA graphs (torch.cuda.{name})",
                                                   getattr(cuda, name, None))
     for name in LEGACY_TENSOR_TYPES:
-        if hasattr(cuda, name):
-            replacements[name] = _legacy_type(recorder, name, getattr(cuda, name))
+        if hasattr(cuda, name) and hasattr(torch, name):
+            replacements[name] = _legacy_type(devices, name)
     for name, value in replacements.items():
         _set_everywhere(cuda, name, value, submodules)
     for name, value in _nvtx_functions().items():
@@ -358,8 +345,8 @@ def _record_stream_takes_fake_streams() -> None:
     replace(torch.Tensor, "record_stream", record_stream)
 
 
-def _accelerator_functions() -> dict[str, Any]:
-    memory = _memory_functions()
+def _accelerator_functions(devices: DeviceModel) -> dict[str, Any]:
+    memory = _memory_functions(devices)
 
     def current_accelerator(check_available: bool = False) -> torch.device:
         return torch.device("cuda")
@@ -370,12 +357,12 @@ def _accelerator_functions() -> dict[str, Any]:
     return {
         "is_available": lambda: True,
         "current_accelerator": current_accelerator,
-        "device_count": lambda: 1,
-        "current_device_index": _DEVICE.current,
-        "current_device_idx": _DEVICE.current,
-        "set_device_index": _DEVICE.set,
-        "set_device_idx": _DEVICE.set,
-        "device_index": _device_context,
+        "device_count": lambda: devices.gpus,
+        "current_device_index": lambda: devices.current,
+        "current_device_idx": lambda: devices.current,
+        "set_device_index": devices.set_current,
+        "set_device_idx": devices.set_current,
+        "device_index": _device_context(devices),
         "synchronize": lambda device=None: None,
         "current_stream": _current_stream,
         "set_stream": _set_stream,
@@ -389,14 +376,14 @@ def _accelerator_functions() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def install_accelerator(recorder: Recorder) -> None:
+def install_accelerator(recorder: Recorder, devices: DeviceModel) -> None:
     """``torch.accelerator`` names the fake CUDA device, so a device-generic script takes its CUDA path.
 
     Only the names this torch has are replaced: the API is young and its names still move.
     """
     accelerator = torch.accelerator
     submodules = [getattr(accelerator, name) for name in ("memory", "graphs") if hasattr(accelerator, name)]
-    replacements = _accelerator_functions()
+    replacements = _accelerator_functions(devices)
     for name in ACCELERATOR_QUERIES:
         replacements[name] = _recording_answers(recorder, f"torch.accelerator.{name}", replacements[name])
     if hasattr(accelerator, "Graph"):

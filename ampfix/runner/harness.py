@@ -38,21 +38,24 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, fake_cuda, process_patches
+    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, devices, fake_cuda, process_patches
     from ampfix.runner import training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
     cuda_policy = cuda_autocast.CudaPolicy() if config.autocast_policy == "cuda" else None
-    plan = amp_patches.AmpPlan(config.amp_dtype, cuda_policy)
+    plan = amp_patches.AmpPlan(config.amp_dtype, cuda_policy, "cpu" if config.cuda_is_cpu else "cuda")
     scaling = training_hooks.GradientScaling()
     active = amp_patches.ActiveRegions()
     current = Installed(recorder, plan, scaling, active, limit)
     stand_in, gaps = boundaries.StandIn(recorder, plan), boundaries.CpuGaps(recorder, plan)
+    gpus = devices.DeviceModel(recorder, config.gpus, config.gpu_memory, refuse=config.device_checks,
+                               ranks_grow=recorder.role != "main", cuda_is_cpu=config.cuda_is_cpu)
+    recorder.devices = gpus
     modes: list[Any] = []  # the device mode, once its step has made it (it reads private torch names)
 
     def install_device_mode() -> None:
-        modes.append(device_mode.CudaOnCpuMode(recorder))
+        modes.append(device_mode.CudaOnCpuMode(recorder, gpus))
         device_mode.install(modes[0])
 
     def add_handlers(make: Callable[[Any], dict[Any, Any]]) -> None:
@@ -60,8 +63,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
             mode.add_handlers(make(mode))
 
     steps = [
-        ("torch.cuda", lambda: fake_cuda.install(recorder)),
-        ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder)),
+        ("torch.cuda", lambda: fake_cuda.install(recorder, gpus)),
+        ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder, gpus)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
         *([("CUDA's autocast op policy", cuda_policy.install)] if cuda_policy is not None else []),
         ("the record of deprecated AMP calls", lambda: amp_patches.record_deprecated_calls(recorder)),
@@ -85,7 +88,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
             if config.verify_observations
             else []
         ),
-        *process_patches.installers(recorder),
+        *process_patches.installers(recorder, gpus),
+        ("gradients' devices", lambda: devices.install_gradient_marks(gpus)),
         ("torch.save of the bfloat16 stand-in", stand_in.install_save),
         # Last: the mode would otherwise watch the installation itself.
         ("device mapping", install_device_mode),

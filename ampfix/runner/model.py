@@ -112,6 +112,21 @@ class RunReport:
         return _merge_counted(self.processes, "device_queries", ("query", "answer", "file", "line"))
 
     @property
+    def devices_used(self) -> list[str]:
+        """The devices the script's tensors were on, in any of its processes."""
+        return sorted({device for p in self.processes for device in p.get("devices_used", ())})
+
+    @property
+    def gpu_memory(self) -> list[dict[str, Any]]:
+        """Each emulated GPU's peak memory, per process (each process has its own GPUs' figures)."""
+        return [{**item, "process": p["label"]} for p in self.processes for item in p.get("gpu_memory", ())]
+
+    @property
+    def gpu_refusals(self) -> list[dict[str, Any]]:
+        """What a GPU refuses, where the script did it (see runner.devices)."""
+        return _merge_counted(self.processes, "gpu_refusals", ("message", "file", "line"))
+
+    @property
     def stopped_at_max_steps(self) -> bool:
         return any(process["stopped_at_max_steps"] for process in self.processes)
 
@@ -134,6 +149,9 @@ class RunReport:
             "emulated": self.emulated,
             "stand_in": self.stand_in,
             "device_queries": self.device_queries,
+            "devices_used": self.devices_used,
+            "gpu_memory": self.gpu_memory,
+            "gpu_refusals": self.gpu_refusals,
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "processes": processes,
         }

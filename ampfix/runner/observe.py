@@ -110,6 +110,9 @@ def dtype_name(dtype: Any) -> str:
 class Recorder:
     def __init__(self, role: str) -> None:
         self.role = role
+        # The emulated GPUs (devices.DeviceModel, set by the harness once torch is imported): the devices the
+        # script's tensors were on and each GPU's memory, read when the observation is written.
+        self.devices: Any = None
         # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
         self.pool_worker = False
         self._calls = threading.local()  # the deprecated call running in each thread (see deprecated_call)
@@ -135,6 +138,8 @@ class Recorder:
         self.emulated: dict[tuple[str, str, int], int] = {}
         self.stand_in: dict[tuple[str, str, int], int] = {}
         self.device_queries: dict[tuple[str, str, str, int], int] = {}
+        # What a GPU refuses, where the script did it (raised, or let through with --no-device-checks).
+        self.gpu_refusals: dict[tuple[str, str, int], int] = {}
         self.trace: list[dict[str, Any]] = []
         self.trace_truncated = False
         # the trace's loss scalers of apex's last initialize, while no scale_loss has used them
@@ -299,12 +304,16 @@ class Recorder:
         key = (query, answer, site.file, site.line)
         self.device_queries[key] = self.device_queries.get(key, 0) + 1
 
+    def gpu_refusal(self, message: str, site: Site) -> None:
+        key = (message, site.file, site.line)
+        self.gpu_refusals[key] = self.gpu_refusals.get(key, 0) + 1
+
     def is_empty(self) -> bool:
         return not (
             self.regions or self.custom_fwds or self.op_dtypes or any(self.scaler_calls.values())
             or self.optimizer_steps
             or self.losses or self.deprecations or self.unemulated or self.emulated or self.stand_in
-            or self.device_queries or self.trace
+            or self.device_queries or self.trace or self.gpu_refusals
         )  # fmt: skip
 
     # -- output ----------------------------------------------------------------------------
@@ -346,6 +355,12 @@ class Recorder:
             "device_queries": [
                 {"query": query, "answer": answer, "file": f, "line": n, "count": count}
                 for (query, answer, f, n), count in self.device_queries.items()
+            ],
+            "devices_used": sorted(self.devices.used) if self.devices is not None else [],
+            "gpu_memory": self.devices.memory.report() if self.devices is not None else [],
+            "gpu_refusals": [
+                {"message": message, "file": f, "line": n, "count": count}
+                for (message, f, n), count in self.gpu_refusals.items()
             ],
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "trace": self.trace,

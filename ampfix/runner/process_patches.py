@@ -15,22 +15,23 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.device_mode import is_cuda_device
+from ampfix.runner.devices import CPU, DeviceModel
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace, with_arguments_adjusted
 from ampfix.runner.sites import find_site
 
 
-def installers(recorder: Recorder) -> list[tuple[str, Callable[[], None]]]:
+def installers(recorder: Recorder, devices: DeviceModel) -> list[tuple[str, Callable[[], None]]]:
     """(what, how) pairs; the harness installs each on its own so one missing name costs only itself."""
     steps = [
         ("DataParallel", lambda: _data_parallel_as_one_replica(recorder)),
-        ("torch.load map_location", _checkpoints_load_on_cpu),
-        ("torch.set_default_device", _default_device_on_cpu),
-        ("torch.Generator(device=...)", _generators_on_cpu),
+        ("checkpoints' devices", lambda: _checkpoints_keep_their_devices(devices)),
+        ("torch.set_default_device", lambda: _default_device_on_cpu(devices)),
+        ("torch.Generator(device=...)", lambda: _generators_on_cpu(devices)),
+        ("DataLoader batches", lambda: _loader_batches_on_the_cpu(devices)),
     ]
     if torch.distributed.is_available():
-        steps.append(("NCCL process groups", lambda: _nccl_runs_as_gloo(recorder)))
+        steps.append(("NCCL process groups", lambda: _nccl_runs_as_gloo(recorder, devices)))
         steps.append(("DistributedDataParallel device_ids", _ddp_device_ids_on_cpu))
     return steps
 
@@ -65,32 +66,44 @@ def _data_parallel_as_one_replica(recorder: Recorder) -> None:
     replace(data_parallel, "forward", forward)
 
 
-def _cpu_map_location(map_location: Any) -> Any:
-    if map_location is None or is_cuda_device(map_location):
-        return "cpu"
-    if isinstance(map_location, dict):
-        return {key: "cpu" if is_cuda_device(value) else value for key, value in map_location.items()}
-    return map_location
+def _checkpoints_keep_their_devices(devices: DeviceModel) -> None:
+    """torch.save writes each storage's device as the script's tensors have it ("cuda:0"), and torch.load puts
+    a storage back on the device its location names after ``map_location`` (a GPU's, or the CPU), as on the
+    GPU machine: the storage stays a CPU one, marked with that device. Torch's own hook for other locations
+    (``serialization.register_package``), ahead of its CPU and CUDA entries."""
+    serialization = torch.serialization
+
+    def location_of(storage: Any) -> str | None:
+        device = devices.of_storage(storage)
+        return device if device is not None and device != CPU else None
+
+    def put_back(storage: Any, location: str) -> Any:
+        device = devices.resolve(location)
+        if device is None:
+            return None  # not a location of ours (meta, xpu): torch's own entries decide
+        devices.mark_storage(getattr(storage, "_untyped_storage", storage), device)
+        return storage
+
+    serialization.register_package(-1, location_of, put_back)
 
 
-def _checkpoints_load_on_cpu() -> None:
-    def mapped_to_cpu(arguments: dict[str, Any]) -> None:
-        arguments["map_location"] = _cpu_map_location(arguments.get("map_location"))
+def _default_device_on_cpu(devices: DeviceModel) -> None:
+    original_set, original_get = torch.set_default_device, torch.get_default_device
 
-    torch.load = with_arguments_adjusted(torch.load, mapped_to_cpu)
-
-
-def _default_device_on_cpu() -> None:
-    original = torch.set_default_device
-
-    @functools.wraps(original)
+    @functools.wraps(original_set)
     def set_default_device(device):
-        return original("cpu" if device is not None and is_cuda_device(device) else device)
+        devices.default = devices.resolve(device) if device is not None else None
+        return original_set(CPU if devices.default is not None and devices.default != CPU else device)
+
+    @functools.wraps(original_get)
+    def get_default_device():
+        return devices.torch_device(devices.default) if devices.default is not None else original_get()
 
     torch.set_default_device = set_default_device
+    torch.get_default_device = get_default_device
 
 
-def _generators_on_cpu() -> None:
+def _generators_on_cpu(devices: DeviceModel) -> None:
     """torch.Generator(device="cuda") is a CPU generator; isinstance() still accepts every generator."""
     base: Any = torch._C.Generator
     base_type: Any = type(base)
@@ -101,13 +114,29 @@ def _generators_on_cpu() -> None:
 
     class Generator(base, metaclass=GeneratorType):
         def __new__(cls, device: Any = "cpu"):
-            return super().__new__(cls, "cpu" if is_cuda_device(device) else device)
+            return super().__new__(cls, CPU if devices.is_gpu(device) else device)
 
     Generator.__module__, Generator.__qualname__ = "torch", "Generator"
     replace(torch, "Generator", Generator)
 
 
-def _nccl_runs_as_gloo(recorder: Recorder) -> None:
+def _loader_batches_on_the_cpu(devices: DeviceModel) -> None:
+    """A batch from worker processes arrives through shared memory, made where no mode watched: it is on the
+    CPU, as the loader's batches are on the GPU machine (pinned or not), so ``model(batch)`` with a model on
+    "cuda" fails as it would there."""
+    iterator = torch.utils.data.dataloader._BaseDataLoaderIter
+    original_next = iterator.__next__
+
+    @functools.wraps(original_next)
+    def __next__(self):
+        batch = original_next(self)
+        devices.place_unmarked(batch, CPU)
+        return batch
+
+    replace(iterator, "__next__", __next__)
+
+
+def _nccl_runs_as_gloo(recorder: Recorder, devices: DeviceModel) -> None:
     distributed = torch.distributed
 
     def gloo_for_nccl(arguments: dict[str, Any]) -> None:
@@ -115,7 +144,7 @@ def _nccl_runs_as_gloo(recorder: Recorder) -> None:
         if isinstance(backend, str) and "nccl" in backend.lower():
             recorder.unemulated_use("NCCL backend (ran with gloo on the CPU)", find_site())
             arguments["backend"] = backend.lower().replace("nccl", "gloo")
-        if is_cuda_device(arguments.get("device_id")):
+        if arguments.get("device_id") is not None and devices.is_gpu(arguments["device_id"]):
             arguments["device_id"] = None
 
     replace(distributed, "init_process_group", with_arguments_adjusted(distributed.init_process_group, gloo_for_nccl))
