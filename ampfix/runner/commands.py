@@ -64,6 +64,37 @@ ThreadsOption = Annotated[int, typer.Option(
 JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON to this file.")]
 
 
+GpusOption = Annotated[int, typer.Option(
+    "--gpus", min=1, help="Emulated GPUs: torch.cuda.device_count(), cuda:0 .. cuda:N-1.")]
+GpuMemoryOption = Annotated[str | None, typer.Option(
+    "--gpu-memory", metavar="SIZE",
+    help="Each GPU's memory (24GiB, 80GB, 512MiB): past it, torch.OutOfMemoryError as CUDA raises it. "
+         "Default: no limit.")]
+DeviceChecksOption = Annotated[bool, typer.Option(
+    "--device-checks/--no-device-checks",
+    help="Fail where a GPU fails (two devices in one op, numpy of a GPU's tensor); --no-device-checks lets "
+         "them run and lists them.")]
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'24GiB' -> 25769803776; '80GB' -> 80000000000; a bare number is bytes."""
+    stripped = text.strip().upper().replace(" ", "")
+    number = stripped.rstrip("KMGTIB")
+    unit = stripped[len(number):]
+    if unit not in _SIZE_UNITS or not number:
+        raise typer.BadParameter(f"{text!r}: a size such as 24GiB, 80GB or 512MiB", param_hint="--gpu-memory")
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: a size such as 24GiB, 80GB or 512MiB",
+                                 param_hint="--gpu-memory") from None
+    if size < 1:
+        raise typer.BadParameter(f"{text!r}: at least one byte", param_hint="--gpu-memory")
+    return size
+
+
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0, metavar="SECONDS",
                         help="Stop the script after this long and exit 2; 0: never.")
@@ -71,11 +102,13 @@ TimeoutOption = Annotated[
 
 
 def _options(
-    max_steps: int | None, amp_dtype: AmpDtype, autocast_policy: AutocastPolicy, seed: int, threads: int
+    max_steps: int | None, amp_dtype: AmpDtype, autocast_policy: AutocastPolicy, seed: int, threads: int,
+    gpus: int = 1, gpu_memory: str | None = None, device_checks: bool = True,
 ) -> api.RunOptions:
     return api.RunOptions(
         max_steps=max_steps, amp_dtype=amp_dtype.value, autocast_policy=autocast_policy.value, seed=seed,
-        threads=threads
+        threads=threads, gpus=gpus, gpu_memory=None if gpu_memory is None else parse_size(gpu_memory),
+        device_checks=device_checks,
     )
 
 
@@ -135,23 +168,41 @@ def _seconds(timeout: float) -> float | None:
 
 def run_command(
     ctx: typer.Context,
-    script: ScriptArgument,
+    script: Annotated[Path | None, typer.Argument(help="The script to run (as __main__).", show_default=False)] = None,
+    module: Annotated[str | None, typer.Option(
+        "-m", "--module", metavar="MODULE",
+        help="Run a module as `python -m MODULE` does (a test suite: -m pytest -- tests/).")] = None,
     max_steps: MaxStepsOption = None,
     amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
     autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
+    gpus: GpusOption = 1,
+    gpu_memory: GpuMemoryOption = None,
+    device_checks: DeviceChecksOption = True,
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
     timeout: TimeoutOption = 0,
     json_path: JsonOption = None,
 ) -> None:
-    """Run a CUDA-written script on the CPU, with mixed precision really exercised, and report what AMP did.
+    """Run a CUDA-written script (or module) on the CPU as a GPU would, with mixed precision really exercised,
+    and report what AMP did.
 
-    The script's own arguments go after `--`: ampfix run train.py --max-steps 5 -- --epochs 1
+    The script's own arguments go after `--`: ampfix run train.py --max-steps 5 -- --epochs 1;
+    a module's too: ampfix run -m pytest -- tests/ -x
     """
+    if script is None and module is None:
+        Console(stderr=True).print("ampfix run: give a script, or -m MODULE", style="red", highlight=False)
+        raise typer.Exit(2)
+    arguments = list(ctx.args)
+    if module is not None and script is not None:  # with -m, the first word after `--` is the module's
+        arguments.insert(0, str(script))
     _check_json_path("run", json_path)
-    options = _options(max_steps, amp_dtype, autocast_policy, seed, threads)
+    options = _options(max_steps, amp_dtype, autocast_policy, seed, threads, gpus, gpu_memory, device_checks)
     with _ending_signals_raise():
-        report = api.run_script(script, ctx.args, options, timeout=_seconds(timeout))
+        if module is not None:
+            report = api.run_module(module, arguments, options, timeout=_seconds(timeout))
+        else:
+            assert script is not None
+            report = api.run_script(script, arguments, options, timeout=_seconds(timeout))
     render.render_run(report, Console(stderr=True))
     _write_json(json_path, report.to_json())
     if report.exit_code is None:

@@ -94,15 +94,18 @@ class LaunchedRun:
         extra_paths: Sequence[str] = (),
         python: str | None = None,
         cwd: str | None = None,
+        module: str | None = None,
     ) -> None:
-        self.script = script.resolve()
+        # A module runs as `python -m MODULE ARGS` does (a test suite: -m pytest); ``script`` is then unused.
+        self._module = module
+        self.script = script if module is not None else script.resolve()
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._process: subprocess.Popen | None = None
         self._group_ended = False
         self._outputs: tuple[IO[bytes], IO[bytes]] | None = None
         self._out_dir = tempfile.mkdtemp(prefix="ampfix-run-")
-        self.error = precheck(self.script)
+        self.error = precheck(self.script) if module is None else None
         if self.error is None:
             config = RunnerConfig(out_dir=self._out_dir, **config_values)
             env = child_environment(os.environ, config, extra_paths)
@@ -119,7 +122,7 @@ class LaunchedRun:
         stdin = subprocess.DEVNULL if capture_output else None
         try:
             self._process = subprocess.Popen(
-                [python, str(self.script), *script_args],
+                [python, *(["-m", self._module] if self._module is not None else [str(self.script)]), *script_args],
                 env=env,
                 stdin=stdin,
                 stdout=stdout,
@@ -140,7 +143,8 @@ class LaunchedRun:
         error = self.error
         if error is None and not any(process["label"] == "main" for process in processes):
             error = "the script's process ended without reporting (os._exit, or killed by a signal)"
-        return RunReport(str(self.script), exit_code, processes, error, stdout, stderr)
+        target = f"-m {self._module}" if self._module is not None else str(self.script)
+        return RunReport(target, exit_code, processes, error, stdout, stderr)
 
     def abort(self) -> None:
         """End the script and everything it started, now, and remove the run's folder. Idempotent."""

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ampfix.runner.compare import uses_apex_emulation
 from ampfix.runner.failures import explain
+from ampfix.runner.gpu_memory import format_size
 from ampfix.runner.model import RunReport, VerifyReport
 
 LOSSES_SHOWN = 8
@@ -111,9 +112,21 @@ def _facts_grid(report: RunReport) -> Table:
     for index, item in enumerate(report.device_queries):
         answer = f"{_where(item['file'], item['line'])} {item['query']} → {item['answer']} (×{item['count']})"
         grid.add_row("device queries" if index == 0 else "", answer)
+    if report.devices_used:
+        grid.add_row("devices", " · ".join(report.devices_used))
+    for index, item in enumerate(report.gpu_memory):
+        grid.add_row("GPU memory" if index == 0 else "", _gpu_memory_text(item, len(report.processes) > 1))
     if len(report.processes) > 1:
         grid.add_row("processes", ", ".join(process["label"] for process in report.processes))
     return grid
+
+
+def _gpu_memory_text(item: dict[str, Any], name_process: bool) -> str:
+    """'cuda:0 peak 1.50 MiB allocated at train.py:40, 2.00 MiB reserved'."""
+    where = f" at {_where(item['peak_file'], item['peak_line'])}" if item.get("peak_file") else ""
+    process = f" ({item['process']})" if name_process else ""
+    return (f"{item['device']}{process} peak {format_size(item['peak_allocated'])} allocated{where}, "
+            f"{format_size(item['peak_reserved'])} reserved")
 
 
 def _findings(report: RunReport) -> list[Text]:
@@ -134,6 +147,11 @@ def _findings(report: RunReport) -> list[Text]:
                 ("stand-in ", "cyan"),
                 f"{_where(item['file'], item['line'])} {item['what']} (bfloat16 ran for float16) (×{item['count']})",
             )
+        )
+    for item in report.gpu_refusals:
+        lines.append(
+            Text.assemble(("fails on a GPU ", "red"),
+                          f"{_where(item['file'], item['line'])} {item['message']} (×{item['count']})")
         )
     for item in report.unemulated:
         lines.append(
