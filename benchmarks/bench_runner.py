@@ -7,7 +7,9 @@ For a small CNN and a small GPT-style transformer, three versions of one trainin
   ``--autocast-policy cpu`` (CPU autocast's own lists: the same math as the twin);
 * its bfloat16 CPU twin (``torch.amp.autocast("cpu", dtype=torch.bfloat16)``, ``torch.amp.GradScaler("cpu")``),
   run directly with ``python``;
-* the same twin with autocast and the scaler disabled: the plain float32 run.
+* the same twin with autocast and the scaler disabled: the plain float32 run;
+* the CUDA-written one under the runner as it was before each tensor carried its device (commit
+  ``BASELINE_REF``, unpacked from git): what the device bookkeeping and the memory count cost.
 
 All run the same steps in one process with the same thread count, seeded alike, ``--repeats`` times,
 round-robin. The medians of the training-loop time (measured inside the script) are compared as
@@ -176,13 +178,19 @@ class Timing:
     final_loss: float
 
 
+BASELINE_LABEL = "runner before devices"
 # (label, script flavour, extra runner options or None for a direct run)
 VARIANTS = [
     ("float32", "cpu float32", None),
     ("bfloat16 twin", "cpu bfloat16", None),
     ("runner, CPU policy", "cuda", ["--autocast-policy", "cpu"]),
     ("runner, CUDA policy", "cuda", []),
+    # The runner as it was before each tensor carried its device (issue 28): the same policy, no device
+    # bookkeeping, no memory count. Run from that commit's own ampfix package (see baseline_runner).
+    (BASELINE_LABEL, "cuda", []),
 ]
+# The last commit whose runner made "cuda" mean the CPU (devices read as cpu, no memory figures).
+BASELINE_REF = "e9ead87"
 
 
 def write_script(folder: Path, model: str, flavour: str, steps: int) -> Path:
@@ -201,7 +209,18 @@ def timed(command: list[str], env: dict[str, str]) -> Timing:
     return Timing(result["loop_s"], total, result["final_loss"])
 
 
-def measure(model: str, steps: int, repeats: int, threads: int, folder: Path) -> dict[str, object]:
+def baseline_runner(folder: Path) -> Path:
+    """The ampfix package of BASELINE_REF, unpacked from git into ``folder`` (importable from there)."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", BASELINE_REF, "ampfix"], capture_output=True,
+                             check=True).stdout
+    target = folder / "baseline"
+    target.mkdir(exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, baseline: Path) -> dict[str, object]:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     commands = {}
     for label, flavour, runner_options in VARIANTS:
@@ -210,10 +229,12 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path) ->
             commands[label] = [sys.executable, script]
         else:
             commands[label] = [sys.executable, "-m", "ampfix.runner", "run", script, "--threads", str(threads), *runner_options]
+    envs = {label: env for label in commands}
+    envs[BASELINE_LABEL] = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(baseline), env.get("PYTHONPATH")]))}
     timings: dict[str, list[Timing]] = {label: [] for label in commands}
     for _ in range(repeats):  # round-robin, so a noisy moment hurts every variant alike
         for label, command in commands.items():
-            timings[label].append(timed(command, env))
+            timings[label].append(timed(command, envs[label]))
     loop = {label: statistics.median(t.loop_s for t in runs) for label, runs in timings.items()}
     total = {label: statistics.median(t.total_s for t in runs) for label, runs in timings.items()}
     loss = {label: runs[0].final_loss for label, runs in timings.items()}
@@ -224,6 +245,8 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path) ->
         "total_s": total,
         "final_loss": loss,
         "runner_vs_twin": loop["runner, CPU policy"] / loop["bfloat16 twin"],
+        "devices_vs_before": loop["runner, CUDA policy"] / loop[BASELINE_LABEL],
+        "cuda_runner_vs_twin": loop["runner, CUDA policy"] / loop["bfloat16 twin"],
         "cuda_policy_vs_cpu_policy": loop["runner, CUDA policy"] / loop["runner, CPU policy"],
         "runner_vs_float32": loop["runner, CUDA policy"] / loop["float32"],
         "twin_vs_float32": loop["bfloat16 twin"] / loop["float32"],
@@ -261,10 +284,12 @@ def print_table(rows: list[dict[str, object]], repeats: int, threads: int) -> No
     for row in rows:
         print(f"{row['workload']:<18} {row['steps']:>5} " + " ".join(f"{row['loop_s'][label]:>19.3f}s" for label in labels))
     print()
-    print(f"{'workload':<18} {'runner/twin':>12} {'CUDA/CPU policy':>16} {'runner/float32':>15} {'twin/float32':>13}  CPU policy = twin loss")
+    print(f"{'workload':<18} {'runner/twin':>12} {'CUDA runner/twin':>17} {'devices/before':>15} {'CUDA/CPU policy':>16} "
+          f"{'runner/float32':>15} {'twin/float32':>13}  CPU policy = twin loss")
     for row in rows:
         print(
-            f"{row['workload']:<18} {row['runner_vs_twin']:>11.2f}x {row['cuda_policy_vs_cpu_policy']:>15.2f}x "
+            f"{row['workload']:<18} {row['runner_vs_twin']:>11.2f}x {row['cuda_runner_vs_twin']:>16.2f}x "
+            f"{row['devices_vs_before']:>14.2f}x {row['cuda_policy_vs_cpu_policy']:>15.2f}x "
             f"{row['runner_vs_float32']:>14.2f}x {row['twin_vs_float32']:>12.2f}x  "
             f"{'yes' if row['cpu_policy_same_loss_as_twin'] else 'NO'}"
         )
@@ -280,9 +305,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ampfix-bench-") as folder:
+        baseline = baseline_runner(Path(folder))
         rows = [
-            measure("small CNN", args.cnn_steps, args.repeats, args.threads, Path(folder)),
-            measure("small transformer", args.transformer_steps, args.repeats, args.threads, Path(folder)),
+            measure("small CNN", args.cnn_steps, args.repeats, args.threads, Path(folder), baseline),
+            measure("small transformer", args.transformer_steps, args.repeats, args.threads, Path(folder), baseline),
         ]
         in_process = policy_in_one_process("small transformer", args.policy_rounds, args.threads, Path(folder))
     print_table(rows, args.repeats, args.threads)
