@@ -173,11 +173,41 @@ def _fix(rule: Rule, target: Target | None) -> str:
     return "safe; references " + ("unsafe" if partial else "report only")
 
 
+# The table's short fix labels, each part with what it means (the legend, and a rule's page).
+FIX_MEANINGS = {
+    "safe": "`ampfix rewrite` fixes calls, imports and type positions (annotations, isinstance)",
+    "refs unsafe": "a use without a call (`f = {name}`) is rewritten to functools.partial only "
+                   "with --unsafe-fixes (the object is not the same)",
+    "refs report": "a use without a call is reported and left to a person (no rewrite keeps its meaning)",
+    "value report": "the module used as a value (`m = {name}`) is reported: it has no drop-in twin as a value",
+    "--device only": "rewritten only with --device cpu|auto or --device-expr; the plain rewrite leaves it",
+    "report only": "reported, never rewritten: nothing in torch takes its place",
+    "pattern": "a whole pattern is rewritten where the code proves it right (the rule's page says which); "
+               "else reported",
+}
+
 RULES_LEGEND = (
-    "fix: `safe` is what `ampfix rewrite` does to calls, imports and type positions (annotations,\n"
-    "isinstance); `references` are uses without a call (`f = torch.cuda.amp.GradScaler`): `unsafe` ones\n"
-    "are rewritten with --unsafe-fixes (to functools.partial), `report only` ones are left to a person."
+    "fix: `safe`: calls, imports and type positions (annotations, isinstance) are rewritten; `refs`: uses\n"
+    "without a call (`f = torch.cuda.amp.GradScaler`), `unsafe` ones rewritten with --unsafe-fixes (to\n"
+    "functools.partial), `report` ones left to a person; `value`: the module as a value; `pattern`: a whole\n"
+    "pattern is rewritten. `ampfix rule CODE` shows one rule: what it fixes, what it leaves and why, examples."
 )
+
+
+def fix_label(rule: Rule, target: Target | None) -> str:
+    """The table's short form of `_fix`: parts of FIX_MEANINGS, joined by "; "."""
+    if rule.fix_note is not None:
+        return "pattern; else report"
+    if target is None:
+        return "report only"
+    if rule.device_target_only:
+        return "--device only"
+    if target.module:
+        return "safe; value report"
+    if rule.shape is None:
+        return "safe"
+    partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
+    return "safe; refs " + ("unsafe" if partial else "report")
 
 
 def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
@@ -201,7 +231,7 @@ def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> 
                     new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
                          "min_torch": _version(rule.min_torch), "fix": _fix(rule, target),
-                         "held_back": _held_back(rule, run_target)})
+                         "held_back": _held_back(rule, run_target), "label": fix_label(rule, target)})
     return rows
 
 
@@ -211,14 +241,44 @@ def _all_rules() -> Sequence[Rule]:
     return ALL_RULES
 
 
+# The text table's widest columns (old, new, fix): with code and torch, 119 characters; a longer cell wraps.
+_TABLE_WIDTHS = {"code": 6, "old": 40, "new": 40, "min_torch": 5, "label": 20}
+
+
 def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
-    """The table; with a target torch, a line naming it and the rules held back at it comes first."""
+    """The table, within 120 columns; with a target torch, a line naming it and the rules held back at it first."""
     rows = _rule_rows(_all_rules() if rules is None else rules, target)
-    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "label": "fix"}
+    return "\n".join([*_target_lines(rows, target), *table_lines(headers, rows, _TABLE_WIDTHS), "", RULES_LEGEND])
+
+
+def table_lines(headers: dict[str, str | bool], rows: Sequence[dict[str, str | bool]],
+                caps: dict[str, int] | None = None) -> list[str]:
+    """Columns as wide as their widest cell, at most `caps`; a longer cell wraps onto the row's next lines."""
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
-    lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
+    if caps:
+        widths = {k: min(width, caps.get(k, width)) for k, width in widths.items()}
+    lines = []
+    for row in [headers, *rows]:
+        cells = [wrap_cell(str(row[k]), widths[k]) for k in headers]
+        for n in range(max(map(len, cells))):
+            lines.append("  ".join((cell[n] if n < len(cell) else "").ljust(widths[k])
+                                   for cell, k in zip(cells, headers)).rstrip())
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
-    return "\n".join([*_target_lines(rows, target), *lines, "", RULES_LEGEND])
+    return lines
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width`, broken after a dot or at a space (a dotted name, a phrase)."""
+    import re
+
+    lines = [""]
+    for piece in re.findall(r"[^. ]*(?:\.|$| )", text):
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
 def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | None) -> list[str]:
@@ -235,7 +295,8 @@ def rules_json(rules: Sequence[Rule] | None = None, target: TorchTarget | None =
     """The rows; `held_back`: the rule's fix needs a newer torch than the target (false with no target)."""
     import json
 
-    return json.dumps(_rule_rows(_all_rules() if rules is None else rules, target), indent=2)
+    rows = _rule_rows(_all_rules() if rules is None else rules, target)
+    return json.dumps([{k: v for k, v in row.items() if k != "label"} for row in rows], indent=2)
 
 
 # GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
