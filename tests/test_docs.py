@@ -117,3 +117,16 @@ def test_the_checker_finds_a_broken_link_and_a_broken_anchor(tmp_path: Path):
         encoding="utf-8")
     assert broken_links(page) == ["missing.md: no such file", "other.md#nowhere: no heading #nowhere in other.md",
                                   "#nowhere: no heading #nowhere in page.md"]
+
+
+def test_the_api_pages_example_prints_what_the_page_says(capsys):
+    """docs/api.md's Python example, run; its stdout is the page's text block that follows it."""
+    blocks = re.findall(r"```(python|text)\n(.*?)```", (ROOT / "docs" / "api.md").read_text(encoding="utf-8"), re.S)
+    assert [kind for kind, _ in blocks[:2]] == ["python", "text"]
+    exec(compile(blocks[0][1], "docs/api.md", "exec"), {})
+    assert capsys.readouterr().out == blocks[1][1]
+
+
+def test_the_readmes_use_links_the_api_page():
+    use = (ROOT / "README.md").read_text(encoding="utf-8").split("## Use", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/api.md)" in use
