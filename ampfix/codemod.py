@@ -9,7 +9,6 @@ given (`tree.bytes`), not the file, so it composes with other codemods in one `C
 from __future__ import annotations
 
 import argparse
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +48,12 @@ class Migrate(CodemodCommand):
         self.flags = parse_flags(given)  # FlagError (a ValueError) names the flag
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        from ampfix.io.config import folder_options
         from ampfix.io.files import process_data
 
         path = Path(self.context.filename or "-")
-        result, new_data = process_data(path, tree.bytes, _options(path.parent, _frozen(self.flags)), "diff")
+        options = folder_options(path.parent, tuple(sorted(self.flags.items())))
+        result, new_data = process_data(path, tree.bytes, options, "diff")
         for finding in result.findings:
             if not finding.fixed:
                 self.warn(f"{finding.line}:{finding.col}: {finding.code} {finding.message}")
@@ -63,16 +64,3 @@ class Migrate(CodemodCommand):
 
 def _codes(value: object) -> list[str] | None:
     return None if value is None else [code.strip() for code in str(value).split(",") if code.strip()]
-
-
-def _frozen(flags: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The parsed flags as a key of `_options`' cache (parsed values are hashable: codes are tuples)."""
-    return tuple(sorted(flags.items()))
-
-
-@functools.lru_cache(maxsize=256)
-def _options(folder: Path, flags: tuple[tuple[str, Any], ...]):
-    """The options `ampfix rewrite` takes for a file in `folder`: the nearest `[tool.ampfix]`, then the flags."""
-    from ampfix.io.config import load
-
-    return load([folder], dict(flags)).options

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from ampfix.core.rules import partial_with_defaults
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
-from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE
+from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE, shown_message
 
 if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: `check` does not import it
     from ampfix.engine import Finding
@@ -16,8 +16,6 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: 
     from ampfix.io.declared_torch import Target as TorchTarget
 
 
-# Errors (internal, syntax, read, write) carry no rewrite to suggest.
-_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE, WRITE_ERROR_CODE})
 # What the error codes mean, for formats that describe every code they use (SARIF).
 ERROR_TITLES = {
     INTERNAL_ERROR_CODE: "internal error: the file was left unchanged",
@@ -46,7 +44,7 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
             mark = " left:"
         where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
-        lines.append(f"{where} {code}{mark} {_message(finding)}")
+        lines.append(f"{where} {code}{mark} {shown_message(finding)}")
     return lines
 
 
@@ -61,14 +59,6 @@ def _done(finding: Finding, mode: str) -> str:
     if mode == "diff":
         return "would follow its import" if finding.follows else "would fix"
     return "followed its import" if finding.follows else "fixed"
-
-
-def _message(finding: Finding) -> str:
-    """The message, with the suggested rewrite when a person has to finish the job."""
-    needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
-    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
-        return f"{finding.message}; suggested: {finding.suggestion}"
-    return finding.message
 
 
 def summary(results: Sequence[FileResult], mode: str) -> str:
@@ -314,7 +304,7 @@ def github_annotations(results: Iterable[FileResult], mode: str = "check") -> st
     for result in results:
         for finding in result.findings:
             level = "notice" if finding.fixed else "error"
-            message = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
+            message = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else shown_message(finding)
             if finding.cell is None:
                 where = f"line={finding.line},col={finding.col}"
             else:  # the notebook file's line that holds the cell's line; the cell's place in the message
@@ -342,7 +332,7 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
     sarif_results = []
     for result in results:
         for finding in result.findings:
-            text = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
+            text = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else shown_message(finding)
             region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
             properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
                                              "fixed": finding.fixed, "follows": finding.follows}

@@ -7,6 +7,7 @@ is found, and the rule table only when `select` or `ignore` needs checking.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -204,3 +205,11 @@ def enabled_rules(select: Sequence[str] | None, ignore: Sequence[str]) -> frozen
         if selected >= 0 and selected > longest(rule.code, ignore):
             chosen.add(rule.code)
     return frozenset(chosen)
+
+
+@functools.lru_cache(maxsize=256)
+def folder_options(folder: Path, flags: tuple[tuple[str, Any], ...] = ()) -> Options:
+    """The options of a file in `folder` when a tool hands files one at a time (the LibCST codemod, the flake8
+    plugin): the nearest `[tool.ampfix]` above it, then `flags` (`parse_flags`' items: hashable). Cached: a
+    run asks once per folder."""
+    return load([folder], dict(flags)).options
