@@ -130,3 +130,10 @@ def test_the_api_pages_example_prints_what_the_page_says(capsys):
 def test_the_readmes_use_links_the_api_page():
     use = (ROOT / "README.md").read_text(encoding="utf-8").split("## Use", 1)[1].split("\n## ", 1)[0]
     assert "(docs/api.md)" in use
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = next(line for line in readme.splitlines() if line.startswith("python3 -m venv .venv && ") and "pytest" in line)
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()[-1]
+    assert ci == command
