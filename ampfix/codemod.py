@@ -48,11 +48,13 @@ class Migrate(CodemodCommand):
         self.flags = parse_flags(given)  # FlagError (a ValueError) names the flag
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        from ampfix.io.config import folder_options
+        from ampfix.io.config import folder_exclusions, folder_settings
         from ampfix.io.files import process_data
 
         path = Path(self.context.filename or "-")
-        options = folder_options(path.parent, tuple(sorted(self.flags.items())))
+        if folder_exclusions(path.parent).forced_out(path):  # LibCST names every file: as `--force-exclude`
+            raise SkipFile("excluded by [tool.ampfix]")
+        options = folder_settings(path.parent, tuple(sorted(self.flags.items()))).options
         result, new_data = process_data(path, tree.bytes, options, "diff")
         for finding in result.findings:
             if not finding.fixed:

@@ -29,7 +29,7 @@ class Plugin:
         self.lines = lines
 
     def run(self) -> Iterator[tuple[int, int, str, type]]:
-        from ampfix.io.config import folder_options
+        from ampfix.io.config import folder_exclusions, folder_settings
         from ampfix.io.files import process_data, shown_message
 
         path = Path(self.filename)
@@ -37,7 +37,10 @@ class Plugin:
             data = path.read_bytes()  # the file's own bytes, as `ampfix check` reads them (flake8 decoded them)
         else:
             data, path = "".join(self.lines).encode("utf-8"), Path.cwd() / "-"
-        result = process_data(path, data, folder_options(path.parent), "check")[0]
+        if folder_exclusions(path.parent).forced_out(path):  # flake8 names every file: as `--force-exclude`
+            return
+        result = process_data(path, data, folder_settings(path.parent).options, "check")[0]
         for finding in result.findings:
             # flake8 takes a 0-based column offset and prints it plus one; ampfix's columns are 1-based.
             yield finding.line, finding.col - 1, f"{finding.code} {shown_message(finding)}", type(self)
+

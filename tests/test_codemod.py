@@ -51,8 +51,9 @@ def test_libcsts_codemod_cli_writes_what_ampfix_rewrite_writes(tmp_path: Path):
     assert "Transformed 4 files successfully." in run.stderr
 
 
-def test_the_short_form_from_a_projects_codemod_config_takes_the_engines_options(tmp_path: Path):
+def test_the_short_form_from_a_projects_codemod_config_takes_the_engines_options_and_excludes(tmp_path: Path):
     (tmp_path / ".libcst.codemod.yaml").write_text("modules:\n- 'ampfix'\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\nextend-exclude = ["ops.py"]\n')
     by_codemod, by_ampfix = _copies(tmp_path / "codemod"), _copies(tmp_path / "ampfix")
     run = _codemod(tmp_path, "codemod.Migrate", "--target-torch", "2.2", "--unsafe-fixes", "codemod")
     assert run.returncode == 0, run.stderr
@@ -61,6 +62,9 @@ def test_the_short_form_from_a_projects_codemod_config_takes_the_engines_options
     # AMP002 needs torch 2.3: GradScaler keeps its import
     assert b"from torch.amp import autocast\nfrom torch.cuda.amp import GradScaler\n" in (by_codemod / "train.py").read_bytes()
     assert "AMP002" in run.stderr and "the target is torch 2.2" in run.stderr
+    # LibCST names every file; the excluded one is skipped, as `ampfix rewrite` skips it in a folder
+    assert (by_codemod / "ops.py").read_bytes() == (ROOT / "fixtures/demo/ops.py").read_bytes()
+    assert "Skipped 1 files." in run.stderr
 
 
 class _Rename(cst.CSTTransformer):

@@ -53,13 +53,16 @@ def test_flake8_reports_what_ampfix_check_reports(tmp_path: Path):
 
 
 def test_the_plugin_reads_tool_ampfix_and_counts_columns_in_characters(tmp_path: Path):
-    (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\ntarget-torch = "2.2"\nignore = ["AMP010"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.ampfix]\ntarget-torch = "2.2"\nignore = ["AMP010"]\n'
+                                             'extend-exclude = ["legacy/"]\n')
     (tmp_path / "m.py").write_text('import torch\nx = "é"; s = torch.cuda.amp.GradScaler()\n'
                                    "from torch.cuda.amp import autocast\n", encoding="utf-8")
-    run = _flake8(tmp_path, "m.py")
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "old.py").write_text("import torch\ns = torch.cuda.amp.GradScaler()\n")
+    run = _flake8(tmp_path, "m.py", "legacy/old.py")  # flake8 names each file: excluded as with --force-exclude
     assert run.stdout.splitlines() == [
         "m.py:2:14: AMP002 `torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch 2.2; "
         'suggested: torch.amp.GradScaler("cuda", ...)',
         "imported: False False",
     ]
-    assert run.stdout.splitlines()[:-1] == _check_lines(tmp_path, "m.py")
+    assert run.stdout.splitlines()[:-1] == _check_lines(tmp_path, "--force-exclude", "m.py", "legacy/old.py")
