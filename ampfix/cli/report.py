@@ -139,11 +139,11 @@ def findings_json(results: Iterable[FileResult]) -> str:
 def _target_fields(target: TorchTarget | None) -> dict[str, object]:
     if target is None:  # the file never reached the engine (an error reading it)
         return {"target_torch": None, "target_source": None}
-    return {"target_torch": None if target.version is None else _version(target.version),
+    return {"target_torch": None if target.version is None else version_text(target.version),
             "target_source": target.source}
 
 
-def _version(version: tuple[int, int] | None) -> str:
+def version_text(version: tuple[int, int] | None) -> str:
     return "-" if version is None else ".".join(map(str, version))
 
 
@@ -206,7 +206,7 @@ def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
     return version is not None and rule.min_torch is not None and rule.min_torch > version
 
 
-def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
+def rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
     rows: list[dict[str, str | bool]] = []
     for rule in rules:
         for old, target in rule.symbols.items():
@@ -220,7 +220,7 @@ def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> 
                 if rule.device_target_only:
                     new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
-                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target),
+                         "min_torch": version_text(rule.min_torch), "fix": _fix(rule, target),
                          "held_back": _held_back(rule, run_target), "label": fix_label(rule, target)})
     return rows
 
@@ -237,7 +237,7 @@ _TABLE_WIDTHS = {"code": 6, "old": 40, "new": 40, "min_torch": 5, "label": 20}
 
 def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
     """The table, within 120 columns; with a target torch, a line naming it and the rules held back at it first."""
-    rows = _rule_rows(_all_rules() if rules is None else rules, target)
+    rows = rule_rows(_all_rules() if rules is None else rules, target)
     headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "label": "fix"}
     return "\n".join([*_target_lines(rows, target), *table_lines(headers, rows, _TABLE_WIDTHS), "", RULES_LEGEND])
 
@@ -278,14 +278,15 @@ def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | N
     if target.version is None:
         return [target.describe(), ""]
     said = ", ".join(held) if held else "none"
-    return [target.describe(), f"held back at torch {_version(target.version)} (reported, not rewritten): {said}", ""]
+    held_line = f"held back at torch {version_text(target.version)} (reported, not rewritten): {said}"
+    return [target.describe(), held_line, ""]
 
 
 def rules_json(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
     """The rows; `held_back`: the rule's fix needs a newer torch than the target (false with no target)."""
     import json
 
-    rows = _rule_rows(_all_rules() if rules is None else rules, target)
+    rows = rule_rows(_all_rules() if rules is None else rules, target)
     return json.dumps([{k: v for k, v in row.items() if k != "label"} for row in rows], indent=2)
 
 
@@ -361,7 +362,7 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
             "columnKind": "unicodeCodePoints",
             "results": sarif_results,
             "properties": {"targetTorch": [
-                {"version": None if t.version is None else _version(t.version), "source": t.source,
+                {"version": None if t.version is None else version_text(t.version), "source": t.source,
                  "problem": t.problem, "text": t.describe()} for t in targets]},
         }],
     }
@@ -369,9 +370,9 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
 
 
 def _sarif_rule(rule: Rule) -> dict[str, object]:
-    rows = _rule_rows([rule])
+    rows = rule_rows([rule])
     mappings = "; ".join(f"{row['old']} -> {row['new']}" for row in rows)
-    minimum = _version(rule.min_torch)
+    minimum = version_text(rule.min_torch)
     return {
         "id": rule.code,
         "name": rule.title,

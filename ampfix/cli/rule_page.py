@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ampfix.cli.report import FIX_MEANINGS, table_lines, _rule_rows, _version
+from ampfix.cli.report import FIX_MEANINGS, rule_rows, table_lines, version_text
 
 # The page's prose lines; examples and the name table keep their own width.
 _WIDTH = 110
@@ -21,7 +21,7 @@ def find_rule(code: str) -> Rule | None:
 
 
 def rule_page(rule: Rule) -> str:
-    rows = _rule_rows([rule])
+    rows = rule_rows([rule])
     parts = [f"{rule.code}: {rule.title}", "", _minimum(rule), ""]
     if rows:
         headers: dict[str, str | bool] = {"old": "old", "new": "new", "label": "fix"}
@@ -36,7 +36,7 @@ def rule_page(rule: Rule) -> str:
 def _minimum(rule: Rule) -> str:
     if rule.min_torch is None:
         return "minimum torch: - (nothing in torch to migrate to, or no torch API of its own)"
-    return (f"minimum torch: {_version(rule.min_torch)} (its fix runs on torch >= {_version(rule.min_torch)}; "
+    return (f"minimum torch: {version_text(rule.min_torch)} (its fix runs on torch >= {version_text(rule.min_torch)}; "
             "at an older --target-torch it is reported, not rewritten)")
 
 
@@ -62,7 +62,7 @@ def _wrapped(text: str, indent: str, first: str = "") -> list[str]:
 def _example(n: int, example: Example) -> list[str]:
     flags = [flag for flag, given in (("--unsafe-fixes", example.unsafe_fixes),
                                       (f"--device {example.device}", example.device != "cuda"),
-                                      (f"--target-torch {_version(example.target_torch)}",
+                                      (f"--target-torch {version_text(example.target_torch)}",
                                        example.target_torch is not None)) if given]
     head = f"example {n}" + (f" (with {' '.join(flags)})" if flags else "") + ":"
     lines = [head, *_indented(example.before)]
