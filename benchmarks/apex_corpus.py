@@ -5,7 +5,7 @@
     python benchmarks/apex_corpus.py --details        # every file that trains with apex, what is left and why
 
 Releases are fetched as benchmarks/corpus.py fetches them (`pip download --no-deps`), into
-/work/cache/apex-corpus (`--cache`), never into the repository. apex's own canonical example
+benchmarks/.corpus/apex/ (gitignored; `--cache DIR` for another folder), never into the repository's history. apex's own canonical example
 (examples/simple/distributed/distributed_data_parallel.py, not on PyPI) is measured too when a copy lies in
 `<cache>/extra/` (any .py file there).
 
@@ -36,7 +36,8 @@ from pathlib import Path
 
 from corpus import DeprecatedUses, fetch
 
-DEFAULT_CACHE = Path("/work/cache/apex-corpus")
+# Beside benchmarks/corpus.py's cache (benchmarks/.corpus/, gitignored); `--cache DIR` for a shared one.
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".corpus" / "apex"
 
 # (requirement, "wheel" | "sdist"): releases checked (grep of what was downloaded) to train with apex.amp.
 PACKAGES: tuple[tuple[str, str], ...] = (

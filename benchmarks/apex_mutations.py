@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from ampfix.core.options import Options  # noqa: E402
 from ampfix.engine import INTERNAL_ERROR_CODE, fix_source  # noqa: E402
 
-DEFAULT_CACHE = Path("/work/cache/apex-corpus")
+DEFAULT_CACHE = ROOT / "benchmarks" / ".corpus" / "apex"  # apex_corpus.py's cache (gitignored)
 
 
 def sources(cache: Path) -> list[Path]:

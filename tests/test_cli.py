@@ -233,7 +233,9 @@ def test_rules_fix_column_tells_calls_from_references():
     assert fix["AMP010", "torch.cuda.amp"] == "safe; as a value report only"
     assert fix["AMP011", "torch.cuda.amp.common"] == "report only"
     text = invoke("rules").stdout
-    assert "AMP001  torch.cuda.amp.autocast " in text and text.rstrip().endswith("left to a person.")
+    assert "AMP001  torch.cuda.amp.autocast                   torch.amp.autocast(\"cuda\")                1.10   safe; refs unsafe\n" in text
+    assert "AMP005  torch.cuda.amp.autocast_mode._cast        torch.amp.autocast_mode._cast(\"cuda\")     2.4    safe; refs report\n" in text
+    assert text.rstrip().endswith("what it fixes, what it leaves and why, examples.")
     # What the column says is what rewrite does: the references of each kind, in one file.
     source = ("import torch\nA = torch.cuda.amp.autocast\nS = torch.cuda.amp.GradScaler\n"
               "F = torch.cuda.amp.custom_fwd\n")
@@ -243,6 +245,71 @@ def test_rules_fix_column_tells_calls_from_references():
     safe, unsafe = fix_source(source), fix_source(source, Options(unsafe_fixes=True))
     assert [f.fixed for f in safe.findings] == [False, False, False]
     assert [(f.code, f.fixed) for f in unsafe.findings] == [("AMP001", True), ("AMP002", True), ("AMP003", True)]
+
+
+def test_the_rules_table_fits_120_columns_and_wraps_a_long_name_at_a_dot():
+    text = invoke("rules").stdout
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert ("AMP010  torch.cuda.amp.grad_scaler.               torch.amp.grad_scaler.                    2.3    safe\n"
+            "        _refresh_per_optimizer_state              _refresh_per_optimizer_state\n") in text
+
+
+AMP011_PAGE = """AMP011: no torch.amp twin
+
+minimum torch: - (nothing in torch to migrate to, or no torch API of its own)
+
+old                                                 new        fix
+--------------------------------------------------  ---------  -----------
+torch.cuda.amp.amp_definitely_not_available         (no twin)  report only
+torch.cuda.amp.common                               (no twin)  report only
+torch.cuda.amp.common.amp_definitely_not_available  (no twin)  report only
+
+report only: reported, never rewritten: nothing in torch takes its place
+
+example 1:
+    from torch.cuda.amp.common import amp_definitely_not_available
+    ok = not amp_definitely_not_available()
+is left and reported:
+    1:35: AMP011 `torch.cuda.amp.common.amp_definitely_not_available` import left:
+      `torch.cuda.amp.common.amp_definitely_not_available` has no torch.amp twin
+
+example 2:
+    import torch
+    with torch.cuda.amp.scale_loss(loss, opt) as scaled:
+        pass
+is left and reported:
+    2:6: AMP011 `torch.cuda.amp.scale_loss` is not a name torch defines; there is nothing to migrate it to
+"""
+
+
+def test_a_rules_page_names_its_fix_its_minimum_torch_and_its_examples_with_the_reasons_left():
+    assert invoke("rule", "AMP011").stdout == AMP011_PAGE
+    assert invoke("rules", "amp011").stdout == AMP011_PAGE  # `ampfix rules CODE` is the same page
+    page = invoke("rule", "AMP004").stdout
+    assert page.startswith("AMP004: custom_bwd\n\nminimum torch: 2.4 (its fix runs on torch >= 2.4; at an older "
+                           "--target-torch it is reported, not rewritten)\n")
+    assert ("refs unsafe: a use without a call (`f = torch.cuda.amp.custom_bwd`) is rewritten to functools.partial "
+            "only\n  with --unsafe-fixes (the object is not the same)\n") in page
+    assert page.endswith('becomes:\n    from torch.amp import custom_bwd\n    @custom_bwd(device_type="cuda")\n'
+                         "    def backward(ctx, g): ...\n")
+
+
+def test_every_rule_has_a_page_holding_each_of_its_examples():
+    from ampfix.families import ALL_RULES
+
+    for rule in ALL_RULES:
+        result = invoke("rule", rule.code)
+        assert result.exit_code == 0, rule.code
+        for example in rule.examples:
+            assert "".join(f"    {line}".rstrip() + "\n" for line in example.before.splitlines()) in result.stdout
+            if example.reported is not None:  # a left example says why, in the engine's words
+                assert f": {example.reported} " in result.stdout
+
+
+def test_an_unknown_rule_is_an_error():
+    result = invoke("rule", "AMP999")
+    assert result.exit_code == 2
+    assert result.stderr == "ampfix: error: no rule 'AMP999'; `ampfix rules` lists them\n"
 
 
 def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path):

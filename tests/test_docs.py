@@ -117,3 +117,23 @@ def test_the_checker_finds_a_broken_link_and_a_broken_anchor(tmp_path: Path):
         encoding="utf-8")
     assert broken_links(page) == ["missing.md: no such file", "other.md#nowhere: no heading #nowhere in other.md",
                                   "#nowhere: no heading #nowhere in page.md"]
+
+
+def test_the_api_pages_example_prints_what_the_page_says(capsys):
+    """docs/api.md's Python example, run; its stdout is the page's text block that follows it."""
+    blocks = re.findall(r"```(python|text)\n(.*?)```", (ROOT / "docs" / "api.md").read_text(encoding="utf-8"), re.S)
+    assert [kind for kind, _ in blocks[:2]] == ["python", "text"]
+    exec(compile(blocks[0][1], "docs/api.md", "exec"), {})
+    assert capsys.readouterr().out == blocks[1][1]
+
+
+def test_the_readmes_use_links_the_api_page():
+    use = (ROOT / "README.md").read_text(encoding="utf-8").split("## Use", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/api.md)" in use
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = next(line for line in readme.splitlines() if line.startswith("python3 -m venv .venv && ") and "pytest" in line)
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").rstrip("\n").splitlines()[-1]
+    assert ci == command

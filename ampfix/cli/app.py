@@ -161,14 +161,22 @@ class TableFormat(str, enum.Enum):
     json = "json"
 
 
+CodeArg = Annotated[str | None, typer.Argument(metavar="CODE", help="One rule's page: AMP001.", show_default=False)]
+TableFormatOpt = Annotated[TableFormat, typer.Option("--output-format", help="text, or json (the table).")]
+TableTargetOpt = Annotated[str | None, typer.Option(
+    "--target-torch", metavar="X.Y",
+    help="Show what is held back at this torch (default: the current folder's `target-torch` in "
+         "[tool.ampfix], else its project's torch requirement, else the newest).")]
+
+
 @app.command()
-def rules(output_format: Annotated[TableFormat, typer.Option("--output-format", help="text, or json.")]
-          = TableFormat.text,
-          target_torch: Annotated[str | None, typer.Option(
-              "--target-torch", metavar="X.Y",
-              help="Show what is held back at this torch (default: the current folder's `target-torch` in "
-                   "[tool.ampfix], else its project's torch requirement, else the newest).")] = None) -> None:
-    """The rule table: code, old -> new, minimum torch, fix; what is held back at the target torch."""
+def rules(code: CodeArg = None, output_format: TableFormatOpt = TableFormat.text,
+          target_torch: TableTargetOpt = None) -> None:
+    """The rule table: code, old -> new, minimum torch, fix; what is held back at the target torch. With a
+    CODE, that rule's page (as `ampfix rule CODE`)."""
+    if code is not None:
+        rule(code)
+        return
     from ampfix.cli import report
     from ampfix.io.config import ConfigError
 
@@ -179,6 +187,18 @@ def rules(output_format: Annotated[TableFormat, typer.Option("--output-format", 
         raise typer.Exit(EXIT_ERROR) from None
     text = report.rules_json(target=target) if output_format is TableFormat.json else report.rules_text(target=target)
     sys.stdout.write(text + "\n")
+
+
+@app.command()
+def rule(code: Annotated[str, typer.Argument(metavar="CODE", help="A rule's code: AMP001.")]) -> None:
+    """One rule's page: what it migrates, its minimum torch, what is fixed and what is left and why, its examples."""
+    from ampfix.cli.rule_page import find_rule, rule_page
+
+    found = find_rule(code)
+    if found is None:
+        sys.stderr.write(f"ampfix: error: no rule {code!r}; `ampfix rules` lists them\n")
+        raise typer.Exit(EXIT_ERROR)
+    sys.stdout.write(rule_page(found) + "\n")
 
 
 def _folder_target(folder: Path, flags: dict[str, Any]):

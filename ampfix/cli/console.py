@@ -88,9 +88,7 @@ def _usage_error(message: str) -> int:
 
 
 def _exclusions(settings: Settings):
-    from ampfix.io.exclusion import Exclusions
-
-    return Exclusions(settings.root, settings.exclude, settings.extend_exclude)
+    return settings.exclusions()
 
 
 def _noting_targets(results, targets: set[Target]):

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from ampfix.core.rules import partial_with_defaults
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
-from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE
+from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE, shown_message
 
 if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: `check` does not import it
     from ampfix.engine import Finding
@@ -16,8 +16,6 @@ if TYPE_CHECKING:  # the rule table is only needed by `ampfix rules` and SARIF: 
     from ampfix.io.declared_torch import Target as TorchTarget
 
 
-# Errors (internal, syntax, read, write) carry no rewrite to suggest.
-_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE, WRITE_ERROR_CODE})
 # What the error codes mean, for formats that describe every code they use (SARIF).
 ERROR_TITLES = {
     INTERNAL_ERROR_CODE: "internal error: the file was left unchanged",
@@ -46,7 +44,7 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
             mark = " left:"
         where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
-        lines.append(f"{where} {code}{mark} {_message(finding)}")
+        lines.append(f"{where} {code}{mark} {shown_message(finding)}")
     return lines
 
 
@@ -61,14 +59,6 @@ def _done(finding: Finding, mode: str) -> str:
     if mode == "diff":
         return "would follow its import" if finding.follows else "would fix"
     return "followed its import" if finding.follows else "fixed"
-
-
-def _message(finding: Finding) -> str:
-    """The message, with the suggested rewrite when a person has to finish the job."""
-    needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
-    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
-        return f"{finding.message}; suggested: {finding.suggestion}"
-    return finding.message
 
 
 def summary(results: Sequence[FileResult], mode: str) -> str:
@@ -149,11 +139,11 @@ def findings_json(results: Iterable[FileResult]) -> str:
 def _target_fields(target: TorchTarget | None) -> dict[str, object]:
     if target is None:  # the file never reached the engine (an error reading it)
         return {"target_torch": None, "target_source": None}
-    return {"target_torch": None if target.version is None else _version(target.version),
+    return {"target_torch": None if target.version is None else version_text(target.version),
             "target_source": target.source}
 
 
-def _version(version: tuple[int, int] | None) -> str:
+def version_text(version: tuple[int, int] | None) -> str:
     return "-" if version is None else ".".join(map(str, version))
 
 
@@ -173,11 +163,41 @@ def _fix(rule: Rule, target: Target | None) -> str:
     return "safe; references " + ("unsafe" if partial else "report only")
 
 
+# The table's short fix labels, each part with what it means (the legend, and a rule's page).
+FIX_MEANINGS = {
+    "safe": "`ampfix rewrite` fixes calls, imports and type positions (annotations, isinstance)",
+    "refs unsafe": "a use without a call (`f = {name}`) is rewritten to functools.partial only "
+                   "with --unsafe-fixes (the object is not the same)",
+    "refs report": "a use without a call is reported and left to a person (no rewrite keeps its meaning)",
+    "value report": "the module used as a value (`m = {name}`) is reported: it has no drop-in twin as a value",
+    "--device only": "rewritten only with --device cpu|auto or --device-expr; the plain rewrite leaves it",
+    "report only": "reported, never rewritten: nothing in torch takes its place",
+    "pattern": "a whole pattern is rewritten where the code proves it right (the rule's page says which); "
+               "else reported",
+}
+
 RULES_LEGEND = (
-    "fix: `safe` is what `ampfix rewrite` does to calls, imports and type positions (annotations,\n"
-    "isinstance); `references` are uses without a call (`f = torch.cuda.amp.GradScaler`): `unsafe` ones\n"
-    "are rewritten with --unsafe-fixes (to functools.partial), `report only` ones are left to a person."
+    "fix: `safe`: calls, imports and type positions (annotations, isinstance) are rewritten; `refs`: uses\n"
+    "without a call (`f = torch.cuda.amp.GradScaler`), `unsafe` ones rewritten with --unsafe-fixes (to\n"
+    "functools.partial), `report` ones left to a person; `value`: the module as a value; `pattern`: a whole\n"
+    "pattern is rewritten. `ampfix rule CODE` shows one rule: what it fixes, what it leaves and why, examples."
 )
+
+
+def fix_label(rule: Rule, target: Target | None) -> str:
+    """The table's short form of `_fix`: parts of FIX_MEANINGS, joined by "; "."""
+    if rule.fix_note is not None:
+        return "pattern; else report"
+    if target is None:
+        return "report only"
+    if rule.device_target_only:
+        return "--device only"
+    if target.module:
+        return "safe; value report"
+    if rule.shape is None:
+        return "safe"
+    partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
+    return "safe; refs " + ("unsafe" if partial else "report")
 
 
 def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
@@ -186,7 +206,7 @@ def _held_back(rule: Rule, target: TorchTarget | None) -> bool:
     return version is not None and rule.min_torch is not None and rule.min_torch > version
 
 
-def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
+def rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> list[dict[str, str | bool]]:
     rows: list[dict[str, str | bool]] = []
     for rule in rules:
         for old, target in rule.symbols.items():
@@ -200,8 +220,8 @@ def _rule_rows(rules: Sequence[Rule], run_target: TorchTarget | None = None) -> 
                 if rule.device_target_only:
                     new = f"{target.new}(<the device target>)"
             rows.append({"code": rule.code, "title": rule.title, "old": old, "new": new,
-                         "min_torch": _version(rule.min_torch), "fix": _fix(rule, target),
-                         "held_back": _held_back(rule, run_target)})
+                         "min_torch": version_text(rule.min_torch), "fix": _fix(rule, target),
+                         "held_back": _held_back(rule, run_target), "label": fix_label(rule, target)})
     return rows
 
 
@@ -211,14 +231,44 @@ def _all_rules() -> Sequence[Rule]:
     return ALL_RULES
 
 
+# The text table's widest columns (old, new, fix): with code and torch, 119 characters; a longer cell wraps.
+_TABLE_WIDTHS = {"code": 6, "old": 40, "new": 40, "min_torch": 5, "label": 20}
+
+
 def rules_text(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
-    """The table; with a target torch, a line naming it and the rules held back at it comes first."""
-    rows = _rule_rows(_all_rules() if rules is None else rules, target)
-    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "fix": "fix"}
+    """The table, within 120 columns; with a target torch, a line naming it and the rules held back at it first."""
+    rows = rule_rows(_all_rules() if rules is None else rules, target)
+    headers: dict[str, str | bool] = {"code": "code", "old": "old", "new": "new", "min_torch": "torch", "label": "fix"}
+    return "\n".join([*_target_lines(rows, target), *table_lines(headers, rows, _TABLE_WIDTHS), "", RULES_LEGEND])
+
+
+def table_lines(headers: dict[str, str | bool], rows: Sequence[dict[str, str | bool]],
+                caps: dict[str, int] | None = None) -> list[str]:
+    """Columns as wide as their widest cell, at most `caps`; a longer cell wraps onto the row's next lines."""
     widths = {k: max(len(str(r[k])) for r in [headers, *rows]) for k in headers}
-    lines = ["  ".join(str(row[k]).ljust(widths[k]) for k in headers).rstrip() for row in [headers, *rows]]
+    if caps:
+        widths = {k: min(width, caps.get(k, width)) for k, width in widths.items()}
+    lines = []
+    for row in [headers, *rows]:
+        cells = [wrap_cell(str(row[k]), widths[k]) for k in headers]
+        for n in range(max(map(len, cells))):
+            lines.append("  ".join((cell[n] if n < len(cell) else "").ljust(widths[k])
+                                   for cell, k in zip(cells, headers)).rstrip())
     lines.insert(1, "  ".join("-" * widths[k] for k in headers))
-    return "\n".join([*_target_lines(rows, target), *lines, "", RULES_LEGEND])
+    return lines
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width`, broken after a dot or at a space (a dotted name, a phrase)."""
+    import re
+
+    lines = [""]
+    for piece in re.findall(r"[^. ]*(?:\.|$| )", text):
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
 def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | None) -> list[str]:
@@ -228,14 +278,16 @@ def _target_lines(rows: Sequence[dict[str, str | bool]], target: TorchTarget | N
     if target.version is None:
         return [target.describe(), ""]
     said = ", ".join(held) if held else "none"
-    return [target.describe(), f"held back at torch {_version(target.version)} (reported, not rewritten): {said}", ""]
+    held_line = f"held back at torch {version_text(target.version)} (reported, not rewritten): {said}"
+    return [target.describe(), held_line, ""]
 
 
 def rules_json(rules: Sequence[Rule] | None = None, target: TorchTarget | None = None) -> str:
     """The rows; `held_back`: the rule's fix needs a newer torch than the target (false with no target)."""
     import json
 
-    return json.dumps(_rule_rows(_all_rules() if rules is None else rules, target), indent=2)
+    rows = rule_rows(_all_rules() if rules is None else rules, target)
+    return json.dumps([{k: v for k, v in row.items() if k != "label"} for row in rows], indent=2)
 
 
 # GitHub Actions workflow commands: https://docs.github.com/actions/reference/workflow-commands-for-github-actions
@@ -253,7 +305,7 @@ def github_annotations(results: Iterable[FileResult], mode: str = "check") -> st
     for result in results:
         for finding in result.findings:
             level = "notice" if finding.fixed else "error"
-            message = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
+            message = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else shown_message(finding)
             if finding.cell is None:
                 where = f"line={finding.line},col={finding.col}"
             else:  # the notebook file's line that holds the cell's line; the cell's place in the message
@@ -281,7 +333,7 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
     sarif_results = []
     for result in results:
         for finding in result.findings:
-            text = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else _message(finding)
+            text = f"{_done(finding, mode)}: {finding.message}" if finding.fixed else shown_message(finding)
             region: dict[str, int] = {"startLine": finding.line, "startColumn": finding.col}
             properties: dict[str, object] = {"fixable": finding.fixable, "unsafe": finding.unsafe,
                                              "fixed": finding.fixed, "follows": finding.follows}
@@ -310,7 +362,7 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
             "columnKind": "unicodeCodePoints",
             "results": sarif_results,
             "properties": {"targetTorch": [
-                {"version": None if t.version is None else _version(t.version), "source": t.source,
+                {"version": None if t.version is None else version_text(t.version), "source": t.source,
                  "problem": t.problem, "text": t.describe()} for t in targets]},
         }],
     }
@@ -318,9 +370,9 @@ def sarif(results: Iterable[FileResult], targets: Sequence[TorchTarget] = (), mo
 
 
 def _sarif_rule(rule: Rule) -> dict[str, object]:
-    rows = _rule_rows([rule])
+    rows = rule_rows([rule])
     mappings = "; ".join(f"{row['old']} -> {row['new']}" for row in rows)
-    minimum = _version(rule.min_torch)
+    minimum = version_text(rule.min_torch)
     return {
         "id": rule.code,
         "name": rule.title,

@@ -7,14 +7,18 @@ is found, and the rule table only when `select` or `ignore` needs checking.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampfix.core.options import Options
+
+if TYPE_CHECKING:
+    from ampfix.io.exclusion import Exclusions
 
 PYPROJECT = "pyproject.toml"
 
@@ -46,6 +50,11 @@ class Settings:
     def root(self) -> Path | None:
         """The folder the exclude patterns are relative to."""
         return None if self.source is None else self.source.parent
+
+    def exclusions(self) -> Exclusions:
+        from ampfix.io.exclusion import Exclusions
+
+        return Exclusions(self.root, self.exclude, self.extend_exclude)
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -204,3 +213,18 @@ def enabled_rules(select: Sequence[str] | None, ignore: Sequence[str]) -> frozen
         if selected >= 0 and selected > longest(rule.code, ignore):
             chosen.add(rule.code)
     return frozenset(chosen)
+
+
+@functools.lru_cache(maxsize=256)
+def folder_settings(folder: Path, flags: tuple[tuple[str, Any], ...] = ()) -> Settings:
+    """The settings of a file in `folder` when a tool hands files one at a time (the LibCST codemod, the flake8
+    plugin): the nearest `[tool.ampfix]` above it, then `flags` (`parse_flags`' items: hashable). Cached: a
+    run asks once per folder."""
+    return load([folder], dict(flags))
+
+
+@functools.lru_cache(maxsize=256)
+def folder_exclusions(folder: Path) -> Exclusions:
+    """The excludes of a file in `folder` (its `[tool.ampfix]`), for a tool that names every file: a file they
+    leave out is skipped as `--force-exclude` skips it (the pre-commit hooks' way)."""
+    return folder_settings(folder).exclusions()

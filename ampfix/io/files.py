@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ampfix.core.options import Options
-from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
+from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ampfix.io.codec import Codec
 
 __all__ = ["MODES", "READ_ERROR_CODE", "WRITE_ERROR_CODE", "FileResult", "codec_for", "default_jobs", "discover",
-           "process_data", "process_file", "process_paths", "process_stdin", "read_candidate"]
+           "process_data", "process_file", "process_paths", "process_stdin", "read_candidate", "shown_message"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,17 @@ def _require_regular(mode: int) -> None:
 
 
 MODES = ("check", "diff", "rewrite")
+# Errors (internal, syntax, read, write) carry no rewrite to suggest.
+_NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_ERROR_CODE, WRITE_ERROR_CODE})
+
+
+def shown_message(finding: Finding) -> str:
+    """The message as every report shows it (the text and GitHub formats, SARIF, the flake8 plugin): with the
+    suggested rewrite when a person has to finish the job."""
+    needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
+    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
+        return f"{finding.message}; suggested: {finding.suggestion}"
+    return finding.message
 
 
 def process_file(path: Path, options: Options, mode: str = "check", data: bytes | None = None) -> FileResult:
