@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -117,7 +118,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 scaler = {scaler}
 inputs = [{batch} for _ in range({steps})]
 labels = [{labels} for _ in range({steps})]
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), time.process_time()
 for step in range({steps}):
     x = inputs[step].to(device, non_blocking=True)
     y = labels[step].to(device, non_blocking=True)
@@ -127,7 +128,8 @@ for step in range({steps}):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-print(json.dumps({{"loop_s": time.perf_counter() - start, "final_loss": loss.item()}}))
+print(json.dumps({{"loop_s": time.perf_counter() - start, "loop_cpu_s": time.process_time() - start_cpu,
+                  "final_loss": loss.item()}}))
 """
 
 
@@ -174,6 +176,7 @@ print(json.dumps({{"cpu_s": statistics.median(rounds[False]), "cuda_s": statisti
 @dataclass
 class Timing:
     loop_s: float
+    loop_cpu_s: float  # the loop's CPU time: what other processes' load disturbs least
     total_s: float
     final_loss: float
 
@@ -206,18 +209,29 @@ def timed(command: list[str], env: dict[str, str]) -> Timing:
     if completed.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{completed.stderr}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    return Timing(result["loop_s"], total, result["final_loss"])
+    return Timing(result["loop_s"], result["loop_cpu_s"], total, result["final_loss"])
 
 
 def baseline_runner(folder: Path) -> Path:
-    """The ampfix package of BASELINE_REF, unpacked from git into ``folder`` (importable from there)."""
+    """A Python whose ``ampfix`` is BASELINE_REF's (unpacked from git), with this environment's torch.
+
+    A venv of its own: this environment's editable install of ampfix would win over any PYTHONPATH, in the
+    runner's child processes too. The venv's .pth names the baseline first, then this environment's packages
+    (a directory a .pth names is only added to the path: the editable install's own .pth there is not run)."""
     root = Path(__file__).resolve().parent.parent
     archive = subprocess.run(["git", "-C", str(root), "archive", BASELINE_REF, "ampfix"], capture_output=True,
                              check=True).stdout
     target = folder / "baseline"
     target.mkdir(exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    return target
+    venv = folder / "baseline-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    Path(own, "baseline.pth").write_text(f"{target}\n{ours}\n")
+    return python
 
 
 def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, baseline: Path) -> dict[str, object]:
@@ -225,17 +239,17 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, ba
     commands = {}
     for label, flavour, runner_options in VARIANTS:
         script = str(write_script(folder, model, flavour, steps))
+        python = str(baseline) if label == BASELINE_LABEL else sys.executable
         if runner_options is None:
-            commands[label] = [sys.executable, script]
+            commands[label] = [python, script]
         else:
-            commands[label] = [sys.executable, "-m", "ampfix.runner", "run", script, "--threads", str(threads), *runner_options]
-    envs = {label: env for label in commands}
-    envs[BASELINE_LABEL] = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(baseline), env.get("PYTHONPATH")]))}
+            commands[label] = [python, "-m", "ampfix.runner", "run", script, "--threads", str(threads), *runner_options]
     timings: dict[str, list[Timing]] = {label: [] for label in commands}
     for _ in range(repeats):  # round-robin, so a noisy moment hurts every variant alike
         for label, command in commands.items():
-            timings[label].append(timed(command, envs[label]))
+            timings[label].append(timed(command, env))
     loop = {label: statistics.median(t.loop_s for t in runs) for label, runs in timings.items()}
+    cpu = {label: statistics.median(t.loop_cpu_s for t in runs) for label, runs in timings.items()}
     total = {label: statistics.median(t.total_s for t in runs) for label, runs in timings.items()}
     loss = {label: runs[0].final_loss for label, runs in timings.items()}
     return {
@@ -246,6 +260,8 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, ba
         "final_loss": loss,
         "runner_vs_twin": loop["runner, CPU policy"] / loop["bfloat16 twin"],
         "devices_vs_before": loop["runner, CUDA policy"] / loop[BASELINE_LABEL],
+        "devices_vs_before_cpu": cpu["runner, CUDA policy"] / cpu[BASELINE_LABEL],
+        "cuda_runner_vs_twin_cpu": cpu["runner, CUDA policy"] / cpu["bfloat16 twin"],
         "cuda_runner_vs_twin": loop["runner, CUDA policy"] / loop["bfloat16 twin"],
         "cuda_policy_vs_cpu_policy": loop["runner, CUDA policy"] / loop["runner, CPU policy"],
         "runner_vs_float32": loop["runner, CUDA policy"] / loop["float32"],
@@ -293,6 +309,10 @@ def print_table(rows: list[dict[str, object]], repeats: int, threads: int) -> No
             f"{row['runner_vs_float32']:>14.2f}x {row['twin_vs_float32']:>12.2f}x  "
             f"{'yes' if row['cpu_policy_same_loss_as_twin'] else 'NO'}"
         )
+    print("\nthe same in CPU time (time.process_time() of the loop: other processes' load disturbs it least)")
+    print(f"{'workload':<18} {'CUDA runner/twin':>17} {'devices/before':>15}")
+    for row in rows:
+        print(f"{row['workload']:<18} {row['cuda_runner_vs_twin_cpu']:>16.2f}x {row['devices_vs_before_cpu']:>14.2f}x")
 
 
 def main() -> None:

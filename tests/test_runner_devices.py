@@ -53,6 +53,9 @@ def test_every_device_read_says_what_a_gpu_says(devices_run: Job) -> None:
         "autocast from x.device.type: torch.float16",
         f"default device: ({CUDA0}, {CUDA0})",
         "current device: (0, 1)",
+        # GradScaler's state is per device: found_inf and the clipped norm on cuda:0, a new scale given on it.
+        "clipped norm: cuda:0",
+        "scaler: 1024.0",
     ]
     assert devices_run.report["devices_used"] == ["cpu", "cuda:0"]
 

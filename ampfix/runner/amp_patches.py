@@ -489,19 +489,23 @@ def _normalised_scaler_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return normalised
 
 
-def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss, scaling) -> None:
+def install_grad_scaler(recorder: Recorder, at_step_boundary, record_scaled_loss, scaling,
+                        cuda_tensors_read_as: str = "cuda") -> None:
     scaler = torch.amp.grad_scaler.GradScaler
-    _patch_scaler_init(scaler, recorder)
+    _patch_scaler_init(scaler, recorder, cuda_tensors_read_as)
     _patch_scaler_calls(scaler, recorder, at_step_boundary, record_scaled_loss, scaling)
     _patch_scaler_state(scaler, recorder)
 
 
-def _patch_scaler_init(scaler: Any, recorder: Recorder) -> None:
+def _patch_scaler_init(scaler: Any, recorder: Recorder, cuda_tensors_read_as: str) -> None:
+    """A "cuda" scaler stays one where the script's "cuda" tensors read as "cuda": its state is made on the
+    device of the outputs it scales, and ``update(new_scale)`` checks the new scale's device against its own."""
+
     def for_the_cpu(arguments: dict[str, Any]) -> None:
         settings = {name: value for name, value in arguments.items() if name != "self"}
         recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
         if arguments["device"] == "cuda":
-            arguments["device"] = "cpu"
+            arguments["device"] = cuda_tensors_read_as
 
     replace(scaler, "__init__", with_arguments_adjusted(scaler.__init__, for_the_cpu, fill_defaults=True))
 

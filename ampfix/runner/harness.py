@@ -76,7 +76,7 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         (
             "GradScaler",
             lambda: amp_patches.install_grad_scaler(recorder, limit.at_boundary, training_hooks.record_scaled_loss,
-                                                    scaling),
+                                                    scaling, plan.cuda_tensors_read_as),
         ),
         ("optimizer hooks", lambda: training_hooks.install_optimizer_hooks(recorder, limit, scaling)),
         ("backward", lambda: training_hooks.install_backward_hook(recorder, limit, scaling)),
