@@ -24,7 +24,7 @@ import torch
 from ampfix.runner.devices import DeviceModel
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace
-from ampfix.runner.sites import find_site
+from ampfix.runner.sites import asked_by_torch, find_site
 
 DEVICE_NAME = "ampfix emulated CUDA device (runs on CPU)"
 # Ampere: scripts that check for bf16 / TF32 support take the modern path.
@@ -305,6 +305,8 @@ def _recording_answers(recorder: Recorder, query: str, answer: Callable[..., Any
     @functools.wraps(answer)
     def ask(*args: Any, **kwargs: Any) -> Any:
         result = answer(*args, **kwargs)
+        if asked_by_torch():
+            return result
         site = find_site()
         if site.origin == "script":
             recorder.device_query(f"{query}()", _answer_text(result), site)

@@ -72,6 +72,15 @@ def find_site() -> Site:
     return Site("<unknown>", 0, origin)
 
 
+def asked_by_torch() -> bool:
+    """Whether the code that called the current function (the first frame outside the runner) is torch's own:
+    a question torch asks on the script's behalf (GradScaler's ``torch.cuda.is_available()``)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_helper_prefixes):
+        frame = frame.f_back
+    return frame is not None and _torch_dir is not None and frame.f_code.co_filename.startswith(_torch_dir)
+
+
 def read_by_script() -> Site | None:
     """The code that made the current call (the first frame outside the runner and its helpers), when it
     is not torch's own: the place where the script, one of its modules or a library reads a value."""
