@@ -290,3 +290,49 @@ def test_a_use_held_back_with_its_newer_import_says_how_to_raise_the_floor_too(t
         "target torch 1.10, from requirements.txt",
         "2 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
     ]
+
+
+# A library at torch>=1.3 whose own tests patch deprecated paths by string (`mock.patch("torch.cuda.amp.autocast")`,
+# `mock.patch.dict(sys.modules, {"torch.cuda.amp": None})`): fixtures/projects/patched_by_its_tests. A string does
+# what the code it patches does: held back at the floor with that code, rewritten with it at --target-torch 2.13
+# (the expected output beside it); the project's tests pass before and after, in both.
+PATCHED = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "patched_by_its_tests"
+PROJECT_TESTS = Path(__file__).resolve().parent / "project_tests.py"
+FLOOR_HINT = "raise the torch requirement in setup.py or pass --target-torch"
+
+
+def test_strings_a_librarys_tests_patch_move_with_the_code_they_patch(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    copies = {}
+    for name, flags in (("floor", ()), ("newest", ("--target-torch", "2.13"))):
+        root = copies[name] = tmp_path / name
+        shutil.copytree(PATCHED, root)
+        (root / ".git").mkdir()
+        result = run(root, monkeypatch, "rewrite", "--unsafe-fixes", *flags, ".")
+        assert result.exit_code == 1, result.stdout  # findings left, or files changed
+        copies[name + " output"] = result.stdout.splitlines()
+    assert copies["floor output"][:2] == [
+        "tests/test_engine.py:10:21: AMP001 left: string names the deprecated `torch.cuda.amp.autocast`; left: "
+        f'needs torch >= 1.10; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp.autocast"',
+        "tests/test_engine.py:18:40: AMP010 left: string names the deprecated `torch.cuda.amp`; left: "
+        f'needs torch >= 2.3; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp"',
+    ]
+    assert copies["floor output"][-2:] == ["target torch 1.3, from setup.py",
+                                           SUMMARY.format(files="0 files", fixes="0 fixes", left="4 findings")]
+    assert copies["newest output"][-1] == SUMMARY.format(files="2 files", fixes="4 fixes", left="0 findings")
+    for path in sorted(p.relative_to(PATCHED) for p in PATCHED.rglob("*.py")):
+        expected = PATCHED.parent / "patched_by_its_tests.expected_2_13" / path
+        assert (copies["floor"] / path).read_bytes() == (PATCHED / path).read_bytes(), path
+        assert (copies["newest"] / path).read_bytes() == (expected if expected.exists() else PATCHED / path).read_bytes()
+
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(PATCHED), str(copies["floor"]),
+                          str(copies["newest"])], check=True, timeout=300, capture_output=True, text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [sorted(tests) for tests in outcomes.values()] == [[
+        "test_engine.py::test_forward_enters_autocast", "test_engine.py::test_without_the_amp_module_there_is_no_amp"]
+    ] * 3
+    failed = {root: {test: error for test, error in tests.items() if error} for root, tests in outcomes.items()}
+    assert failed == {str(root): {} for root in (PATCHED, copies["floor"], copies["newest"])}
