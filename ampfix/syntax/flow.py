@@ -77,8 +77,8 @@ class ModuleFlows:
         line = getattr(parent, "lineno", node.lineno)
         if isinstance(parent, ast.Call) and parent.func is node:
             return parent
-        if isinstance(parent, ast.IfExp) and node is not parent.test:
-            return [(parent, scope)]
+        if (isinstance(parent, ast.IfExp) and node is not parent.test) or isinstance(parent, ast.BoolOp):
+            return [(parent, scope)]  # `value if c else other`, `value or other`: either operand is the value
         if isinstance(parent, ast.keyword):  # `f(name=value)`: an argument of the call around it
             node, parent = parent.value, self._module.parent_of(parent)
         if isinstance(parent, ast.Call):
@@ -96,7 +96,7 @@ class ModuleFlows:
             return places
         if isinstance(parent, ast.Return):
             return f"it is returned on line {line}"
-        return f"it is used as `{_said(parent, node)}` on line {line}"
+        return f"it is {_said(parent)} on line {line}"
 
     def _stored(self, target: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
         if isinstance(target, ast.Name):
@@ -152,9 +152,16 @@ class ModuleFlows:
         return self._name_loads(param, inner, call.lineno)
 
 
-def _said(parent: ast.AST | None, node: ast.expr) -> str:
-    text = ast.unparse(parent) if isinstance(parent, ast.expr) else type(parent).__name__
-    return text if len(text) <= 60 else ast.unparse(node)
+_CONTAINERS = {ast.Dict: "a dict", ast.List: "a list", ast.Tuple: "a tuple", ast.Set: "a set"}
+
+
+def _said(parent: ast.AST | None) -> str:
+    """Where the value goes, for a message."""
+    container = _CONTAINERS.get(type(parent))
+    if container is not None:
+        return f"put in {container}"
+    text = ast.unparse(parent) if isinstance(parent, ast.expr) else ""
+    return f"used in `{text}`" if text and len(text) <= 60 else f"used in a `{type(parent).__name__}`"
 
 
 def _class_of_method(scope: Scope, receiver: str) -> ast.ClassDef | None:
