@@ -336,3 +336,54 @@ def test_strings_a_librarys_tests_patch_move_with_the_code_they_patch(tmp_path: 
     ] * 3
     failed = {root: {test: error for test, error in tests.items() if error} for root, tests in outcomes.items()}
     assert failed == {str(root): {} for root in (PATCHED, copies["floor"], copies["newest"])}
+
+
+# Names a project module binds and others import (fixtures/projects/reexported_names): `from .compat import torch`
+# and `from pkg.compat import torch as th` are torch itself, read through the project's module, so their chains are
+# rewritten here; `from .utils import autocast` is the deprecated class, whose uses move with utils.py's import
+# (held there by a use it cannot rewrite): reported at the import, not rewritten. The project's tests pass after.
+REEXPORTED = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "reexported_names"
+
+
+def test_names_a_project_module_binds_are_resolved_through_it(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "reexported_names"
+    shutil.copytree(REEXPORTED, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.stdout.splitlines()[:3] == [
+        'pkg/scaling.py:5:12: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with '
+        'device "cuda"',
+        "pkg/train.py:2:1: AMP001 left: `autocast` is the deprecated `torch.cuda.amp.autocast`: imported from "
+        "`.utils`, which binds it to `torch.cuda.amp.autocast` (pkg/utils.py:1); its uses here move with that import, "
+        "so migrate the two modules together; suggested: torch.amp.autocast",
+        'pkg/train.py:6:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
+        '"cuda"',
+    ]
+    assert result.stdout.splitlines()[-1] == SUMMARY.format(files="2 files", fixes="2 fixes", left="3 findings")
+    for path in sorted(p.relative_to(REEXPORTED) for p in REEXPORTED.rglob("*.py")):
+        expected = REEXPORTED.parent / "reexported_names.expected" / path
+        assert (root / path).read_bytes() == (expected if expected.exists() else REEXPORTED / path).read_bytes(), path
+
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(REEXPORTED), str(root)], check=True, timeout=300,
+                         capture_output=True, text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [3, 3]
+    assert {root: [t for t, error in tests.items() if error] for root, tests in outcomes.items()} == {
+        str(REEXPORTED): [], str(root): []}
+
+
+def test_a_module_outside_the_project_or_bound_in_a_branch_explains_nothing(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/compat.py": "try:\n    import torch\nexcept ImportError:\n    torch = None\n",
+        "pkg/m.py": "from .compat import torch\nfrom .missing import torch as t2\nwith torch.cuda.amp.autocast():\n"
+                    "    pass\nwith t2.cuda.amp.autocast():\n    pass\n",
+    })
+    lines = run(root, monkeypatch, "check", ".").stdout.splitlines()
+    assert [line.split()[1] for line in lines[:2]] == ["AMP013", "AMP013"]
+    assert "`torch` is imported from `.compat` on line 1, which the check cannot follow" in lines[0]
+    assert "`t2` is imported from `.missing` on line 2, which the check cannot follow" in lines[1]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ampfix.core.options import Options
+from ampfix.io.project_modules import project_modules
 from ampfix.engine import INTERNAL_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
@@ -181,7 +182,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     inferred = options.target_torch is None
     options, target = targeted(path, options)
     engine = check_source if mode == "check" else fix_source
-    converted = decoded.converted(engine(decoded.source, options))
+    converted = decoded.converted(engine(decoded.source, options, project_modules(path)))
     findings = converted.findings
     if inferred and target.version is not None and findings:
         findings = _with_raise_hint(findings, target)

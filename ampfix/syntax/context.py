@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar, cast
 from ampfix.core.locations import SourceIndex
 from ampfix.core.options import Options
 from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
+from ampfix.core.project import ProjectModules
 from ampfix.core.rules import Family, Rule
 from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_bindings, resolve
 from ampfix.syntax.guards import GuardJudge
@@ -30,7 +31,8 @@ T = TypeVar("T")
 
 class ModuleContext:
     def __init__(self, tree: ast.Module, source: str, options: Options, family: Family, suppressions: Suppressions,
-                 imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None) -> None:
+                 imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None,
+                 project: ProjectModules | None = None) -> None:
         self.tree = tree
         self.source = source
         self.index = SourceIndex(source)
@@ -40,9 +42,34 @@ class ModuleContext:
         self.suppressions = suppressions
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
+        if project is not None:
+            self._bind_reexports(project)
         moves = None if imports_move is None else functools.partial(imports_move, self)
         self.judge = GuardJudge(family, options.target_torch, imports_move=moves)
         self._facts: dict[Callable[[ModuleContext], object], object] = {}
+
+    def _bind_reexports(self, project: ProjectModules) -> None:
+        """`from .compat import torch`: the name is what the project's module binds it to, where that is a name of
+        the family's package (asked only of the names that can lead to one)."""
+        family, module_scope = self.family, self.walker.module_scope
+        for imp in self.walker.imports:
+            node = imp.node
+            if not isinstance(node, ast.ImportFrom) or (node.level == 0 and family.owns(node.module)):
+                continue
+            for alias in node.names:
+                if alias.name not in family.name_parts:
+                    continue
+                export = project.exported(node.level, node.module, alias.name)
+                if export is None or not family.owns(export.qname):
+                    continue
+                bound = alias.asname or alias.name
+                spelled = "." * node.level + (node.module or "")
+                for binding in {id(b): b for scope in (imp.scope, module_scope)
+                                for b in scope.bindings.get(bound, ())}.values():
+                    if binding.imported_by is imp:
+                        binding.qname = export.qname
+                        binding.reexported = (f"imported from `{spelled}`, which binds it to `{export.qname}` "
+                                              f"({export.where})")
 
     @functools.cached_property
     def parents(self) -> Parents:
