@@ -340,8 +340,9 @@ def test_strings_a_librarys_tests_patch_move_with_the_code_they_patch(tmp_path: 
 
 # Names a project module binds and others import (fixtures/projects/reexported_names): `from .compat import torch`
 # and `from pkg.compat import torch as th` are torch itself, read through the project's module, so their chains are
-# rewritten here; `from .utils import autocast` is the deprecated class, whose uses move with utils.py's import
-# (held there by a use it cannot rewrite): reported at the import, not rewritten. The project's tests pass after.
+# rewritten here; `from .utils import autocast` is the deprecated class, whose uses move with utils.py's import:
+# reported at the import, not rewritten; and utils.py's import and uses stay, since train.py takes the name from it.
+# The project's tests pass after.
 REEXPORTED = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "reexported_names"
 
 
@@ -363,7 +364,17 @@ def test_names_a_project_module_binds_are_resolved_through_it(tmp_path: Path, mo
         'pkg/train.py:6:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
         '"cuda"',
     ]
-    assert result.stdout.splitlines()[-1] == SUMMARY.format(files="2 files", fixes="2 fixes", left="3 findings")
+    elsewhere = ("`autocast` is imported from this module by pkg/train.py:2, whose uses move with this import: "
+                 "migrate them together")
+    assert result.stdout.splitlines()[3:] == [
+        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {elsewhere}",
+        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {elsewhere}; suggested: "
+        'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        SUMMARY.format(files="2 files", fixes="2 fixes", left="3 findings"),
+    ]
+    # What a pre-commit hook given utils.py alone sees: the project's other modules are read for it.
+    alone = run(root, monkeypatch, "check", "pkg/utils.py").stdout.splitlines()
+    assert alone[0] == f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {elsewhere}"
     for path in sorted(p.relative_to(REEXPORTED) for p in REEXPORTED.rglob("*.py")):
         expected = REEXPORTED.parent / "reexported_names.expected" / path
         assert (root / path).read_bytes() == (expected if expected.exists() else REEXPORTED / path).read_bytes(), path

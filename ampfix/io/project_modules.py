@@ -14,14 +14,26 @@ Absolute modules are looked up from the file's package root: the first folder ab
 from __future__ import annotations
 
 import ast
+import functools
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ampfix.core.project import Export
-from ampfix.syntax.bindings import Binding, Walker
+
+if TYPE_CHECKING:
+    from ampfix.syntax.bindings import Binding
 
 _DEPTH = 4  # re-exports followed through at most this many modules
+# A `from M import names` statement, found in the bytes before any parse (the parse decides).
+_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+_WORD = re.compile(rb"\w+")
+_SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
+_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
+# project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
+_indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 
 
 class FileModules:
@@ -32,6 +44,13 @@ class FileModules:
 
     def exported(self, level: int, module: str | None, name: str) -> Export | None:
         return _exported(self.path, level, module, name, _DEPTH)
+
+    def importers(self, name: str) -> tuple[str, ...]:
+        try:
+            me = self.path.resolve()
+        except OSError:
+            return ()
+        return tuple(where for where, path in _importers(_project_root(me)).get((me, name), ()) if path.resolve() != me)
 
 
 def project_modules(path: Path) -> FileModules:
@@ -71,16 +90,23 @@ def _imported_name(node: ast.ImportFrom, bound: str) -> str:
 def _module_file(path: Path, level: int, module: str | None) -> Path | None:
     """The file of the module `from <"." * level><module> import ...` in `path` names, where it is in the project."""
     parts = module.split(".") if module else []
-    if level:
-        base = path.parent
-        for _ in range(level - 1):
-            base = base.parent
-    else:
-        base = _package_root(path.parent)
-        if not parts or not (base / parts[0]).is_dir():
+    if not level:
+        if not parts:
             return None
+        # Where `python -m`, pytest's rootdir or an installed package put the project on `sys.path`.
+        project = _project_root(path)
+        bases = dict.fromkeys((_package_root(path.parent), project, project / "src"))
+        return next((found for base in bases if (base / parts[0]).is_dir()
+                     for found in (_in_folder(base, parts),) if found is not None), None)
+    base = path.parent
+    for _ in range(level - 1):
+        base = base.parent
     if not parts:
         return base / "__init__.py" if (base / "__init__.py").is_file() else None
+    return _in_folder(base, parts)
+
+
+def _in_folder(base: Path, parts: list[str]) -> Path | None:
     folder = base.joinpath(*parts)
     for candidate in (folder.with_suffix(".py"), folder / "__init__.py"):
         if candidate.is_file():
@@ -108,6 +134,8 @@ def _top_level_bindings(path: Path) -> dict[str, list[Binding]] | None:
     except (OSError, SyntaxError, ValueError, RecursionError):
         bindings = None
     else:
+        from ampfix.syntax.bindings import Walker
+
         walker = Walker()
         walker.statements(tree.body, walker.module_scope)
         bindings = walker.module_scope.bindings
@@ -120,3 +148,83 @@ def _shown(path: Path) -> str:
         return os.path.relpath(path)
     except ValueError:  # another drive (Windows)
         return str(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _project_root(path: Path) -> Path:
+    """The nearest folder above `path` with a repository or project file; else the package root."""
+    for folder in path.parents:
+        if any((folder / marker).exists() for marker in _MARKERS):
+            return folder
+    return _package_root(path.parent)
+
+
+def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
+    """Every `from M import name` of the project's files, for the names asked about (`_asked`), by the module file
+    M resolves to. The bytes pick the files to parse; the parse decides."""
+    index = _indexed.get(root)
+    if index is not None:
+        return index
+    index = _indexed[root] = {}
+    names, package = _asked(), _package().encode()
+    asked = {name.encode() for name in names}
+    for path in _project_files(root):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if not any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data)):
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                module = _module_file(path, node.level, node.module) if alias.name in names else None
+                if module is not None:
+                    index.setdefault((module.resolve(), alias.name), []).append(
+                        (f"{_shown(path)}:{node.lineno}", path))
+    return index
+
+
+def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool:
+    """May this `from M import ...` line take an asked name from a module of the project? Not from the package
+    itself (`from torch.cuda.amp import autocast`); a line continued by a backslash or holding another statement
+    after a `;` is parsed to be sure."""
+    module, names = match.group(1), match.group(2)
+    if module == package or module.startswith(package + b"."):
+        return False
+    return bool(asked.intersection(_WORD.findall(names))) or names.rstrip().endswith(b"\\") or b";" in names
+
+
+@functools.cache
+def _package() -> str:
+    from ampfix.families import TORCH_AMP
+
+    return TORCH_AMP.package
+
+
+@functools.cache
+def _asked() -> frozenset[str]:
+    """The names a file's imports are indexed for: a deprecated name's components, not the package (`torch`
+    itself is no deprecated name to hold back). The rule data, loaded only once a question is asked."""
+    from ampfix.families import TORCH_AMP
+
+    return frozenset(part for part in TORCH_AMP.name_parts if part != TORCH_AMP.package)
+
+
+def forget() -> None:
+    """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
+    sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
+    _indexed.clear()
+
+
+def _project_files(root: Path):
+    for folder, folders, files in os.walk(root):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_FOLDERS)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield Path(folder, name)  # below the resolved root: an absolute path

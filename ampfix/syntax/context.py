@@ -21,7 +21,7 @@ from ampfix.core.options import Options
 from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
 from ampfix.core.project import ProjectModules
 from ampfix.core.rules import Family, Rule
-from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_bindings, resolve
+from ampfix.syntax.bindings import Binding, Guards, ImportRef, Resolved, Scope, Walker, import_bindings, resolve
 from ampfix.syntax.guards import GuardJudge
 from ampfix.syntax.parents import Parents
 from ampfix.syntax.suppressions import Suppressions
@@ -42,6 +42,7 @@ class ModuleContext:
         self.suppressions = suppressions
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
+        self.project = project
         if project is not None:
             self._bind_reexports(project)
         moves = None if imports_move is None else functools.partial(imports_move, self)
@@ -123,6 +124,19 @@ class ModuleContext:
             package = self.family.package
             return f"needs {package} >= {need}; the target is {package} {have}"
         return self.judge.reason(guards)
+
+    def imported_elsewhere(self, imp: ImportRef, name: str) -> str | None:
+        """Why the import binding `name` at the top of this module stays as it is for the project's other modules,
+        or None: a file that takes `name` from here (`from .utils import autocast`) reads what this import binds,
+        and its uses move with it, not with this file's."""
+        if self.project is None or imp.scope is not self.walker.module_scope:
+            return None
+        places = self.project.importers(name)
+        if not places:
+            return None
+        shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        return (f"`{name}` is imported from this module by {shown}, whose uses move with this import: migrate "
+                "them together")
 
     def spelled_through(self, head: str, binding: Binding, scope: Scope, new: str) -> str | None:
         """`new` spelled through `head`, the name `binding` binds, when it lies under that binding's

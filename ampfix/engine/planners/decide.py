@@ -102,6 +102,9 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     renamed = renamed_twin_blocker(context.family, imported[0], use.ref.parts[0]) if imported is not None else None
     if renamed is not None:
         return renamed
+    elsewhere = context.imported_elsewhere(by, use.ref.parts[0]) if imported is not None and by is not None else None
+    if elsewhere is not None:
+        return elsewhere
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
 
