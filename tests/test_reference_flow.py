@@ -35,6 +35,10 @@ def test_a_read_the_walk_cannot_follow_keeps_the_report():
         5: "`cm` is named by a `nonlocal`, which is not followed"}
     assert _reasons(head + "    run(cm, *cfg.args)\n\n\ndef run(fn, *rest):\n    with fn():\n        pass\n") == {
         5: "it is passed to `run` on line 6 where no parameter of it is known to take it"}
+    held = ("\n\nclass T:\n    def __init__(self):\n        self.amp_cm = torch.cuda.amp.autocast\n\n"
+            "    def step(self):\n        with getattr(self, 'amp_cm')():\n            pass\n")
+    assert _reasons("import torch" + held) == {
+        5: "a string on line 8 names the attribute of `self.amp_cm` on line 5 (`getattr`), which is not followed"}
     # Passed by position to a function of the module and only called there: fixed, by default.
     fixed = check_source(head + "    run(cm)\n\n\ndef run(fn):\n    with fn(enabled=False):\n        pass\n")
     assert [(f.line, f.fixable, f.unsafe) for f in fixed.findings] == [(5, True, False)]

@@ -39,8 +39,9 @@ _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 class FileModules:
     """The questions of one file (`path`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path = path
+        self.root = root  # the project's folder, where it is known (else: the nearest with a project file)
 
     def exported(self, level: int, module: str | None, name: str) -> Export | None:
         return _exported(self.path, level, module, name, _DEPTH)
@@ -50,7 +51,8 @@ class FileModules:
             me = self.path.resolve()
         except OSError:
             return ()
-        return tuple(where for where, path in _importers(_project_root(me)).get((me, name), ()) if path.resolve() != me)
+        root = self.root or _project_root(me)
+        return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
 
 
 def project_modules(path: Path) -> FileModules:

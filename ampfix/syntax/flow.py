@@ -40,6 +40,12 @@ class _Module:
             if ref.scope.node is not None:
                 self.scopes[id(ref.scope.node)] = ref.scope
         self.nonlocal_names = {name for node in ast.walk(tree) if isinstance(node, ast.Nonlocal) for name in node.names}
+        # Each string literal's first line: an attribute named by a string (`getattr(self, "amp_cm")`) is read
+        # where no chain shows it.
+        self.strings: dict[str, int] = {}
+        for literal in walker.literals:
+            if isinstance(literal.value, str):
+                self.strings.setdefault(literal.value, literal.lineno)
 
 
 class ModuleFlows:
@@ -128,6 +134,9 @@ class ModuleFlows:
         where = f"`{ast.unparse(target)}` on line {target.lineno}"
         if cls is None:
             return f"it is stored in {where}, which is not an attribute of a method's `self`"
+        named = self._module.strings.get(target.attr)
+        if named is not None:
+            return f"a string on line {named} names the attribute of {where} (`getattr`), which is not followed"
         places: list[tuple[ast.expr, Scope]] = []
         for refs in self._module.loads.values():
             for ref in refs:
