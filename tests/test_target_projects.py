@@ -398,3 +398,14 @@ def test_a_module_outside_the_project_or_bound_in_a_branch_explains_nothing(tmp_
     assert [line.split()[1] for line in lines[:2]] == ["AMP013", "AMP013"]
     assert "`torch` is imported from `.compat` on line 1, which the check cannot follow" in lines[0]
     assert "`t2` is imported from `.missing` on line 2, which the check cannot follow" in lines[1]
+
+
+def test_stdin_reads_the_project_of_its_file_name_and_none_without_one(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/compat.py": "import torch\n"})
+    monkeypatch.chdir(root)
+    source = "from .compat import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
+    named = CliRunner().invoke(app, ["check", "--stdin-filename", "pkg/x.py", "-"], input=source)
+    assert named.stdout.splitlines()[0] == (
+        'pkg/x.py:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"')
+    unnamed = CliRunner().invoke(app, ["check", "-"], input=source)
+    assert unnamed.stdout.splitlines()[0].startswith("-:2:6: AMP013 ")

@@ -55,8 +55,9 @@ class FileModules:
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
 
 
-def project_modules(path: Path) -> FileModules:
-    return FileModules(path)
+def project_modules(path: Path) -> FileModules | None:
+    """The questions of the file `path`; None for stdin without a file name (`-`), which is in no project."""
+    return None if str(path) == "-" else FileModules(path.absolute())
 
 
 def _exported(path: Path, level: int, module: str | None, name: str, depth: int) -> Export | None:
