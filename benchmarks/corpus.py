@@ -513,7 +513,7 @@ class PackageResult:
 
 
 # The words of the messages of findings decided by a fact from another function or module.
-ELSEWHERE = ("and only called", "every call of it passes keywords only", "which binds it to",
+ELSEWHERE = ("and only called", "its value is never read", "every call of it passes keywords only", "which binds it to",
              "is imported from this module by")
 
 

@@ -247,7 +247,7 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
         args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
         edit = ChainEdit(new_dotted=new_dotted, partial_args=args)
         if flow.escape is None:  # only called: a partial answers every call as the class did, by position too
-            return Decision(rule.code, f"`{full}` is referenced without a call and only called ({_lines(flow)}): "
+            return Decision(rule.code, f"`{full}` is referenced without a call and {_only_called(flow)}: "
                             f"functools.partial({new_name}, {args}) takes the same arguments{note}", edit,
                             fixable=True, suggestion=f"functools.partial({new_name}, {args})",
                             module_device=module_device)
@@ -268,8 +268,9 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
         said = "".join(f"; {n}" for n in notes)
         left = _left(flow)
         if left is None:  # every call seen, none by position: the partial means what the class meant at each
-            return Decision(rule.code, f"`{full}` is referenced without a call and only called without positional "
-                            f"arguments ({_lines(flow)}): {partial} keeps the old defaults{said}{note}", edit,
+            return Decision(rule.code, f"`{full}` is referenced without a call and "
+                            f"{_only_called(flow, ' without positional arguments')}: {partial} keeps the old "
+                            f"defaults{said}{note}", edit,
                             fixable=True, suggestion=partial, module_device=module_device)
         said = (f"; {left}; {partial} keeps the old defaults, and a call that passes arguments by position raises "
                 f"TypeError instead of shifting them{said}")
@@ -290,11 +291,12 @@ def _left(flow: Flow) -> str | None:
                                 for call in flow.calls if call.args), None)
 
 
-def _lines(flow: Flow) -> str:
+def _only_called(flow: Flow, how: str = "") -> str:
+    """What the message says of a value followed to its calls, each by its line."""
     if not flow.calls:
-        return "nowhere: it is not read"
+        return "its value is never read"
     lines = sorted({call.lineno for call in flow.calls})
-    return ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines))
+    return f"only called{how} ({'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))})"
 
 
 def _keyword_only_init(ref: ChainRef) -> bool:
