@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     from ampfix.syntax.bindings import Binding
 
 _DEPTH = 4  # re-exports followed through at most this many modules
-# A `from M import names` statement, found in the bytes before any parse (the parse decides).
-_FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+# A `from M import names` statement, found in the bytes before any parse (the parse decides). No `^`: a pattern
+# that starts with a literal is searched for at C speed (10x faster); one inside a string or comment only makes
+# its file parsed.
+_FROM_IMPORT = re.compile(rb"from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)")
 _WORD = re.compile(rb"\w+")
 _SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
