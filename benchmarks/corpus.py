@@ -30,6 +30,10 @@ What is measured, per package:
 - **findings**, **changed sites**, **followed**: the engine's own count: its findings (errors left
   out), the fixes a reviewer sees in the diff (fixed findings whose text changes: what the summary
   calls fixes), and the uses that only follow their moved import under their own word.
+- **elsewhere**: findings decided by a fact from another function or module: a reference fixed because every
+  place its module passes it to is a call (`ampfix/syntax/flow.py`), a name resolved through, or held for, another
+  module of the package (`ampfix/io/project_modules.py`; each package's unpacked tree is its project). Told apart
+  by their messages' words (`ELSEWHERE`), which the engine writes for them alone.
 - **fixed**: the same oracle on the output finds no deprecated use on the line(s) that line
   became (lines are mapped through a line diff; a line inside a changed block maps to the block).
 - **left, reported**: not fixed, and the engine gave a finding that is not marked fixed on that
@@ -474,6 +478,7 @@ class PackageResult:
     findings: int = 0  # the engine's findings, errors left out
     sites: int = 0  # fixed findings whose text changes: the summary's fixes
     followed: int = 0  # fixed uses that only follow their moved import (no text of their own)
+    elsewhere: int = 0  # findings decided by a fact from another function or module (`ELSEWHERE`)
     found: int = 0
     fixed: int = 0
     left: int = 0
@@ -507,7 +512,12 @@ class PackageResult:
     nb_cells_unparsable: int = 0  # cells that may hold a use and do not parse (AMP901 findings)
 
 
-def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
+# The words of the messages of findings decided by a fact from another function or module.
+ELSEWHERE = ("and only called", "its value is never read", "every call of it passes keywords only", "which binds it to",
+             "is imported from this module by")
+
+
+def measure_file(path: Path, rel: str, result: PackageResult, options, root: Path | None = None) -> None:
     from ampfix.io.codec import NOTEBOOK_SUFFIX
     from ampfix.syntax.encoding import DECODE_ERRORS, decode_source  # the CLI's decoding: BOM, coding cookie
 
@@ -521,7 +531,9 @@ def measure_file(path: Path, rel: str, result: PackageResult, options) -> None:
         result.unparsable += 1
         return
     result.files += 1
-    measure_source(source, rel, result, options)
+    from ampfix.io.project_modules import FileModules
+
+    measure_source(source, rel, result, options, project=FileModules(path, root) if root is not None else None)
 
 
 def measure_notebook(path: Path, rel: str, result: PackageResult, options) -> None:
@@ -553,7 +565,7 @@ def measure_notebook(path: Path, rel: str, result: PackageResult, options) -> No
         zip((result.nb_found, result.nb_fixed, result.nb_left, result.nb_unreported), after, before))
 
 
-def _output_checked(fixed, options, notebook):
+def _output_checked(fixed, options, notebook, project=None):
     """The output's problem (None: it parses), its line, and a second run's result (None where there is none).
     A notebook's output is the new notebook, decoded again by its codec."""
     from ampfix.engine import fix_source
@@ -574,11 +586,12 @@ def _output_checked(fixed, options, notebook):
         ast.parse(new_source)
     except (SyntaxError, ValueError) as error:
         return str(error), getattr(error, "lineno", 1) or 1, None
-    return None, 1, fix_source(new_source, options)
+    return None, 1, fix_source(new_source, options, project)
 
 
-def measure_source(source: str, rel: str, result: PackageResult, options, notebook=None) -> None:
-    """One module through the engine and the oracle. `notebook`: the decoded notebook `source` is the module of."""
+def measure_source(source: str, rel: str, result: PackageResult, options, notebook=None, project=None) -> None:
+    """One module through the engine and the oracle. `notebook`: the decoded notebook `source` is the module of;
+    `project`: the package's other modules, as the CLI reads them (`ampfix.io.project_modules`)."""
     from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, check_source, fix_source
 
     lines = source.splitlines()
@@ -599,9 +612,10 @@ def measure_source(source: str, rel: str, result: PackageResult, options, notebo
 
     held_back = _held_back_at(options.target_torch)
     start = time.perf_counter()
-    fixed = fix_source(source, options)
-    checked = check_source(source, options)
-    problem, problem_line, again = _output_checked(fixed, options, notebook) if fixed.changed else (None, 1, None)
+    fixed = fix_source(source, options, project)
+    checked = check_source(source, options, project)
+    problem, problem_line, again = (_output_checked(fixed, options, notebook, project) if fixed.changed
+                                    else (None, 1, None))
     result.seconds += time.perf_counter() - start
 
     if fixed.findings:
@@ -610,6 +624,7 @@ def measure_source(source: str, rel: str, result: PackageResult, options, notebo
     result.findings += len(engine)
     result.sites += sum(1 for f in engine if f.fixed and not f.follows)
     result.followed += sum(1 for f in engine if f.fixed and f.follows)
+    result.elsewhere += sum(1 for f in engine if any(words in f.message for words in ELSEWHERE))
     if any(f.code == SYNTAX_ERROR_CODE for f in fixed.findings):
         return  # counted above as unparsable (the oracle cannot parse it either)
     internal = [f for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
@@ -695,7 +710,7 @@ def measure_package(name: str, tree: Path, options) -> PackageResult:
     for path in discover([tree]):
         if isinstance(path, FileResult):  # a folder that cannot be read
             raise SystemExit(f"{path.path}: {path.error}")
-        measure_file(path, str(path.relative_to(tree)), result, options)
+        measure_file(path, str(path.relative_to(tree)), result, options, tree.resolve())
     return result
 
 
@@ -705,6 +720,7 @@ def measure_package(name: str, tree: Path, options) -> PackageResult:
 COLUMNS = (("package", "name", "<"), ("target", "floor", ">"), ("files", "files", ">"),
            ("w/ findings", "candidates", ">"),
            ("findings", "findings", ">"), ("changed sites", "sites", ">"), ("followed", "followed", ">"),
+           ("elsewhere", "elsewhere", ">"),
            ("found", "found", ">"), ("fixed", "fixed", ">"), ("fixed %", None, ">"),
            ("left+rep.", "left", ">"), ("held (floor)", "held", ">"), ("unrep.", "unreported", ">"),
            ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),

@@ -318,10 +318,12 @@ def test_left_findings_carry_a_suggestion_and_unsafe_fixes_say_so(tmp_path: Path
     left = invoke("rewrite", str(path))
     assert left.stdout.splitlines()[:2] == [
         f"{path}:2:5: AMP002 left: `torch.cuda.amp.GradScaler` is referenced without a call; its calls cannot "
-        "be given the device here (an unsafe fix exists: --unsafe-fixes); suggested: "
+        "be given the device here; `S` is bound at the top of a module or class on line 2, where another module "
+        "may read it (an unsafe fix exists: --unsafe-fixes); suggested: "
         'functools.partial(torch.amp.GradScaler, "cuda")',
         f"{path}:3:5: AMP001 left: `torch.cuda.amp.autocast` is referenced without a call; its calls cannot "
-        'be given the device here; functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, '
+        "be given the device here; `A` is bound at the top of a module or class on line 3, where another module "
+        'may read it; functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, '
         "cache_enabled=True) keeps the old defaults, and a call that passes arguments by position raises "
         "TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes); suggested: "
         'functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True)',

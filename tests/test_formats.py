@@ -41,7 +41,8 @@ def test_github_annotations(in_tmp: Path):
         "::error file=pkg/a.py,line=2,col=10,title=AMP002::`torch.cuda.amp.GradScaler(...)` -> "
         '`torch.amp.GradScaler(...)` with device "cuda"',
         "::error file=pkg/a.py,line=3,col=7,title=AMP001::`torch.cuda.amp.autocast` is referenced without a "
-        "call; its calls cannot be given the device here; functools.partial(torch.amp.autocast, \"cuda\", "
+        "call; its calls cannot be given the device here; `ctx` is bound at the top of a module or class on line 3, "
+        "where another module may read it; functools.partial(torch.amp.autocast, \"cuda\", "
         "dtype=torch.float16, cache_enabled=True) keeps the old defaults, and a call that passes arguments by "
         "position raises TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes); suggested: "
         'functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True)',

@@ -290,3 +290,122 @@ def test_a_use_held_back_with_its_newer_import_says_how_to_raise_the_floor_too(t
         "target torch 1.10, from requirements.txt",
         "2 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
     ]
+
+
+# A library at torch>=1.3 whose own tests patch deprecated paths by string (`mock.patch("torch.cuda.amp.autocast")`,
+# `mock.patch.dict(sys.modules, {"torch.cuda.amp": None})`): fixtures/projects/patched_by_its_tests. A string does
+# what the code it patches does: held back at the floor with that code, rewritten with it at --target-torch 2.13
+# (the expected output beside it); the project's tests pass before and after, in both.
+PATCHED = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "patched_by_its_tests"
+PROJECT_TESTS = Path(__file__).resolve().parent / "project_tests.py"
+FLOOR_HINT = "raise the torch requirement in setup.py or pass --target-torch"
+
+
+def test_strings_a_librarys_tests_patch_move_with_the_code_they_patch(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    copies = {}
+    for name, flags in (("floor", ()), ("newest", ("--target-torch", "2.13"))):
+        root = copies[name] = tmp_path / name
+        shutil.copytree(PATCHED, root)
+        (root / ".git").mkdir()
+        result = run(root, monkeypatch, "rewrite", "--unsafe-fixes", *flags, ".")
+        assert result.exit_code == 1, result.stdout  # findings left, or files changed
+        copies[name + " output"] = result.stdout.splitlines()
+    assert copies["floor output"][:2] == [
+        "tests/test_engine.py:10:21: AMP001 left: string names the deprecated `torch.cuda.amp.autocast`; left: "
+        f'needs torch >= 1.10; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp.autocast"',
+        "tests/test_engine.py:18:40: AMP010 left: string names the deprecated `torch.cuda.amp`; left: "
+        f'needs torch >= 2.3; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp"',
+    ]
+    assert copies["floor output"][-2:] == ["target torch 1.3, from setup.py",
+                                           SUMMARY.format(files="0 files", fixes="0 fixes", left="4 findings")]
+    assert copies["newest output"][-1] == SUMMARY.format(files="2 files", fixes="4 fixes", left="0 findings")
+    for path in sorted(p.relative_to(PATCHED) for p in PATCHED.rglob("*.py")):
+        expected = PATCHED.parent / "patched_by_its_tests.expected_2_13" / path
+        assert (copies["floor"] / path).read_bytes() == (PATCHED / path).read_bytes(), path
+        assert (copies["newest"] / path).read_bytes() == (expected if expected.exists() else PATCHED / path).read_bytes()
+
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(PATCHED), str(copies["floor"]),
+                          str(copies["newest"])], check=True, timeout=300, capture_output=True, text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [sorted(tests) for tests in outcomes.values()] == [[
+        "test_engine.py::test_forward_enters_autocast", "test_engine.py::test_without_the_amp_module_there_is_no_amp"]
+    ] * 3
+    failed = {root: {test: error for test, error in tests.items() if error} for root, tests in outcomes.items()}
+    assert failed == {str(root): {} for root in (PATCHED, copies["floor"], copies["newest"])}
+
+
+# Names a project module binds and others import (fixtures/projects/reexported_names): `from .compat import torch`
+# and `from pkg.compat import torch as th` are torch itself, read through the project's module, so their chains are
+# rewritten here; `from .utils import autocast` is the deprecated class, whose uses move with utils.py's import:
+# reported at the import, not rewritten; and utils.py's import and uses stay, since train.py takes the name from it.
+# The project's tests pass after.
+REEXPORTED = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "reexported_names"
+
+
+def test_names_a_project_module_binds_are_resolved_through_it(tmp_path: Path, monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "reexported_names"
+    shutil.copytree(REEXPORTED, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.stdout.splitlines()[:3] == [
+        'pkg/scaling.py:5:12: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with '
+        'device "cuda"',
+        "pkg/train.py:2:1: AMP001 left: `autocast` is the deprecated `torch.cuda.amp.autocast`: imported from "
+        "`.utils`, which binds it to `torch.cuda.amp.autocast` (pkg/utils.py:1); its uses here move with that import, "
+        "so migrate the two modules together; suggested: torch.amp.autocast",
+        'pkg/train.py:6:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
+        '"cuda"',
+    ]
+    elsewhere = ("`autocast` is imported from this module by pkg/train.py:2, whose uses move with this import: "
+                 "migrate them together")
+    assert result.stdout.splitlines()[3:] == [
+        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {elsewhere}",
+        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {elsewhere}; suggested: "
+        'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        SUMMARY.format(files="2 files", fixes="2 fixes", left="3 findings"),
+    ]
+    # What a pre-commit hook given utils.py alone sees: the project's other modules are read for it.
+    alone = run(root, monkeypatch, "check", "pkg/utils.py").stdout.splitlines()
+    assert alone[0] == f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {elsewhere}"
+    for path in sorted(p.relative_to(REEXPORTED) for p in REEXPORTED.rglob("*.py")):
+        expected = REEXPORTED.parent / "reexported_names.expected" / path
+        assert (root / path).read_bytes() == (expected if expected.exists() else REEXPORTED / path).read_bytes(), path
+
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(REEXPORTED), str(root)], check=True, timeout=300,
+                         capture_output=True, text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [3, 3]
+    assert {root: [t for t, error in tests.items() if error] for root, tests in outcomes.items()} == {
+        str(REEXPORTED): [], str(root): []}
+
+
+def test_a_module_outside_the_project_or_bound_in_a_branch_explains_nothing(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/compat.py": "try:\n    import torch\nexcept ImportError:\n    torch = None\n",
+        "pkg/m.py": "from .compat import torch\nfrom .missing import torch as t2\nwith torch.cuda.amp.autocast():\n"
+                    "    pass\nwith t2.cuda.amp.autocast():\n    pass\n",
+    })
+    lines = run(root, monkeypatch, "check", ".").stdout.splitlines()
+    assert [line.split()[1] for line in lines[:2]] == ["AMP013", "AMP013"]
+    assert "`torch` is imported from `.compat` on line 1, which the check cannot follow" in lines[0]
+    assert "`t2` is imported from `.missing` on line 2, which the check cannot follow" in lines[1]
+
+
+def test_stdin_reads_the_project_of_its_file_name_and_none_without_one(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/compat.py": "import torch\n"})
+    monkeypatch.chdir(root)
+    source = "from .compat import torch\nwith torch.cuda.amp.autocast():\n    pass\n"
+    named = CliRunner().invoke(app, ["check", "--stdin-filename", "pkg/x.py", "-"], input=source)
+    assert named.stdout.splitlines()[0] == (
+        'pkg/x.py:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"')
+    unnamed = CliRunner().invoke(app, ["check", "-"], input=source)
+    assert unnamed.stdout.splitlines()[0].startswith("-:2:6: AMP013 ")

@@ -59,8 +59,10 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
     failure, interrupts = None, _Interrupts()
     targets: set[Target] = set()
     from ampfix.io.declared_torch import forget
+    from ampfix.io.project_modules import forget as forget_importers
 
     forget()  # project metadata is read afresh by each run
+    forget_importers()  # and which of its modules import which names
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude, targets)
         terminal.scanned = 1

@@ -28,6 +28,8 @@ class ChainEdit:
     partial_args: str | None = None  # wrap as functools.partial(<name>, <this>)
     # The first argument of a `functools.partial(<name>, <keywords>)`: insert this device after it.
     partial_device: str | None = None
+    # With `partial_device`: keywords appended to that partial, (keyword, source text) (the old defaults it lacks).
+    partial_keywords: tuple[tuple[str, str], ...] = ()
 
     @property
     def changes_text(self) -> bool:

@@ -133,6 +133,12 @@ class Family:
         return frozenset(name for rule in self.rules if not rule.device_target_only for name in rule.symbols
                          if not any(name == root or name.startswith(root + ".") for root in self.roots))
 
+    @cached_property
+    def name_parts(self) -> frozenset[str]:
+        """Every component of the roots and the rules' names (`torch`, `cuda`, `amp`, `autocast`, ...): the only
+        names another module can bind to something that leads to the family's names."""
+        return frozenset(part for name in (*self.roots, *self._symbols) for part in name.split("."))
+
     def spelled_names(self, *, device_target_only: bool = False) -> tuple[str, ...]:
         """The identifiers a use of the rules' names must spell where no deprecated root is spelled (the
         pre-filter's words): the last part of each deprecated name outside the roots, or with

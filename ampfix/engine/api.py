@@ -6,6 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from ampfix.core.options import Options
+from ampfix.core.project import ProjectModules
 from ampfix.core.plan import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Plan, PlannedFinding
 from ampfix.syntax.prefilter import could_hold_use
 
@@ -59,17 +60,17 @@ def _diff_lines(text: str) -> list[str]:
     return lines if lines[-1] else lines[:-1]
 
 
-def check_source(source: str, options: Options = Options()) -> SourceResult:
+def check_source(source: str, options: Options = Options(), project: ProjectModules | None = None) -> SourceResult:
     """Find every deprecated AMP use; change nothing."""
-    return _process(source, options, rewrite=False)
+    return _process(source, options, rewrite=False, project=project)
 
 
-def fix_source(source: str, options: Options = Options()) -> SourceResult:
+def fix_source(source: str, options: Options = Options(), project: ProjectModules | None = None) -> SourceResult:
     """Rewrite every deprecated AMP use that can be rewritten safely; report the rest."""
-    return _process(source, options, rewrite=True)
+    return _process(source, options, rewrite=True, project=project)
 
 
-def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
+def _process(source: str, options: Options, rewrite: bool, project: ProjectModules | None = None) -> SourceResult:
     # The rule data only once a file is read: the files a run passes over never load it.
     from ampfix.families import SPELLINGS
 
@@ -89,7 +90,7 @@ def _process(source: str, options: Options, rewrite: bool) -> SourceResult:
         return SourceResult(source, source, (Finding(line, col, SYNTAX_ERROR_CODE, message, False),), message)
     from ampfix.engine.pipeline import analyze
 
-    plan = analyze(tree, source, options, suppressions.within(tree))
+    plan = analyze(tree, source, options, suppressions.within(tree), project)
     findings = tuple(_finding(f, applied=rewrite) for f in plan.findings if options.reports(f.code))
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)

@@ -455,7 +455,13 @@ class _Applier(cst.CSTTransformer):
         args = list(updated.args)
         inserted = cst.Arg(device, comma=args[0].comma)
         args[0] = args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return updated.with_changes(args=[args[0], inserted, *args[1:]])
+        args = [args[0], inserted, *args[1:]]
+        separator = _argument_separator(updated)
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        for keyword, text in edit.partial_keywords:
+            added = cst.Arg(value=_parsed_expression(text), keyword=cst.Name(keyword), equal=tight)
+            args = _insert_argument(args, len(args), added, separator)
+        return updated.with_changes(args=args)
 
     # strings -------------------------------------------------------------------------------
     def leave_SimpleString(self, original_node: cst.SimpleString,

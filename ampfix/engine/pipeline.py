@@ -12,6 +12,7 @@ import ast
 from ampfix.core.options import Options
 from ampfix.core.locations import statement_groups
 from ampfix.core.plan import Plan
+from ampfix.core.project import ProjectModules
 from ampfix.engine.heads import head_insertion, head_statements
 from ampfix.engine.planners.branches import plan_outdated_branches
 from ampfix.engine.planners.device_literals import plan_device_literals
@@ -39,8 +40,10 @@ PLANNERS: tuple[Planner, ...] = (
 )
 
 
-def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppressions = NONE) -> Plan:
-    context = ModuleContext(tree, source, options, TORCH_AMP, suppressions, imports_move=try_imports_move)
+def analyze(tree: ast.Module, source: str, options: Options, suppressions: Suppressions = NONE,
+            project: ProjectModules | None = None) -> Plan:
+    context = ModuleContext(tree, source, options, TORCH_AMP, suppressions, imports_move=try_imports_move,
+                            project=project)
     sink = Sink(context)
     for planner in PLANNERS:
         planner(context, sink)

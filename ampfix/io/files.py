@@ -19,6 +19,7 @@ from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, Sourc
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
+from ampfix.io.project_modules import project_modules
 
 if TYPE_CHECKING:
     from ampfix.io.codec import Codec
@@ -192,7 +193,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     inferred = options.target_torch is None
     options, target = targeted(path, options)
     engine = check_source if mode == "check" else fix_source
-    converted = decoded.converted(engine(decoded.source, options))
+    converted = decoded.converted(engine(decoded.source, options, project_modules(path)))
     findings = converted.findings
     if inferred and target.version is not None and findings:
         findings = _with_raise_hint(findings, target)

@@ -81,6 +81,9 @@ class Binding:
     # An import read from what the code spells, not from an import statement: how (for messages), e.g.
     # "bound by `__import__('torch')`", or "not bound in this file; the star import on line 1 may provide it".
     inferred: str | None = None
+    # A name imported from another module of the project, which binds it to `qname` there: how, for messages
+    # ("imported from `.compat`, which binds it to `torch` (pkg/compat.py:1)"). Set by `ModuleContext`.
+    reexported: str | None = None
 
 
 @dataclass(eq=False, slots=True)

@@ -19,8 +19,9 @@ from typing import Protocol, TypeVar, cast
 from ampfix.core.locations import SourceIndex
 from ampfix.core.options import Options
 from ampfix.core.plan import ChainEdit, Edit, ImportEdit, PlannedFinding, Splice, ValueEdit
+from ampfix.core.project import ProjectModules
 from ampfix.core.rules import Family, Rule
-from ampfix.syntax.bindings import Binding, Guards, Resolved, Scope, Walker, import_bindings, resolve
+from ampfix.syntax.bindings import Binding, Guards, ImportRef, Resolved, Scope, Walker, import_bindings, resolve
 from ampfix.syntax.guards import GuardJudge
 from ampfix.syntax.parents import Parents
 from ampfix.syntax.suppressions import Suppressions
@@ -30,7 +31,8 @@ T = TypeVar("T")
 
 class ModuleContext:
     def __init__(self, tree: ast.Module, source: str, options: Options, family: Family, suppressions: Suppressions,
-                 imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None) -> None:
+                 imports_move: Callable[[ModuleContext, ast.Try], bool] | None = None,
+                 project: ProjectModules | None = None) -> None:
         self.tree = tree
         self.source = source
         self.index = SourceIndex(source)
@@ -40,9 +42,35 @@ class ModuleContext:
         self.suppressions = suppressions
         self.walker = Walker()
         self.walker.statements(tree.body, self.walker.module_scope)
+        self.project = project
+        if project is not None:
+            self._bind_reexports(project)
         moves = None if imports_move is None else functools.partial(imports_move, self)
         self.judge = GuardJudge(family, options.target_torch, imports_move=moves)
         self._facts: dict[Callable[[ModuleContext], object], object] = {}
+
+    def _bind_reexports(self, project: ProjectModules) -> None:
+        """`from .compat import torch`: the name is what the project's module binds it to, where that is a name of
+        the family's package (asked only of the names that can lead to one)."""
+        family, module_scope = self.family, self.walker.module_scope
+        for imp in self.walker.imports:
+            node = imp.node
+            if not isinstance(node, ast.ImportFrom) or (node.level == 0 and family.owns(node.module)):
+                continue
+            for alias in node.names:
+                if alias.name not in family.name_parts:
+                    continue
+                export = project.exported(node.level, node.module, alias.name)
+                if export is None or not family.owns(export.qname):
+                    continue
+                bound = alias.asname or alias.name
+                spelled = "." * node.level + (node.module or "")
+                for binding in {id(b): b for scope in (imp.scope, module_scope)
+                                for b in scope.bindings.get(bound, ())}.values():
+                    if binding.imported_by is imp:
+                        binding.qname = export.qname
+                        binding.reexported = (f"imported from `{spelled}`, which binds it to `{export.qname}` "
+                                              f"({export.where})")
 
     @functools.cached_property
     def parents(self) -> Parents:
@@ -96,6 +124,19 @@ class ModuleContext:
             package = self.family.package
             return f"needs {package} >= {need}; the target is {package} {have}"
         return self.judge.reason(guards)
+
+    def imported_elsewhere(self, imp: ImportRef, name: str) -> str | None:
+        """Why the import binding `name` at the top of this module stays as it is for the project's other modules,
+        or None: a file that takes `name` from here (`from .utils import autocast`) reads what this import binds,
+        and its uses move with it, not with this file's."""
+        if self.project is None or imp.scope is not self.walker.module_scope:
+            return None
+        places = self.project.importers(name)
+        if not places:
+            return None
+        shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+        return (f"`{name}` is imported from this module by {shown}, whose uses move with this import: migrate "
+                "them together")
 
     def spelled_through(self, head: str, binding: Binding, scope: Scope, new: str) -> str | None:
         """`new` spelled through `head`, the name `binding` binds, when it lies under that binding's

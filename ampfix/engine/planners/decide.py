@@ -17,6 +17,7 @@ from ampfix.families import NO_TWIN_CODE
 from ampfix.families.torch_amp.device import cpu_dtypes, device_text, site_device
 from ampfix.syntax.bindings import Binding, ChainRef
 from ampfix.syntax.context import ModuleContext
+from ampfix.syntax.flow import Flow, ModuleFlows
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ def _held_back(context: ModuleContext, use: Use, rule: Rule) -> str | None:
     renamed = renamed_twin_blocker(context.family, imported[0], use.ref.parts[0]) if imported is not None else None
     if renamed is not None:
         return renamed
+    elsewhere = context.imported_elsewhere(by, use.ref.parts[0]) if imported is not None and by is not None else None
+    if elsewhere is not None:
+        return elsewhere
     return context.hold_back(rule, use.ref.guards) or (
         context.hold_back(imported[1], use.binding.guards) if imported is not None else None)
 
@@ -227,16 +231,27 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
                             ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
         return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
                       f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
-    partial = _keyword_partial(context, use, rule)
-    if partial is not None:
-        return _decide_partial(context, use, rule, new_name, new_dotted, suggestion, site, partial)
+    flows = context.fact(module_flows)
+    keyword_partial = _keyword_partial(context, use, rule)
+    if keyword_partial is not None:
+        call, complete = keyword_partial
+        # Without the old first parameter, a positional call of the partial would bind it: every call must be seen.
+        if complete or _left(flows.follow(call, ref.scope)) is None:
+            return _decide_partial(context, use, rule, new_name, new_dotted, suggestion, site, call, complete)
     message = f"`{full}` is referenced without a call; its calls cannot be given the device here"
     if _identity_matters(ref):
         return Decision(rule.code, message + "; it stands where the class itself is looked up or compared (a dict "
                         "key, a set element, a comparison), which a functools.partial is not", suggestion=suggestion)
+    flow = flows.follow(ref.node, ref.scope)
     if shape.partial_keeps_meaning:
         args = f"{shape.device_keyword}={device}" if shape.device_keyword else device
-        return replace(unsafe(message + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
+        edit = ChainEdit(new_dotted=new_dotted, partial_args=args)
+        if flow.escape is None:  # only called: a partial answers every call as the class did, by position too
+            return Decision(rule.code, f"`{full}` is referenced without a call and {_only_called(flow)}: "
+                            f"functools.partial({new_name}, {args}) takes the same arguments{note}", edit,
+                            fixable=True, suggestion=f"functools.partial({new_name}, {args})",
+                            module_device=module_device)
+        return replace(unsafe(message + f"; {flow.escape}" + note, edit,
                               suggestion=f"functools.partial({new_name}, {args})"),
                        module_device=module_device)
     if partial_with_defaults(shape, target):
@@ -249,12 +264,39 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
             return Decision(rule.code, message + f"; {defaults}", suggestion=suggestion)
         written, notes = defaults
         args = ", ".join([device, *(f"{param}={value}" for param, value in written)])
-        said = (f"; functools.partial({new_name}, {args}) keeps the old defaults, and a call that passes "
-                f"arguments by position raises TypeError instead of shifting them{''.join(f'; {n}' for n in notes)}")
-        return replace(unsafe(message + said + note, ChainEdit(new_dotted=new_dotted, partial_args=args),
-                              suggestion=f"functools.partial({new_name}, {args})"),
-                       module_device=module_device)
+        edit, partial = ChainEdit(new_dotted=new_dotted, partial_args=args), f"functools.partial({new_name}, {args})"
+        said = "".join(f"; {n}" for n in notes)
+        left = _left(flow)
+        if left is None:  # every call seen, none by position: the partial means what the class meant at each
+            return Decision(rule.code, f"`{full}` is referenced without a call and "
+                            f"{_only_called(flow, ' without positional arguments')}: {partial} keeps the old "
+                            f"defaults{said}{note}", edit,
+                            fixable=True, suggestion=partial, module_device=module_device)
+        said = (f"; {left}; {partial} keeps the old defaults, and a call that passes arguments by position raises "
+                f"TypeError instead of shifting them{said}")
+        return replace(unsafe(message + said + note, edit, suggestion=partial), module_device=module_device)
     return Decision(rule.code, message, suggestion=suggestion)
+
+
+def module_flows(context: ModuleContext) -> ModuleFlows:
+    """Where the module's values go (`ampfix.syntax.flow`): a fact of the module, read by each reference."""
+    return ModuleFlows(context.tree, context.walker, context.parents,
+                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial")
+
+
+def _left(flow: Flow) -> str | None:
+    """Why the calls a value reaches may not all mean what they did through a partial: where it escapes, or the
+    first call that passes an argument by position; None: every call is seen and passes none."""
+    return flow.escape or next((f"the call on line {call.lineno} passes an argument by position"
+                                for call in flow.calls if call.args), None)
+
+
+def _only_called(flow: Flow, how: str = "") -> str:
+    """What the message says of a value followed to its calls, each by its line."""
+    if not flow.calls:
+        return "its value is never read"
+    lines = sorted({call.lineno for call in flow.calls})
+    return f"only called{how} ({'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))})"
 
 
 def _keyword_only_init(ref: ChainRef) -> bool:
@@ -278,36 +320,50 @@ def _keyword_only_init(ref: ChainRef) -> bool:
     return True
 
 
-def _keyword_partial(context: ModuleContext, use: Use, rule: Rule) -> ast.Call | None:
-    """`functools.partial(<name>, k=v, ...)` with keywords only, the old first parameter among them: the
-    partial cannot be called with a positional argument (it would take that first parameter twice, a
-    TypeError in the old code too), so every argument keeps its meaning after a device put first."""
+def _keyword_partial(context: ModuleContext, use: Use, rule: Rule) -> tuple[ast.Call, bool] | None:
+    """`functools.partial(<name>, k=v, ...)` with keywords only, and whether the old first parameter is among
+    them (complete): then the partial cannot be called with a positional argument (it would take that first
+    parameter twice, a TypeError in the old code too), so every argument keeps its meaning after a device put
+    first. Without it, only where every call of the partial is seen to pass none by position."""
     call, shape = use.ref.parent, rule.shape
     if not (isinstance(call, ast.Call) and len(call.args) == 1 and call.args[0] is use.ref.node and shape is not None
             and shape.device_position == 0 and shape.old_params):
         return None
     keywords = {kw.arg for kw in call.keywords}
-    if None in keywords or shape.old_params[0] not in keywords or not keywords <= set(shape.old_params):
+    if None in keywords or not keywords <= set(shape.old_params):
         return None
     if context.resolve_value(call.func, use.ref.scope) != "functools.partial":
         return None
-    return call
+    return call, shape.old_params[0] in keywords
 
 
 def _decide_partial(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
-                    suggestion: str, site: tuple[str, str, bool], call: ast.Call) -> Decision:
+                    suggestion: str, site: tuple[str, str, bool], call: ast.Call, complete: bool) -> Decision:
+    """`complete`: the partial gives the old first parameter; else every call of it is seen to pass only keywords,
+    and the old defaults it does not give are written into it (where its calls run is not weighed)."""
     full, (device, note, module_device) = use.full, site
     symbol = context.family.symbol(full)
     target = symbol[2] if symbol is not None else None
     given = {kw.arg for kw in call.keywords}
-    if target is not None and any(param not in given for param, _ in target.old_defaults) and (
-            context.options.explicit_autocast_defaults or context.fact(module_nesting).reason(call) is not None):
+    missing = [(param, value) for param, value in target.old_defaults if param not in given] if target else []
+    added: tuple[tuple[str, str], ...] = ()
+    if not complete and target is not None:
+        spelled = spelled_defaults(context, use.ref, use.binding, full, target, missing, "in a partial")
+        if isinstance(spelled, str):
+            return Decision(rule.code, spelled, suggestion=suggestion)
+        added = spelled[0]
+    elif missing and (context.options.explicit_autocast_defaults
+                      or context.fact(module_nesting).reason(call) is not None):
         return Decision(rule.code, f"`functools.partial({full}, ...)`: the autocast defaults in force where it "
                         "is called may differ; migrate by hand", suggestion=suggestion)
     dtype_edits, said = cpu_dtypes(context, use.ref, rule, target) if target is not None else ((), [])
     what = "".join(f"; {text}" for text in said)
+    if added:
+        what += (f"; every call of it passes keywords only, and the old defaults it lacks are written "
+                 f"({', '.join(f'{k}={v}' for k, v in added)})")
     return Decision(rule.code, f"`functools.partial({full}, ...)` -> `functools.partial({new_name}, {device}, ...)` "
-                    f"(keywords only){what}{note}", ChainEdit(new_dotted=new_dotted, partial_device=device),
+                    f"(keywords only){what}{note}",
+                    ChainEdit(new_dotted=new_dotted, partial_device=device, partial_keywords=added),
                     fixable=True, suggestion=f"functools.partial({new_name}, {device}, ...)",
                     dtype_edits=dtype_edits, module_device=module_device)
 

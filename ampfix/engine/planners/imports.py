@@ -64,7 +64,9 @@ def _twin_blocker(context: ModuleContext, imp: ImportRef, qname: str, bound: str
     symbol = family.symbol(qname)
     assert symbol is not None  # missing_twin said it has a twin
     renamed = renamed_twin_blocker(family, qname, bound)
-    return renamed if renamed is not None else context.hold_back(symbol[1], imp.guards)
+    if renamed is not None:
+        return renamed
+    return context.hold_back(symbol[1], imp.guards) or context.imported_elsewhere(imp, bound)
 
 
 def _package_import_blocker(context: ModuleContext, imp: ImportRef, qname: str) -> str | None:

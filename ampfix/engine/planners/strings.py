@@ -10,7 +10,8 @@ import re
 
 from ampfix.core.locations import literal_with
 from ampfix.engine.planners.decide import Decision, Use, decide
-from ampfix.engine.planners.uses import resolve_use
+from ampfix.engine.planners.uses import resolve_use, settled_uses
+from ampfix.core.rules import Rule
 from ampfix.families import NO_TWIN_CODE
 from ampfix.syntax.bindings import ChainRef, StringRef, dotted_parts
 from ampfix.syntax.context import ModuleContext, Sink
@@ -58,6 +59,11 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
     if path in context.family.deprecated_names:  # a state function: its twin takes the device
         _state_function_path(sink, ref, path, new_path, symbol[1].code, symbol[2].device)
         return
+    held = _code_held_back(context, ref, path, symbol[1])
+    if held is not None:
+        sink.add_finding(ref.node, symbol[1].code, f"string names the deprecated `{path}`; left: {held}",
+                         fixable=False, suggestion=f'"{new_path}"')
+        return
     literal = literal_with(context.lines, ref.node, [(0, len(path), new_path)])
     fixable = literal is not None
     unsafe_fixes = context.options.unsafe_fixes
@@ -68,6 +74,22 @@ def _string_path(context: ModuleContext, sink: Sink, ref: StringRef) -> None:
         message += " (an unsafe fix exists: --unsafe-fixes)"
     sink.add((sink.finding(ref.node, symbol[1].code, message, fixable=fixable, unsafe=True,
                            will_fix=fixable and unsafe_fixes, suggestion=f'"{new_path}"'),), edits)
+
+
+def _code_held_back(context: ModuleContext, ref: StringRef, path: str, rule: Rule) -> str | None:
+    """Why the code a patch or lookup of `path` reaches keeps the old name, or None. The string must do what
+    that code does: rewritten alone, `mock.patch("torch.amp.autocast")` no longer reaches a
+    `torch.cuda.amp.autocast()` the target (the declared floor) or a report holds back, and a test that passed
+    goes red. Held back as code is (`ModuleContext.hold_back`: the rule selection, the target, the guards), or
+    where a use of the path (or a name below it) in this module is left."""
+    reason = context.hold_back(rule, ref.guards)
+    if reason is not None:
+        return reason
+    for use, decision in context.fact(settled_uses).decided:
+        if decision.edit is None and (use.full == path or use.full.startswith(path + ".")) \
+                and context.judge.dead(use.ref.guards) is None:
+            return f"the code it names stays (`{use.full}` on line {use.ref.node.lineno} is left)"
+    return None
 
 
 def _state_function_path(sink: Sink, ref: StringRef, path: str, new_path: str, code: str, device: str | None,

@@ -17,7 +17,7 @@ from ampfix.engine.planners.decide import Decision, Use, decide
 from ampfix.engine.planners.suppressed import suppress_uses
 from ampfix.families import UNRESOLVED_CODE
 from ampfix.families.torch_amp.device import module_device
-from ampfix.syntax.bindings import Binding, ChainRef, dotted_parts, module_scope
+from ampfix.syntax.bindings import Binding, ChainRef, dotted_parts, import_bindings, module_scope
 from ampfix.syntax.context import ModuleContext, Sink
 
 FUNCTOOLS = "functools"
@@ -34,8 +34,10 @@ def resolve_use(context: ModuleContext, ref: ChainRef) -> Use | None:
         return None
     binding = found.binding
     through_binding = family.deprecated_root(binding.qname or "") is not None
-    if through_binding and binding.inferred is not None:
-        return None  # `m = import_module("torch.cuda.amp")`: no import statement moves with its uses; reported
+    if through_binding and (binding.inferred is not None or binding.reexported is not None):
+        # `m = import_module("torch.cuda.amp")`: no import statement moves with its uses; `from .utils import
+        # autocast`: they move with another module's import, not this file's. Reported (`record_reexported`).
+        return None
     if through_binding:
         imported = family.symbol(binding.qname or "")
         if imported is not None and imported[2] is None:
@@ -190,6 +192,24 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
                                follows=edit is not None and not edit.changes_text)
         sink.add((finding,), edits, frozenset(needs))
     record_unresolved(context, sink)
+    record_reexported(context, sink)
+
+
+def record_reexported(context: ModuleContext, sink: Sink) -> None:
+    """`from .utils import autocast`, where `.utils` binds `autocast` by `from torch.cuda.amp import autocast`: the
+    uses here mean what that import binds, and move with it, in another file; this file cannot rewrite them alone
+    (`autocast("cuda")` would reach the old class while that import stays). Reported at the import, once."""
+    family = context.family
+    for name, binding in import_bindings(context.walker):
+        symbol = family.symbol(binding.qname or "")
+        if binding.reexported is None or family.deprecated_root(binding.qname or "") is None or binding.imported_by \
+                is None or not any(ref.parts[0] == name and ref.role != "store" for ref in context.walker.chains):
+            continue
+        new = symbol[2].new if symbol is not None and symbol[2] is not None else None
+        code = symbol[1].code if symbol is not None else UNRESOLVED_CODE
+        sink.add_finding(binding.imported_by.node, code,
+                         f"`{name}` is the deprecated `{binding.qname}`: {binding.reexported}; its uses here move "
+                         "with that import, so migrate the two modules together", fixable=False, suggestion=new)
 
 
 def record_unresolved(context: ModuleContext, sink: Sink) -> None:
@@ -281,7 +301,10 @@ def _resolved(context: ModuleContext, ref: ChainRef) -> bool:
 
 
 def _taken_from_another_module(context: ModuleContext, binding: Binding | None) -> bool:
-    """A name a `from` import takes out of a module outside the family's package (a relative import included)."""
+    """A name a `from` import takes out of a module outside the family's package (a relative import included),
+    unless the project's module was read and binds it to a name of the package (`Binding.reexported`)."""
+    if binding is not None and binding.reexported is not None:
+        return False
     imported = binding.imported_by if binding is not None else None
     return (imported is not None and isinstance(imported.node, ast.ImportFrom)
             and not (imported.node.level == 0 and context.family.owns(imported.node.module)))

@@ -1,0 +1,30 @@
+"""What the engine may ask of the project around a file: what a module of the project binds a name to, and
+which modules of the project take a name from this file.
+
+`from .compat import torch` or `from .utils import autocast` bind a name another module of the project binds;
+the engine reads one file, so it asks (`ProjectModules.exported`), and the io layer answers from the project's
+files (`ampfix.io.project_modules`). Without an answer (no project, a module outside it, a name bound there in
+several ways) the name stays what it was: taken from another module, unresolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Export:
+    qname: str  # the qualified name the module binds the name to, by an import (followed through the project)
+    where: str  # the file and line of that import, for messages (`pkg/compat.py:1`)
+
+
+class ProjectModules(Protocol):
+    def exported(self, level: int, module: str | None, name: str) -> Export | None:
+        """What `from <"." * level><module> import <name>`, written in the file asked about, binds; or None."""
+        ...
+
+    def importers(self, name: str) -> tuple[str, ...]:
+        """Where other files of the project take `name` from the file asked about (`from <it> import <name>`), as
+        `path:line`; empty where none does, or where the project cannot be read."""
+        ...

@@ -1,0 +1,235 @@
+"""The engine's questions about the project around a file (`ampfix.core.project`), answered from its files.
+
+A name imported from a module of the project (`from .compat import torch`, `from pkg.utils import autocast`) is
+what that module binds it to at its top level by imports, followed through the project's own modules. Read when
+asked, not indexed: a file's questions are few (only names that can lead to the family's, `Family.name_parts`),
+each one small parse; a read module is kept for the run, keyed by its path and its stat (mtime, size), so a file
+changed during the run is read again. Nothing is kept between runs, so nothing can be stale (docs/design.md,
+"A name from another module of the project").
+
+Absolute modules are looked up from the file's package root: the first folder above it without an `__init__.py`
+(where `python -m` or an installed package puts it on `sys.path`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ampfix.core.project import Export
+
+if TYPE_CHECKING:
+    from ampfix.syntax.bindings import Binding
+
+_DEPTH = 4  # re-exports followed through at most this many modules
+# A `from M import names` statement, found in the bytes before any parse (the parse decides). No `^`: a pattern
+# that starts with a literal is searched for at C speed (10x faster); one inside a string or comment only makes
+# its file parsed.
+_FROM_IMPORT = re.compile(rb"from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)")
+_WORD = re.compile(rb"\w+")
+_SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
+_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+_parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
+# project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
+_indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
+
+
+class FileModules:
+    """The questions of one file (`path`)."""
+
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        self.path = path
+        self.root = root  # the project's folder, where it is known (else: the nearest with a project file)
+
+    def exported(self, level: int, module: str | None, name: str) -> Export | None:
+        return _exported(self.path, level, module, name, _DEPTH)
+
+    def importers(self, name: str) -> tuple[str, ...]:
+        try:
+            me = self.path.resolve()
+        except OSError:
+            return ()
+        root = self.root or _project_root(me)
+        return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
+
+
+def project_modules(path: Path) -> FileModules | None:
+    """The questions of the file `path`; None for stdin without a file name (`-`), which is in no project."""
+    return None if str(path) == "-" else FileModules(path.absolute())
+
+
+def _exported(path: Path, level: int, module: str | None, name: str, depth: int) -> Export | None:
+    target = _module_file(path, level, module)
+    if target is None or depth == 0:
+        return None
+    bindings = _top_level_bindings(target)
+    found = bindings.get(name) if bindings is not None else None
+    # One meaning: every binding of the name at the top of that module is the same import, in no branch (a
+    # fallback, `if TYPE_CHECKING:`).
+    if not found or any(b.kind != "import" or b.imported_by is None or b.inferred or b.guards for b in found):
+        return None
+    first = found[0]
+    assert first.imported_by is not None
+    node = first.imported_by.node
+    where = f"{_shown(target)}:{first.line}"
+    if first.qname is not None:
+        if any(b.qname != first.qname for b in found):
+            return None
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            further = _exported(target, 0, node.module, _imported_name(node, name), depth - 1)
+            return further or Export(first.qname, where)
+        return Export(first.qname, where)
+    if len(found) != 1 or not isinstance(node, ast.ImportFrom):
+        return None
+    return _exported(target, node.level, node.module, _imported_name(node, name), depth - 1)  # relative, again
+
+
+def _imported_name(node: ast.ImportFrom, bound: str) -> str:
+    return next((alias.name for alias in node.names if (alias.asname or alias.name) == bound), bound)
+
+
+def _module_file(path: Path, level: int, module: str | None) -> Path | None:
+    """The file of the module `from <"." * level><module> import ...` in `path` names, where it is in the project."""
+    parts = module.split(".") if module else []
+    if not level:
+        if not parts:
+            return None
+        # Where `python -m`, pytest's rootdir or an installed package put the project on `sys.path`.
+        project = _project_root(path)
+        bases = dict.fromkeys((_package_root(path.parent), project, project / "src"))
+        return next((found for base in bases if (base / parts[0]).is_dir()
+                     for found in (_in_folder(base, parts),) if found is not None), None)
+    base = path.parent
+    for _ in range(level - 1):
+        base = base.parent
+    if not parts:
+        return base / "__init__.py" if (base / "__init__.py").is_file() else None
+    return _in_folder(base, parts)
+
+
+def _in_folder(base: Path, parts: list[str]) -> Path | None:
+    folder = base.joinpath(*parts)
+    for candidate in (folder.with_suffix(".py"), folder / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_root(folder: Path) -> Path:
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def _top_level_bindings(path: Path) -> dict[str, list[Binding]] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    key = (stat.st_mtime_ns, stat.st_size)
+    kept = _parsed.get(path)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        bindings = None
+    else:
+        from ampfix.syntax.bindings import Walker
+
+        walker = Walker()
+        walker.statements(tree.body, walker.module_scope)
+        bindings = walker.module_scope.bindings
+    _parsed[path] = (key, bindings)
+    return bindings
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _project_root(path: Path) -> Path:
+    """The nearest folder above `path` with a repository or project file; else the package root."""
+    for folder in path.parents:
+        if any((folder / marker).exists() for marker in _MARKERS):
+            return folder
+    return _package_root(path.parent)
+
+
+def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
+    """Every `from M import name` of the project's files, for the names asked about (`_asked`), by the module file
+    M resolves to. The bytes pick the files to parse; the parse decides."""
+    index = _indexed.get(root)
+    if index is not None:
+        return index
+    index = _indexed[root] = {}
+    names, package = _asked(), _package().encode()
+    asked = {name.encode() for name in names}
+    for path in _project_files(root):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if not any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data)):
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                module = _module_file(path, node.level, node.module) if alias.name in names else None
+                if module is not None:
+                    index.setdefault((module.resolve(), alias.name), []).append(
+                        (f"{_shown(path)}:{node.lineno}", path))
+    return index
+
+
+def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool:
+    """May this `from M import ...` line take an asked name from a module of the project? Not from the package
+    itself (`from torch.cuda.amp import autocast`); a line continued by a backslash or holding another statement
+    after a `;` is parsed to be sure."""
+    module, names = match.group(1), match.group(2)
+    if module == package or module.startswith(package + b"."):
+        return False
+    return bool(asked.intersection(_WORD.findall(names))) or names.rstrip().endswith(b"\\") or b";" in names
+
+
+@functools.cache
+def _package() -> str:
+    from ampfix.families import TORCH_AMP
+
+    return TORCH_AMP.package
+
+
+@functools.cache
+def _asked() -> frozenset[str]:
+    """The names a file's imports are indexed for: a deprecated name's components, not the package (`torch`
+    itself is no deprecated name to hold back). The rule data, loaded only once a question is asked."""
+    from ampfix.families import TORCH_AMP
+
+    return frozenset(part for part in TORCH_AMP.name_parts if part != TORCH_AMP.package)
+
+
+def forget() -> None:
+    """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
+    sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
+    _indexed.clear()
+
+
+def _project_files(root: Path):
+    for folder, folders, files in os.walk(root):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_FOLDERS)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield Path(folder, name)  # below the resolved root: an absolute path

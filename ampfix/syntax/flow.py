@@ -1,0 +1,211 @@
+"""Where a value goes in its module: a name referenced without a call (`amp_autocast = torch.cuda.amp.autocast`)
+followed through assignments, conditional expressions (`x if cond else nullcontext`), keyword `functools.partial`s,
+attributes of `self` read in the methods of its class, and arguments of the module's own functions (by keyword and
+by position), to every place it is called; or to the first place it goes that cannot be followed (an escape:
+returned, passed to a function not in the module, stored where it cannot be read back, bound at module level where
+another module may import it).
+
+Read from the module's syntax only: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ampfix.syntax.bindings import ChainRef, Scope, Walker
+from ampfix.syntax.parents import Parents
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LIMIT = 200  # places followed for one value: beyond, it is an escape (said so)
+
+
+@dataclass(frozen=True)
+class Flow:
+    calls: tuple[ast.Call, ...]  # every call of the value found
+    escape: str | None  # where the value goes that cannot be followed (for a message), or None: every use is a call
+
+
+class _Module:
+    """The module's facts a flow reads, each gathered once (`ModuleFlows`)."""
+
+    def __init__(self, tree: ast.Module, walker: Walker, parents: Parents) -> None:
+        self.walker, self.parent_of = walker, parents.of
+        self.loads: dict[str, list[ChainRef]] = {}
+        self.scopes: dict[int, Scope] = {}  # id(def) -> the scope of its body
+        for ref in walker.chains:
+            if ref.role != "store":
+                self.loads.setdefault(ref.parts[0], []).append(ref)
+            if ref.scope.node is not None:
+                self.scopes[id(ref.scope.node)] = ref.scope
+        self.nonlocal_names = {name for node in ast.walk(tree) if isinstance(node, ast.Nonlocal) for name in node.names}
+        # Each string literal's first line: an attribute named by a string (`getattr(self, "amp_cm")`) is read
+        # where no chain shows it.
+        self.strings: dict[str, int] = {}
+        for literal in walker.literals:
+            if isinstance(literal.value, str):
+                self.strings.setdefault(literal.value, literal.lineno)
+
+
+class ModuleFlows:
+    """`follow(node, scope)`: the flow of the value of the expression `node`. `partial(func, scope)` says whether a
+    callee is `functools.partial` (resolved by the caller, through the file's imports)."""
+
+    def __init__(self, tree: ast.Module, walker: Walker, parents: Parents,
+                 is_partial: Callable[[ast.expr, Scope], bool]) -> None:
+        self._module = _Module(tree, walker, parents)
+        self._is_partial = is_partial
+
+    def follow(self, node: ast.expr, scope: Scope) -> Flow:
+        work: list[tuple[ast.expr, Scope]] = [(node, scope)]
+        calls: list[ast.Call] = []
+        seen: set[int] = set()
+        while work:
+            if len(seen) > _LIMIT:
+                return Flow(tuple(calls), f"it reaches more than {_LIMIT} places")
+            node, scope = work.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            step = self._step(node, scope)
+            if isinstance(step, str):
+                return Flow(tuple(calls), step)
+            if isinstance(step, ast.Call):
+                calls.append(step)
+            else:
+                work += step
+        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
+
+    def _step(self, node: ast.expr, scope: Scope) -> ast.Call | list[tuple[ast.expr, Scope]] | str:
+        """Where the value of `node` goes next: a call of it, the places it reaches, or the escape."""
+        parent = self._module.parent_of(node)
+        line = getattr(parent, "lineno", node.lineno)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return parent
+        if (isinstance(parent, ast.IfExp) and node is not parent.test) or isinstance(parent, ast.BoolOp):
+            return [(parent, scope)]  # `value if c else other`, `value or other`: either operand is the value
+        if isinstance(parent, ast.keyword):  # `f(name=value)`: an argument of the call around it
+            node, parent = parent.value, self._module.parent_of(parent)
+        if isinstance(parent, ast.Call):
+            if len(parent.args) == 1 and parent.args[0] is node and self._is_partial(parent.func, scope):
+                return [(parent, scope)]  # `partial(value, k=v)`: its calls are the value's, with those keywords
+            return self._argument(parent, node, scope)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            places: list[tuple[ast.expr, Scope]] = []
+            for target in targets:
+                reached = self._stored(target, scope)
+                if isinstance(reached, str):
+                    return reached
+                places += reached
+            return places
+        if isinstance(parent, ast.Return):
+            return f"it is returned on line {line}"
+        return f"it is {_said(parent)} on line {line}"
+
+    def _stored(self, target: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+        if isinstance(target, ast.Name):
+            return self._name_loads(target.id, scope, target.lineno)
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            return self._attribute_loads(target, scope)
+        return f"it is stored in `{ast.unparse(target)}` on line {target.lineno}, which is not followed"
+
+    def _name_loads(self, name: str, scope: Scope, line: int) -> list[tuple[ast.expr, Scope]] | str:
+        """Every read of the variable `name` bound in `scope` (or the scope its `global` names)."""
+        if name in scope.global_names or scope.kind != "function":
+            return f"`{name}` is bound at the top of a module or class on line {line}, where another module may read it"
+        if name in self._module.nonlocal_names:
+            return f"`{name}` is named by a `nonlocal`, which is not followed"
+        places: list[tuple[ast.expr, Scope]] = []
+        for ref in self._module.loads.get(name, ()):
+            if ref.scope.lookup(name)[0] is not scope:
+                continue
+            if len(ref.parts) > 1 or ref.in_string:
+                return f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it"
+            places.append((ref.node, ref.scope))
+        return places
+
+    def _attribute_loads(self, target: ast.Attribute, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+        """`self.attr = value` in a method: every read of `.attr` in the module is `self.attr` in a method of the
+        same class (`self` its first parameter); any other (another object's, a subclass's) is an escape."""
+        assert isinstance(target.value, ast.Name)
+        cls = _class_of_method(scope, target.value.id)
+        where = f"`{ast.unparse(target)}` on line {target.lineno}"
+        if cls is None:
+            return f"it is stored in {where}, which is not an attribute of a method's `self`"
+        named = self._module.strings.get(target.attr)
+        if named is not None:
+            return f"a string on line {named} names the attribute of {where} (`getattr`), which is not followed"
+        places: list[tuple[ast.expr, Scope]] = []
+        for refs in self._module.loads.values():
+            for ref in refs:
+                if target.attr not in ref.parts[1:]:
+                    continue
+                if ref.parts[1:] != (target.attr,) or _class_of_method(ref.scope, ref.parts[0]) is not cls \
+                        or ref.scope.lookup(ref.parts[0])[0] is not ref.scope:
+                    return f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads {where} from outside its class"
+                places.append((ref.node, ref.scope))
+        return places
+
+    def _argument(self, call: ast.Call, node: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+        """The value passed to a function defined in the module: the reads of the parameter it binds."""
+        callee = _own_function(call.func, scope)
+        name = ast.unparse(call.func)
+        if callee is None:
+            return f"it is passed to `{name}` on line {call.lineno}, which is not a function of this module"
+        inner = self._module.scopes.get(id(callee))
+        param = _parameter(callee, call, node)
+        if inner is None or param is None:
+            return f"it is passed to `{name}` on line {call.lineno} where no parameter of it is known to take it"
+        return self._name_loads(param, inner, call.lineno)
+
+
+_CONTAINERS = {ast.Dict: "a dict", ast.List: "a list", ast.Tuple: "a tuple", ast.Set: "a set"}
+
+
+def _said(parent: ast.AST | None) -> str:
+    """Where the value goes, for a message."""
+    container = _CONTAINERS.get(type(parent))
+    if container is not None:
+        return f"put in {container}"
+    text = ast.unparse(parent) if isinstance(parent, ast.expr) else ""
+    return f"used in `{text}`" if text and len(text) <= 60 else f"used in a `{type(parent).__name__}`"
+
+
+def _class_of_method(scope: Scope, receiver: str) -> ast.ClassDef | None:
+    """The class whose method `scope` is, where `receiver` is the method's first parameter."""
+    function, parent = scope.node, scope.parent
+    if not isinstance(function, _FUNCTIONS) or parent is None or parent.kind != "class":
+        return None
+    args = [*function.args.posonlyargs, *function.args.args]
+    if not args or args[0].arg != receiver or function.decorator_list:
+        return None
+    return parent.node if isinstance(parent.node, ast.ClassDef) else None
+
+
+def _own_function(func: ast.expr, scope: Scope) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The def a plain name callee is bound to, where every binding of that name is that one def."""
+    if not isinstance(func, ast.Name):
+        return None
+    bindings = scope.lookup(func.id)[1]
+    values = {id(b.value) for b in bindings}
+    if len(values) != 1 or not isinstance(bindings[0].value, _FUNCTIONS) or bindings[0].value.decorator_list:
+        return None  # a decorator may pass the arguments on as it likes
+    return bindings[0].value
+
+
+def _parameter(function: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call, node: ast.expr) -> str | None:
+    """The parameter `node`, an argument of `call`, binds in `function` (None: `*args`, `**kwargs`, unknown)."""
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(kw.arg is None for kw in call.keywords):
+        return None
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    for i, arg in enumerate(call.args):
+        if arg is node:
+            return positional[i].arg if i < len(positional) else None
+    for keyword in call.keywords:
+        if keyword.value is node:
+            named = [a.arg for a in (*args.args, *args.kwonlyargs)]
+            return keyword.arg if keyword.arg in named else None
+    return None
