@@ -58,9 +58,10 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()
     targets: set[Target] = set()
-    from ampfix.io.declared_torch import forget
+    from ampfix.io import declared_torch, formatter
 
-    forget()  # project metadata is read afresh by each run
+    declared_torch.forget()  # project metadata and formatter settings are read afresh by each run
+    formatter.forget()
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude, targets)
         terminal.scanned = 1

@@ -29,6 +29,7 @@ from libcst import MaybeSentinel
 from libcst._nodes.internal import CodegenState
 
 from ampfix.core.plan import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
+from ampfix.engine.continuation import realigned
 
 
 class PlanMismatch(Exception):
@@ -39,7 +40,9 @@ class PlanMismatch(Exception):
         self.line = line
 
 
-def apply_plan(source: str, plan: Plan) -> str:
+def apply_plan(source: str, plan: Plan, line_length: int = 88) -> str:
+    """`source` with the plan's edits; `line_length` is the formatter's (black's, ruff's), which an
+    argument joined to the line of the others must fit in (`_argument_separator`)."""
     pieces: list[str] = []
     done = 0
     head_at = plan.head_at  # a line boundary outside every fragment (`ampfix.engine.heads`)
@@ -48,7 +51,7 @@ def apply_plan(source: str, plan: Plan) -> str:
             pieces += [source[done:head_at], plan.head_text]
             done, head_at = head_at, None
         pieces.append(source[done:start])
-        pieces.append(_apply_to_fragment(source[start:end], start, edits))
+        pieces.append(_apply_to_fragment(source[start:end], start, edits, line_length))
         done = end
         if head_at is not None and head_at < end:
             # The head goes where a statement was removed with the blank lines after it: it takes that statement's
@@ -97,7 +100,12 @@ _NODE_TYPES = {
 }
 
 
-def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit], line_length: int = 88) -> str:
+    """The fragment with its edits, its continuation lines kept against their brackets (`continuation`)."""
+    return realigned(text, _edited_fragment(text, offset, edits, line_length))
+
+
+def _edited_fragment(text: str, offset: int, edits: list[Edit], line_length: int) -> str:
     splices = [edit for edit in edits if isinstance(edit.change, Splice)]
     edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
     if not edits:
@@ -116,7 +124,8 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
         # file with old Mac line endings (CR only) would lose its "\r", and the next line join it.
         module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
-    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
+    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits),
+                       _Layout(line_length, None, module.default_indent))
     statements_change = any(isinstance(edit.change, ImportEdit) for edit in edits)
     if statements_change and splices:
         raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
@@ -170,6 +179,7 @@ def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans
     def printer(root: cst.CSTNode, quotes: tuple[str, ...]) -> Callable[[], str]:
         def reprint() -> str:
             applier.fstring_quotes = list(quotes)
+            applier.layout.block_indent = "".join(spans.indents[id(root)])
             return _print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)])
         return reprint
 
@@ -349,9 +359,20 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+@dataclasses.dataclass
+class _Layout:
+    """What an inserted argument needs to know of the lines around it."""
+
+    line_length: int  # the formatter's
+    block_indent: str | None  # the indentation of the block around the root re-printed; None: unknown
+    indent_unit: str  # the file's own (LibCST's `default_indent`)
+
+
 class _Applier(cst.CSTTransformer):
-    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int]) -> None:
+    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int],
+                 layout: _Layout) -> None:
         super().__init__()
+        self.layout = layout
         self.located = located
         self.extent = extent
         self.starts = starts  # where the edits begin, sorted
@@ -443,7 +464,7 @@ class _Applier(cst.CSTTransformer):
         if edit is None or edit.call is None:
             return updated_node
         device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
-        return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
+        return _with_arguments(updated_node, edit.call, device, self.layout)
 
     def partial_device(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """`functools.partial(<name>, k=v)` -> `functools.partial(<new name>, <device>, k=v)`."""
@@ -584,9 +605,64 @@ class _Requote(cst.CSTTransformer):
         return updated_node.with_changes(value=f"{self.quote}{value}{self.quote}")
 
 
-def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression) -> list[cst.Arg]:
+def _with_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression, layout: _Layout) -> cst.Call:
+    """The call with its arguments edited. Where the arguments were split off only to end the line
+    (`f(\n    x\n)`, black's layout of a line too long, with no trailing comma: `_hugged`), the new one joins
+    their line if it fits in the line length, as black would put it; else it has a line of its own. A call
+    with no argument whose `(` ends its line (split to hold a comment after the `)`) gets its argument on
+    a line of its own after the `(`, one indentation deeper than the `)`."""
+    whitespace = call.whitespace_before_args
+    if not call.args and isinstance(whitespace, cst.ParenthesizedWhitespace):
+        inner = whitespace.with_changes(last_line=cst.SimpleWhitespace(whitespace.last_line.value + layout.indent_unit))
+        closing = cst.ParenthesizedWhitespace(indent=whitespace.indent, last_line=whitespace.last_line)
+        args = _edit_arguments(call, edit, device_value, cst.SimpleWhitespace(" "))
+        args[-1] = args[-1].with_changes(whitespace_after_arg=closing)
+        return call.with_changes(whitespace_before_args=inner, args=args)
+    if _hugged(call) and layout.block_indent is not None:  # (unknown in a fragment re-printed whole)
+        joined = _edit_arguments(call, edit, device_value, cst.SimpleWhitespace(" "))
+        if _fits(whitespace, joined, layout):
+            return call.with_changes(args=joined)
+        return call.with_changes(args=_one_a_line(joined, whitespace))
+    return call.with_changes(args=_edit_arguments(call, edit, device_value, _argument_separator(call)))
+
+
+def _one_a_line(args: list[cst.Arg], before: cst.BaseParenthesizableWhitespace) -> list[cst.Arg]:
+    """Hugged arguments too long for their line, as black lays them out: one a line, at the indentation of
+    the first, with a trailing comma, the `)` where it was."""
+    assert isinstance(before, cst.ParenthesizedWhitespace)  # `_hugged` said so
+    line = cst.ParenthesizedWhitespace(indent=before.indent, last_line=before.last_line)
+    laid = [arg.with_changes(comma=cst.Comma(whitespace_after=line)) for arg in args[:-1]]
+    last = args[-1]
+    return [*laid, last.with_changes(comma=cst.Comma(whitespace_after=last.whitespace_after_arg),
+                                     whitespace_after_arg=cst.SimpleWhitespace(""))]
+
+
+def _hugged(call: cst.Call) -> bool:
+    """`f(\n    a, b\n)`: the arguments on one line of their own, no comment, no trailing comma."""
+    args, before = call.args, call.whitespace_before_args
+    if not args or not isinstance(before, cst.ParenthesizedWhitespace) or before.first_line.comment is not None:
+        return False
+    last, closing = args[-1], args[-1].whitespace_after_arg
+    between = [arg.comma.whitespace_after for arg in args[:-1] if isinstance(arg.comma, cst.Comma)]
+    return isinstance(last.comma, MaybeSentinel) and isinstance(closing, cst.ParenthesizedWhitespace) \
+        and closing.first_line.comment is None \
+        and len(between) == len(args) - 1 and all(isinstance(w, cst.SimpleWhitespace) for w in between)
+
+
+def _fits(before: cst.BaseParenthesizableWhitespace, args: list[cst.Arg], layout: _Layout) -> bool:
+    """Do the arguments, on the line after the `(`, fit in the line length?"""
+    if layout.block_indent is None or not isinstance(before, cst.ParenthesizedWhitespace):
+        return False  # not known: not joined
+    printer = cst.Module(body=[])
+    text = "".join(printer.code_for_node(arg) for arg in args[:-1])
+    text += printer.code_for_node(args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace("")))
+    indent = (layout.block_indent if before.indent else "") + before.last_line.value
+    return "\n" not in text and "\r" not in text and len(indent) + len(text) <= layout.line_length
+
+
+def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression,
+                    separator: cst.BaseParenthesizableWhitespace) -> list[cst.Arg]:
     args = list(call.args)
-    separator = _argument_separator(call)
     # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
     positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
     for i, name in enumerate(edit.keywords_for_positionals):

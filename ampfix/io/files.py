@@ -180,6 +180,10 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         return _error(path, error.message, error.code), data
     inferred = options.target_torch is None
     options, target = targeted(path, options)
+    if mode != "check":  # only a rewrite lays out lines
+        from ampfix.io.formatter import line_length_of_file
+
+        options = dataclasses.replace(options, line_length=line_length_of_file(path))
     engine = check_source if mode == "check" else fix_source
     converted = decoded.converted(engine(decoded.source, options))
     findings = converted.findings
