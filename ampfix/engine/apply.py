@@ -620,9 +620,11 @@ def _with_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpres
         return call.with_changes(whitespace_before_args=inner, args=args)
     if _hugged(call) and layout.block_indent is not None:  # (unknown in a fragment re-printed whole)
         joined = _edit_arguments(call, edit, device_value, cst.SimpleWhitespace(" "))
-        if _fits(whitespace, joined, layout):
+        width = _line_width(whitespace, joined, layout)
+        if width is not None and width <= layout.line_length:
             return call.with_changes(args=joined)
-        return call.with_changes(args=_one_a_line(joined, whitespace))
+        if width is not None:
+            return call.with_changes(args=_one_a_line(joined, whitespace))
     return call.with_changes(args=_edit_arguments(call, edit, device_value, _argument_separator(call)))
 
 
@@ -649,15 +651,17 @@ def _hugged(call: cst.Call) -> bool:
         and len(between) == len(args) - 1 and all(isinstance(w, cst.SimpleWhitespace) for w in between)
 
 
-def _fits(before: cst.BaseParenthesizableWhitespace, args: list[cst.Arg], layout: _Layout) -> bool:
-    """Do the arguments, on the line after the `(`, fit in the line length?"""
+def _line_width(before: cst.BaseParenthesizableWhitespace, args: list[cst.Arg], layout: _Layout) -> int | None:
+    """The width of the arguments' line after the `(`; None where they do not make one line (an argument
+    spans lines: left as it was laid out) or the indentation around is not known."""
     if layout.block_indent is None or not isinstance(before, cst.ParenthesizedWhitespace):
-        return False  # not known: not joined
+        return None
     printer = cst.Module(body=[])
     text = "".join(printer.code_for_node(arg) for arg in args[:-1])
     text += printer.code_for_node(args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace("")))
-    indent = (layout.block_indent if before.indent else "") + before.last_line.value
-    return "\n" not in text and "\r" not in text and len(indent) + len(text) <= layout.line_length
+    if "\n" in text or "\r" in text:
+        return None
+    return len((layout.block_indent if before.indent else "") + before.last_line.value) + len(text)
 
 
 def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression,
