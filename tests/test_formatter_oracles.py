@@ -97,6 +97,47 @@ def test_ruff_format_leaves_the_output_of_a_ruff_clean_input_as_it_is(tmp_path: 
     assert {case_id for n, case_id in clean_inputs if not clean(f"c{n}.out.py")} == set(RUFF_LEFT)
 
 
+# With the project declaring black or ruff's formatter, a one-line call pushed past the length is split as black
+# splits it (`Options.formatted`, read by `ampfix.io.formatter`): what is left then.
+LEFT_WHEN_FORMATTED = set(FORMATTER_LEFT) - {"autocast/explicit_defaults_option"}
+
+
+def test_a_declared_formatter_has_the_pushed_lines_split_as_it_splits_them():
+    from ampfix.engine import Options, fix_source
+
+    by_id = {case.id: case for case in CASES}
+    left = set()
+    for case_id in FORMATTER_LEFT:
+        source = read_source(by_id[case_id].in_path)[0]
+        new = fix_source(source, Options(**{**by_id[case_id].options, "formatted": True})).new_source
+        if not _black_clean(new):
+            left.add(case_id)
+    assert left == LEFT_WHEN_FORMATTED
+
+
+ONE_LINE = "import torch\n\nwith torch.cuda.amp.autocast(enabled=the_automatic_mixed_precision_flag_of_the_run_1):\n    pass\n"
+
+
+@pytest.mark.parametrize(("config", "split"), [
+    ("", False),
+    ("[tool.ruff]\nline-length = 88\n", False),  # the linter's table alone: the project may not format
+    ("[tool.ruff.format]\nquote-style = \"double\"\n", True),
+    ("[tool.black]\n", True),
+    ("[tool.black]\nline-length = 100\n", False),  # fits in black's length
+])
+def test_a_one_line_call_is_split_only_where_the_project_declares_its_formatter(tmp_path: Path, monkeypatch,
+                                                                                  config, split):
+    (tmp_path / ".git").mkdir()
+    if config:
+        (tmp_path / "pyproject.toml").write_text(config)
+    (tmp_path / "m.py").write_text(ONE_LINE)
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(app, ["rewrite", "m.py"]).exit_code == 1
+    call = 'torch.amp.autocast(\n    "cuda", enabled=the_automatic_mixed_precision_flag_of_the_run_1\n)' if split else \
+        'torch.amp.autocast("cuda", enabled=the_automatic_mixed_precision_flag_of_the_run_1)'
+    assert (tmp_path / "m.py").read_text() == f"import torch\n\nwith {call}:\n    pass\n"
+
+
 HUGGED = ("import torch\n\n\ndef f(flag):\n"
           "    with torch.cuda.amp.autocast(\n"
           "        enabled=flag.a_setting_whose_name_is_long_enough_to_need_the_line_near_ninety\n"

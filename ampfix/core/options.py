@@ -90,6 +90,9 @@ class Options:
     # The line length of the file's formatter (black's, ruff's; `ampfix.io.formatter`): an argument joins the
     # line of the others only within it. Not a key of its own: the formatter's configuration is the one source.
     line_length: int = 88
+    # The project declares black's or ruff's formatter: a one-line call the device pushes past `line_length`
+    # is split as the formatter would split it.
+    formatted: bool = False
 
     def __post_init__(self) -> None:
         parse_device(self.device)  # the one check of a device, for those who build Options in code

@@ -6,12 +6,17 @@ black's `line-length` in `[tool.black]`, else ruff's (`line-length` in `ruff.tom
 `[tool.ruff]`; ruff's formatter uses it too), from the nearest folder at or above the file that configures
 either (the search stops at a repository root); else black's and ruff's default, 88.
 
+A project declares a formatter with a `[tool.black]` table, or ruff's `[tool.ruff.format]` (`[format]` in
+`ruff.toml`): its files are formatted, so a one-line call that the inserted device pushes past the length
+is split as the formatter would split it (a `[tool.ruff]` table alone may configure the linter only).
+
 Cached per folder, like the declared torch (`ampfix.io.declared_torch`): a run reads each folder once.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -21,8 +26,14 @@ DEFAULT_LINE_LENGTH = 88
 _RUFF_FILES = ("ruff.toml", ".ruff.toml")
 
 
-def line_length_of_file(path: Path) -> int:
-    """The formatter's line length for `path` (cached by its folder as named)."""
+@dataclass(frozen=True)
+class Formatter:
+    line_length: int = DEFAULT_LINE_LENGTH
+    declared: bool = False  # the project declares black's or ruff's formatter
+
+
+def formatter_of_file(path: Path) -> Formatter:
+    """The formatter settings for `path` (cached by its folder as named)."""
     return _for_named_folder(str(path.parent))
 
 
@@ -33,34 +44,35 @@ def forget() -> None:
 
 
 @cache
-def _for_named_folder(folder: str) -> int:
+def _for_named_folder(folder: str) -> Formatter:
     return _for_folder(Path(folder).resolve())
 
 
 @cache
-def _for_folder(folder: Path) -> int:
+def _for_folder(folder: Path) -> Formatter:
     found = _configured(folder)
     if found is not None:
         return found
     if folder.parent == folder or any((folder / marker).exists() for marker in REPOSITORY_MARKERS):
-        return DEFAULT_LINE_LENGTH
+        return Formatter()
     return _for_folder(folder.parent)
 
 
-def _configured(folder: Path) -> int | None:
-    """The folder's line length; None where the folder configures neither formatter."""
+def _configured(folder: Path) -> Formatter | None:
+    """The folder's formatter settings; None where the folder configures neither formatter."""
     pyproject = _toml(folder / "pyproject.toml")
     tool = pyproject.get("tool") if isinstance(pyproject.get("tool"), dict) else {}
     assert isinstance(tool, dict)
     black = tool.get("black")
     if isinstance(black, dict):
-        return _length(black)
+        return Formatter(_length(black), True)
     for name in _RUFF_FILES:
         if (folder / name).is_file():
-            return _length(_toml(folder / name))
+            table = _toml(folder / name)
+            return Formatter(_length(table), isinstance(table.get("format"), dict))
     ruff = tool.get("ruff")
     if isinstance(ruff, dict):
-        return _length(ruff)
+        return Formatter(_length(ruff), isinstance(ruff.get("format"), dict))
     return None
 
 
