@@ -136,9 +136,10 @@ def _pairs(old_lines: list[str], new_lines: list[str]) -> dict[int, int]:
 
 
 def _may_need(old_lines: list[str], new_lines: list[str], pairs: dict[int, int]) -> bool:
-    """Could a continuation line have lost its bracket? Cheap, and never no where one did: a line was
-    reindented, or a line the rewrite changed is followed by one indented past where the change begins (a
-    bracket that moved stands there or right of it)."""
+    """Could a continuation line have lost its bracket? Yes where a line was reindented, or where a line the
+    rewrite changed is followed by one indented past the column where the change begins: a bracket that
+    moved stands there or right of it, so the first line under it does. (Text only, so that most fragments
+    are never tokenized; a line under a moved bracket that follows a line left of it is not looked for.)"""
     changed_old = set(range(len(old_lines))) - set(pairs.values())
     for j, i in pairs.items():
         if old_lines[i] != new_lines[j]:
