@@ -33,3 +33,9 @@ def test_realigned(old: str, new: str, expected: str):
 def test_nothing_to_realign_is_not_tokenized():
     # an unterminated string would not tokenize: the cheap check says no continuation line can have moved
     assert realigned("x = 'a\ny = 1\n", "x = 'b\ny = 1\n") == "x = 'b\ny = 1\n"
+
+
+def test_crlf_lines_are_realigned_and_old_mac_ones_left():
+    old, new = "x = torch.cuda.f(a,\r\n                 b)\r\n", "x = torch.f(a,\r\n                 b)\r\n"
+    assert realigned(old, new) == "x = torch.f(a,\r\n            b)\r\n"
+    assert realigned(old.replace("\r\n", "\r"), new.replace("\r\n", "\r")) == new.replace("\r\n", "\r")

@@ -45,6 +45,8 @@ class _Continuation:
 def realigned(old: str, new: str) -> str:
     """`new` (a rewrite of `old`, both whole lines) with its continuation lines moved back into the
     relation to their bracket they had in `old`."""
+    if new.count("\r") != new.count("\r\n") or old.count("\r") != old.count("\r\n"):
+        return new  # old Mac line endings: the tokenizer reads lines at "\n" only, and would count others
     old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
     pairs = _pairs(old_lines, new_lines)
     if not _may_need(old_lines, new_lines, pairs):
