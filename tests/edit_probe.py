@@ -1,6 +1,6 @@
 """A probe of where edits land: plan a rename on every dotted name and every plain string literal of
 a module, apply the plan as `rewrite` would, and compare with the same replacements made by slicing
-the text at the planned spans. Used by the tests (over the fixtures) and by
+the text at the planned spans (and realigned, as the applier realigns: `ampfix.engine.continuation`). Used by the tests (over the fixtures) and by
 benchmarks/edit_landing.py (over a large tree such as torch's own source).
 """
 
@@ -39,5 +39,9 @@ def probe(source: str) -> tuple[str, str, int]:
         expected = expected[: edit.start] + str(new) + expected[edit.end :]
     if not edits:
         return source, source, 0
+    # The applier keeps continuation lines against their brackets once a rename moved them: so does the slicing.
+    from ampfix.engine.continuation import realigned
+
+    expected = realigned(source, expected)
     return expected, apply_plan(source, Plan([], edits, statement_groups(tree, index))), len(edits)
 

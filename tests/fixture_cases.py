@@ -38,6 +38,8 @@ CASE_OPTIONS: dict[str, dict[str, object]] = {
     "guards/outdated_espnet_trainer": {"target_torch": (2, 0)},
     "guards/outdated_speechbrain": {"target_torch": (2, 0)},
     "autocast/explicit_defaults_option": {"explicit_autocast_defaults": True},
+    # a project that declares black or ruff's formatter (`ampfix.io.formatter`)
+    "format/formatter_split": {"formatted": True},
 }
 # The areas whose CUDA code moves to the CPU when run on this machine (the oracle's expectation differs).
 CPU_TARGET_AREAS = {"device_cpu": "cpu", "device_auto": "auto"}

@@ -140,3 +140,68 @@ def test_a_broken_pyproject_that_mentions_torch_is_said(tmp_path: Path):
     declared = declared_torch(root)
     assert declared.floor is None and declared.problem is not None
     assert declared.problem.startswith("cannot be read (ValueError")
+
+
+# The precedence (docs/rules.md, "The target torch"): the package's own metadata, which pip enforces on everyone
+# who installs it, before the requirements files, which describe an environment.
+@pytest.mark.parametrize("metadata", [
+    {"setup.py": "from setuptools import setup\nsetup(name='p', install_requires=['torch>=1.13.0'])\n"},
+    {"setup.cfg": "[options]\ninstall_requires =\n    torch>=1.13.0\n"},
+    {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch>=1.13.0"]\n'},
+])
+def test_the_packages_floor_wins_over_a_requirements_file_without_one(tmp_path: Path, metadata: dict[str, str]):
+    root = _project(tmp_path, {".git/HEAD": "", "requirements.txt": "numpy\ntorch\n", **metadata})
+    declared = declared_torch(root)
+    assert (declared.floor, declared.source) == ((1, 13), root / next(iter(metadata)))
+
+
+def test_the_packages_floor_wins_over_a_newer_environment_pin(tmp_path: Path):
+    root = _project(tmp_path, {".git/HEAD": "", "requirements.txt": "torch==2.5.1\n",
+                               "setup.py": "from setuptools import setup\nsetup(install_requires=['torch>=2.0'])\n"})
+    assert (declared_torch(root).floor, declared_torch(root).source) == ((2, 0), root / "setup.py")
+
+
+def test_a_package_without_a_torch_bound_takes_the_environments_pin(tmp_path: Path):
+    root = _project(tmp_path, {".git/HEAD": "", "requirements-ci.txt": "torch==2.1.2\n",
+                               "pyproject.toml": '[project]\nname = "p"\ndependencies = ["torch"]\n'})
+    declared = declared_torch(root)
+    assert (declared.floor, declared.source) == ((2, 1), root / "requirements-ci.txt")
+
+
+def test_no_bound_anywhere_names_the_packages_metadata(tmp_path: Path):
+    root = _project(tmp_path, {".git/HEAD": "", "requirements.txt": "torch\n",
+                               "setup.py": "from setuptools import setup\nsetup(install_requires=['torch'])\n"})
+    declared = declared_torch(root)
+    assert (declared.floor, declared.source) == (None, root / "setup.py")
+    assert declared.describe() == f"{root / 'setup.py'}: the torch requirement has no lower bound"
+
+
+PACKAGE_FLOOR = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "package_floor_setup_py"
+
+
+def test_a_package_promising_torch_1_13_keeps_its_grad_scaler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """setup.py says torch>=1.13.0, requirements.txt a bare torch: `torch.amp.GradScaler("cuda")` does not exist
+    before torch 2.3, so it is held back; autocast (1.10) is rewritten."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from ampfix.cli.app import app
+
+    root = tmp_path / "package"
+    shutil.copytree(PACKAGE_FLOOR, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(app, ["rewrite", "."])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        "pkg/train.py:5:14: AMP002 left: `torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch "
+        "1.13; raise the torch requirement in setup.py or pass --target-torch; suggested: "
+        'torch.amp.GradScaler("cuda", ...)',
+        "pkg/train.py:6:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "
+        '"cuda"',
+        "target torch 1.13, from setup.py",
+        "rewrote 1 file (1 fix); 1 finding left.",
+    ]
+    expected = PACKAGE_FLOOR.parent / "package_floor_setup_py_train.expected.py"
+    assert (root / "pkg" / "train.py").read_text() == expected.read_text()

@@ -93,6 +93,7 @@ def test_device_key_in_pyproject(tmp_path: Path):
     assert invoke("rewrite", str(path)).exit_code == 1
     assert path.read_text() == (
         "import torch\n"
+        "\n"  # PEP 8's blank line after the imports (black and isort would add it)
         'AMP_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"\n'
         "with torch.autocast(device_type=AMP_DEVICE):\n"
         "    pass\n"
@@ -133,6 +134,7 @@ def test_auto_without_a_torch_import_adds_one():
     assert fix_source(source, Options(device="auto")).new_source == (
         "from torch.amp import autocast\n"
         "import torch\n"
+        "\n"
         'AMP_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"\n'
         "with autocast(AMP_DEVICE):\n"
         "    pass\n"

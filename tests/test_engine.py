@@ -35,7 +35,7 @@ def test_a_plan_the_cst_disagrees_with_leaves_the_source_untouched(monkeypatch: 
 
 def test_new_text_that_would_not_parse_is_never_returned(monkeypatch: pytest.MonkeyPatch):
     broken = "with torch.amp.autocast('cuda'\n"
-    monkeypatch.setattr(ampfix.engine.apply, "apply_plan", lambda source, plan: broken)
+    monkeypatch.setattr(ampfix.engine.apply, "apply_plan", lambda source, plan, *layout: broken)
     result = fix_source(SOURCE)
     assert result.new_source == SOURCE
     assert result.error is not None and "SyntaxError" in result.error

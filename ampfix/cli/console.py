@@ -58,10 +58,11 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
     terminal = _Terminal(quiet)
     failure, interrupts = None, _Interrupts()
     targets: set[Target] = set()
-    from ampfix.io.declared_torch import forget
+    from ampfix.io import declared_torch, formatter
     from ampfix.io.project_modules import forget as forget_importers
 
-    forget()  # project metadata is read afresh by each run
+    declared_torch.forget()  # project metadata and formatter settings are read afresh by each run
+    formatter.forget()
     forget_importers()  # and which of its modules import which names
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude, targets)

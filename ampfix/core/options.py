@@ -87,6 +87,12 @@ class Options:
     # `target_torch` the implicit newest? None: declared exactly when `target_torch` is set. Outdated version
     # branches are removed only at a declared target (`declares_target`).
     target_declared: bool | None = None
+    # The line length of the file's formatter (black's, ruff's; `ampfix.io.formatter`): an argument joins the
+    # line of the others only within it. Not a key of its own: the formatter's configuration is the one source.
+    line_length: int = 88
+    # The project declares black's or ruff's formatter: a one-line call the device pushes past `line_length`
+    # is split as the formatter would split it.
+    formatted: bool = False
 
     def __post_init__(self) -> None:
         parse_device(self.device)  # the one check of a device, for those who build Options in code

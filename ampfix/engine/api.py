@@ -95,7 +95,7 @@ def _process(source: str, options: Options, rewrite: bool, project: ProjectModul
     if not rewrite or not plan.has_edits:
         return SourceResult(source, source, findings)
     try:
-        new_source = _rewrite(source, plan)
+        new_source = _rewrite(source, plan, options)
     except Exception as error:  # noqa: BLE001 - any failure leaves the file untouched, reported
         message = f"internal error, file left unchanged: {type(error).__name__}: {error}"
         unfixed = tuple(_finding(f, applied=False) for f in plan.findings if options.reports(f.code))
@@ -104,10 +104,10 @@ def _process(source: str, options: Options, rewrite: bool, project: ProjectModul
     return SourceResult(source, new_source, findings)
 
 
-def _rewrite(source: str, plan: Plan) -> str:
+def _rewrite(source: str, plan: Plan, options: Options) -> str:
     from ampfix.engine.apply import apply_plan
 
-    new_source = apply_plan(source, plan)
+    new_source = apply_plan(source, plan, options.line_length, options.formatted)
     # Never hand back text that does not parse: the caller would write it.
     ast.parse(new_source)
     return new_source

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import cast
@@ -29,6 +30,7 @@ from libcst import MaybeSentinel
 from libcst._nodes.internal import CodegenState
 
 from ampfix.core.plan import CallEdit, ChainEdit, Edit, ImportEdit, Plan, Splice, ValueEdit
+from ampfix.engine.continuation import realigned
 
 
 class PlanMismatch(Exception):
@@ -39,7 +41,10 @@ class PlanMismatch(Exception):
         self.line = line
 
 
-def apply_plan(source: str, plan: Plan) -> str:
+def apply_plan(source: str, plan: Plan, line_length: int = 88, formatted: bool = False) -> str:
+    """`source` with the plan's edits; `line_length` is the formatter's (black's, ruff's), which an
+    argument joined to the line of the others must fit in (`_with_arguments`); `formatted`: the project
+    declares that formatter, so a one-line call pushed past it is split as the formatter splits it."""
     pieces: list[str] = []
     done = 0
     head_at = plan.head_at  # a line boundary outside every fragment (`ampfix.engine.heads`)
@@ -48,7 +53,7 @@ def apply_plan(source: str, plan: Plan) -> str:
             pieces += [source[done:head_at], plan.head_text]
             done, head_at = head_at, None
         pieces.append(source[done:start])
-        pieces.append(_apply_to_fragment(source[start:end], start, edits))
+        pieces.append(_apply_to_fragment(source[start:end], start, edits, line_length, formatted))
         done = end
         if head_at is not None and head_at < end:
             # The head goes where a statement was removed with the blank lines after it: it takes that statement's
@@ -97,7 +102,13 @@ _NODE_TYPES = {
 }
 
 
-def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
+def _apply_to_fragment(text: str, offset: int, edits: list[Edit], line_length: int = 88,
+                       formatted: bool = False) -> str:
+    """The fragment with its edits, its continuation lines kept against their brackets (`continuation`)."""
+    return realigned(text, _edited_fragment(text, offset, edits, line_length, formatted))
+
+
+def _edited_fragment(text: str, offset: int, edits: list[Edit], line_length: int, formatted: bool) -> str:
     splices = [edit for edit in edits if isinstance(edit.change, Splice)]
     edits = [edit for edit in edits if not isinstance(edit.change, Splice)]
     if not edits:
@@ -116,7 +127,8 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
         # file with old Mac line endings (CR only) would lose its "\r", and the next line join it.
         module = module.with_changes(has_trailing_newline=True)
     located, spans = _locate(module, offset, edits)
-    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits))
+    applier = _Applier(located, spans.extent, sorted(e.start - offset for e in edits),
+                       _Layout(line_length, None, module.default_indent, formatted))
     statements_change = any(isinstance(edit.change, ImportEdit) for edit in edits)
     if statements_change and splices:
         raise PlanMismatch("a fragment re-printed whole holds text splices", splices[0].line)
@@ -125,7 +137,7 @@ def _apply_to_fragment(text: str, offset: int, edits: list[Edit]) -> str:
         # Every statement removed: an empty module would still print a line break.
         new_text = new_module.code if new_module.body or new_module.header or new_module.footer else ""
     else:
-        new_text = _splice(text, offset, _reprinted_roots(module, located, spans, applier), splices)
+        new_text = _splice(text, offset, _reprinted_roots(module, located, spans, applier, text), splices)
     if applier.applied != len(edits):
         missed = [e for e in edits if id(e) not in applier.applied_edits] or edits
         raise PlanMismatch("a planned edit was not applied exactly once", missed[0].line)
@@ -147,8 +159,8 @@ def _shifted(edits: list[Edit], splices: list[Edit]) -> list[Edit]:
     return shifted
 
 
-def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans,
-                     applier: _Applier) -> list[tuple[int, int, Callable[[], str]]]:
+def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans, applier: _Applier,
+                     text: str) -> list[tuple[int, int, Callable[[], str]]]:
     """Expression edits: the outermost nodes that change (the chain, or the call whose arguments
     change), each with its extent in the fragment and what prints it with its edits applied."""
     roots: dict[int, tuple[cst.CSTNode, tuple[str, ...]]] = {}
@@ -170,7 +182,14 @@ def _reprinted_roots(module: cst.Module, located: dict[int, Edit], spans: _Spans
     def printer(root: cst.CSTNode, quotes: tuple[str, ...]) -> Callable[[], str]:
         def reprint() -> str:
             applier.fstring_quotes = list(quotes)
-            return _print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)])
+            applier.layout.block_indent = "".join(spans.indents[id(root)])
+            applied = applier.applied
+            printed = _print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)])
+            if isinstance(root, cst.Call) and _pushed_past(text, spans.extent[id(root)], printed, applier.layout):
+                applier.applied, applier.layout.split = applied, True  # printed again, split: `_with_arguments`
+                printed = _print(module, _apply_to_root(root, applier, spans), spans.indents[id(root)])
+                applier.layout.split = False
+            return printed
         return reprint
 
     return [(*spans.extent[id(root)], printer(root, quotes)) for root, quotes in roots.values()]
@@ -349,9 +368,44 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return ".".join(reversed(parts))
 
 
+@dataclasses.dataclass
+class _Layout:
+    """What an inserted argument needs to know of the lines around it."""
+
+    line_length: int  # the formatter's
+    block_indent: str | None  # the indentation of the block around the root re-printed; None: unknown
+    indent_unit: str  # the file's own (LibCST's `default_indent`)
+    formatted: bool = False  # the project declares the formatter (`apply_plan`)
+    split: bool = False  # the call re-printed is split as the formatter splits a line too long
+
+
+# The line of a call the formatter splits at its own brackets: the statement's indentation, then nothing, `with `,
+# `return ` or an assignment to names; after the call, nothing or the `with`'s colon, then a comment or not.
+_SPLIT_HEAD = re.compile(r"[ \t]*(with |return |[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*)?")
+_SPLIT_TAIL = re.compile(r":?[ \t]*(#[^\r\n]*)?\r?")
+
+
+def _pushed_past(text: str, extent: tuple[int, int], printed: str, layout: _Layout) -> bool:
+    """Is the call at `extent`, re-printed as `printed`, the only bracket of a one-line statement that fit
+    in the line length and no longer does, in a project whose formatter splits it (black's right-hand
+    split: the last brackets of the line)?"""
+    start, end = extent
+    if not layout.formatted or "\n" in text[start:end] or "\n" in printed or "\r" in printed:
+        return False
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    head, tail = text[line_start:start], text[end:len(text) if line_end < 0 else line_end]
+    if _SPLIT_HEAD.fullmatch(head) is None or _SPLIT_TAIL.fullmatch(tail) is None:
+        return False
+    width = len(head) + len(tail.rstrip("\r"))
+    return width + (end - start) <= layout.line_length < width + len(printed)
+
+
 class _Applier(cst.CSTTransformer):
-    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int]) -> None:
+    def __init__(self, located: dict[int, Edit], extent: dict[int, tuple[int, int]], starts: list[int],
+                 layout: _Layout) -> None:
         super().__init__()
+        self.layout = layout
         self.located = located
         self.extent = extent
         self.starts = starts  # where the edits begin, sorted
@@ -443,7 +497,7 @@ class _Applier(cst.CSTTransformer):
         if edit is None or edit.call is None:
             return updated_node
         device = self.expression(edit.call.device, self.located[id(original_node.func)].line)
-        return updated_node.with_changes(args=_edit_arguments(updated_node, edit.call, device))
+        return _with_arguments(updated_node, edit.call, device, self.layout)
 
     def partial_device(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         """`functools.partial(<name>, k=v)` -> `functools.partial(<new name>, <device>, k=v)`."""
@@ -590,9 +644,88 @@ class _Requote(cst.CSTTransformer):
         return updated_node.with_changes(value=f"{self.quote}{value}{self.quote}")
 
 
-def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression) -> list[cst.Arg]:
+def _with_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression, layout: _Layout) -> cst.Call:
+    """The call with its arguments edited. Where the arguments were split off only to end the line
+    (`f(\n    x\n)`, black's layout of a line too long, with no trailing comma: `_hugged`), the new one joins
+    their line if it fits in the line length, as black would put it; else it has a line of its own. A call
+    with no argument whose `(` ends its line (split to hold a comment after the `)`) gets its argument on
+    a line of its own after the `(`, one indentation deeper than the `)`. A one-line call the formatter splits
+    (`_pushed_past`, `layout.split`) is split as it splits it (`_split`)."""
+    whitespace = call.whitespace_before_args
+    if layout.split:
+        return _split(call, edit, device_value, layout)
+    if not call.args and isinstance(whitespace, cst.ParenthesizedWhitespace):
+        inner = whitespace.with_changes(last_line=cst.SimpleWhitespace(whitespace.last_line.value + layout.indent_unit))
+        closing = cst.ParenthesizedWhitespace(indent=whitespace.indent, last_line=whitespace.last_line)
+        args = _edit_arguments(call, edit, device_value, cst.SimpleWhitespace(" "))
+        args[-1] = args[-1].with_changes(whitespace_after_arg=closing)
+        return call.with_changes(whitespace_before_args=inner, args=args)
+    if _hugged(call) and layout.block_indent is not None:  # (unknown in a fragment re-printed whole)
+        joined = _edit_arguments(call, edit, device_value, cst.SimpleWhitespace(" "))
+        width = _line_width(whitespace, joined, layout)
+        if width is not None and width <= layout.line_length:
+            return call.with_changes(args=joined)
+        if width is not None:
+            return call.with_changes(args=_one_a_line(joined, whitespace))
+    return call.with_changes(args=_edit_arguments(call, edit, device_value, _argument_separator(call)))
+
+
+def _split(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression, layout: _Layout) -> cst.Call:
+    """A one-line call split as black splits a line too long at its last brackets: the arguments on a line
+    of their own one indentation deeper, the `)` back at the statement's indentation; one a line with a
+    trailing comma where they do not fit there either."""
+    inner = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(layout.indent_unit))
+    closing = cst.ParenthesizedWhitespace(indent=True, last_line=cst.SimpleWhitespace(""))
+    hugged = call.with_changes(whitespace_before_args=inner, args=[
+        *call.args[:-1], call.args[-1].with_changes(whitespace_after_arg=closing)] if call.args else [])
+    joined = _edit_arguments(hugged, edit, device_value, cst.SimpleWhitespace(" "))
+    if not call.args:
+        joined[-1] = joined[-1].with_changes(whitespace_after_arg=closing)
+    width = _line_width(inner, joined, layout)
+    if width is None or width <= layout.line_length:
+        return hugged.with_changes(args=joined)
+    return hugged.with_changes(args=_one_a_line(joined, inner))
+
+
+def _one_a_line(args: list[cst.Arg], before: cst.BaseParenthesizableWhitespace) -> list[cst.Arg]:
+    """Hugged arguments too long for their line, as black lays them out: one a line, at the indentation of
+    the first, with a trailing comma, the `)` where it was."""
+    assert isinstance(before, cst.ParenthesizedWhitespace)  # `_hugged` said so
+    line = cst.ParenthesizedWhitespace(indent=before.indent, last_line=before.last_line)
+    laid = [arg.with_changes(comma=cst.Comma(whitespace_after=line)) for arg in args[:-1]]
+    last = args[-1]
+    return [*laid, last.with_changes(comma=cst.Comma(whitespace_after=last.whitespace_after_arg),
+                                     whitespace_after_arg=cst.SimpleWhitespace(""))]
+
+
+def _hugged(call: cst.Call) -> bool:
+    """`f(\n    a, b\n)`: the arguments on one line of their own, no comment, no trailing comma."""
+    args, before = call.args, call.whitespace_before_args
+    if not args or not isinstance(before, cst.ParenthesizedWhitespace) or before.first_line.comment is not None:
+        return False
+    last, closing = args[-1], args[-1].whitespace_after_arg
+    between = [arg.comma.whitespace_after for arg in args[:-1] if isinstance(arg.comma, cst.Comma)]
+    return isinstance(last.comma, MaybeSentinel) and isinstance(closing, cst.ParenthesizedWhitespace) \
+        and closing.first_line.comment is None \
+        and len(between) == len(args) - 1 and all(isinstance(w, cst.SimpleWhitespace) for w in between)
+
+
+def _line_width(before: cst.BaseParenthesizableWhitespace, args: list[cst.Arg], layout: _Layout) -> int | None:
+    """The width of the arguments' line after the `(`; None where they do not make one line (an argument
+    spans lines: left as it was laid out) or the indentation around is not known."""
+    if layout.block_indent is None or not isinstance(before, cst.ParenthesizedWhitespace):
+        return None
+    printer = cst.Module(body=[])
+    text = "".join(printer.code_for_node(arg) for arg in args[:-1])
+    text += printer.code_for_node(args[-1].with_changes(whitespace_after_arg=cst.SimpleWhitespace("")))
+    if "\n" in text or "\r" in text:
+        return None
+    return len((layout.block_indent if before.indent else "") + before.last_line.value) + len(text)
+
+
+def _edit_arguments(call: cst.Call, edit: CallEdit, device_value: cst.BaseExpression,
+                    separator: cst.BaseParenthesizableWhitespace) -> list[cst.Arg]:
     args = list(call.args)
-    separator = _argument_separator(call)
     # Positional arguments, `*args` included, come before any keyword: the device keyword goes after them.
     positional_count = sum(1 for a in args if a.keyword is None and a.star != "**")
     for i, name in enumerate(edit.keywords_for_positionals):

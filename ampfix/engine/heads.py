@@ -34,8 +34,13 @@ def head_insertion(tree: ast.Module, index: SourceIndex, groups: list[tuple[int,
                    statements: tuple[str, ...]) -> tuple[int, str]:
     """Where the statements go and their text: on the lines after the docstring and imports that open the
     module (before its first statement when nothing opens it, after the comments above that statement), in
-    the file's first line break. Decided here only; `ampfix.engine.apply` inserts the text as it stands."""
-    at = _after_opening(tree, index, groups)
+    the file's first line break. A statement that is not an import gets a blank line above it where imports
+    or a docstring stand there (PEP 8; black and isort put it back otherwise). Decided here only;
+    `ampfix.engine.apply` inserts the text as it stands."""
+    at, opened = _after_opening(tree, index, groups)
+    first_other = next((i for i, text in enumerate(statements) if not text.startswith(("import ", "from "))), None)
+    if first_other is not None and (first_other > 0 or opened):
+        statements = (*statements[:first_other], "", *statements[first_other:])
     source = index.text
     newline = _first_line_break(source)
     if at == len(source) and source and not source.endswith(("\n", "\r")):
@@ -43,8 +48,9 @@ def head_insertion(tree: ast.Module, index: SourceIndex, groups: list[tuple[int,
     return at, "".join(statement + newline for statement in statements)
 
 
-def _after_opening(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]]) -> int:
-    """The offset after the line groups that hold only the module's opening docstring and imports."""
+def _after_opening(tree: ast.Module, index: SourceIndex, groups: list[tuple[int, int]]) -> tuple[int, bool]:
+    """The offset after the line groups that hold only the module's opening docstring and imports, and
+    whether there are any."""
     opening = [True] * len(groups)
     starts = [start for start, _ in groups]
     for i, stmt in enumerate(tree.body):
@@ -58,7 +64,7 @@ def _after_opening(tree: ast.Module, index: SourceIndex, groups: list[tuple[int,
                                                        if index.line_start(s.lineno) < groups[group][1]) > 1:
             opening[group] = False  # a docstring sharing its line with another statement is not alone
     first_other = next((i for i, flag in enumerate(opening) if not flag), len(groups))
-    return groups[first_other - 1][1] if first_other else groups[0][0]
+    return (groups[first_other - 1][1], True) if first_other else (groups[0][0], False)
 
 
 def _first_line_break(source: str) -> str:

@@ -3,10 +3,14 @@
 A library that declares `torch>=2.0` must keep working on torch 2.0 after a rewrite, so its target
 torch is that floor, as ruff reads `requires-python`. The project of a file is the nearest folder
 above it that holds `pyproject.toml`, `setup.py`, `setup.cfg` or a `requirements*.txt` (a monorepo gets
-one target per project); the search stops at a repository root. Within that folder the requirement
-is read from, in this order: `[project].dependencies` (and `[project].optional-dependencies`, whose
-extras install the same package for the same users), then `requirements*.txt`, then a literal
-`install_requires` in `setup.py` or `setup.cfg`.
+one target per project); the search stops at a repository root. Within that folder the package's own
+metadata comes first, since it is what pip enforces on everyone who installs the package:
+`[project].dependencies` (and `[project].optional-dependencies`, whose extras install the same package
+for the same users), then a literal `install_requires` in `setup.py`, then in `setup.cfg`; only then
+`requirements*.txt`, which describe an environment (a CI job, a developer's machine), not a promise.
+The first of them that gives a floor wins. One that names torch with no lower bound (`torch`) does
+not end the search: a requirements file that pins the environment's torch still holds back what that
+torch lacks; with no floor anywhere, the first such requirement is the one reported.
 
 The floor is the lowest release every specifier allows (`>=2.0,<3` -> 2.0, `~=2.2` -> 2.2,
 `==2.1.*` -> 2.1, `>2.0` -> 2.0, since 2.0.1 is allowed). Several torch requirements (one per
@@ -114,12 +118,14 @@ def _project_requirement(folder: Path) -> DeclaredTorch | None:
     requirements = sorted(folder.glob("requirements*.txt"))
     if not requirements and not any((folder / name).is_file() for name in PROJECT_FILES):
         return None
+    # The package's metadata first (what pip enforces), then the environments' requirements files.
     readers = [
         (folder / "pyproject.toml", _from_pyproject),
-        *[(path, _from_requirements_txt) for path in requirements],
         (folder / "setup.py", _from_setup_py),
         (folder / "setup.cfg", _from_setup_cfg),
+        *[(path, _from_requirements_txt) for path in requirements],
     ]
+    unbounded = NOTHING_DECLARED  # the first requirement naming torch with no lower bound
     for path, reader in readers:
         if not path.is_file():
             continue
@@ -130,9 +136,11 @@ def _project_requirement(folder: Path) -> DeclaredTorch | None:
                 return DeclaredTorch(None, path, f"cannot be read ({type(error).__name__}: {error})")
             continue
         found = floor_of_requirements(lines, path)
-        if found is not NOTHING_DECLARED:
+        if found.floor is not None or found.problem is not None:
             return found
-    return NOTHING_DECLARED
+        if unbounded is NOTHING_DECLARED:
+            unbounded = found
+    return unbounded
 
 
 def floor_of_requirements(lines: list[str], source: Path) -> DeclaredTorch:

@@ -192,6 +192,11 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         return _error(path, error.message, error.code), data
     inferred = options.target_torch is None
     options, target = targeted(path, options)
+    if mode != "check":  # only a rewrite lays out lines
+        from ampfix.io.formatter import formatter_of_file
+
+        formatter = formatter_of_file(path)
+        options = dataclasses.replace(options, line_length=formatter.line_length, formatted=formatter.declared)
     engine = check_source if mode == "check" else fix_source
     converted = decoded.converted(engine(decoded.source, options, project_modules(path)))
     findings = converted.findings

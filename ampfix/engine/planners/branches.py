@@ -234,8 +234,9 @@ def _runs_message(context: ModuleContext, runs: _Branch, chain: _Chain) -> str:
 
 
 def _reprinted_lines(context: ModuleContext, edits: tuple[Edit, ...], chains: list[_Chain]) -> frozenset[int]:
-    """The continuation lines of the calls another edit re-prints (`ampfix.engine.apply`): they lie inside
-    brackets, where indentation means nothing, and are left as they are."""
+    """The continuation lines of the calls another edit re-prints (`ampfix.engine.apply`): no splice may
+    cross a re-printed call, so they are left to the applier, which keeps them against their bracket
+    (`ampfix.engine.continuation`)."""
     calls = [node for chain in chains for node in ast.walk(chain.node) if isinstance(node, ast.Call)]
     found: set[int] = set()
     for call in calls:
