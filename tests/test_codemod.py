@@ -45,7 +45,8 @@ def test_libcsts_codemod_cli_writes_what_ampfix_rewrite_writes(tmp_path: Path):
     assert _tree(by_codemod) == _tree(by_ampfix)
     assert _tree(by_codemod) != {path.name: path.read_bytes() for path in sorted(FIXTURES)}  # it did change them
     assert ("WARNING: 29:20: AMP001 `torch.cuda.amp.autocast` is referenced without a call; its calls cannot be "
-            'given the device here; functools.partial(torch.amp.autocast, "cuda", dtype=th.float16, '
+            "given the device here; `DEFAULT_AUTOCAST` is bound at the top of a module or class on line 29, where "
+            'another module may read it; functools.partial(torch.amp.autocast, "cuda", dtype=th.float16, '
             "cache_enabled=True) keeps the old defaults, and a call that passes arguments by position raises "
             "TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes)\n") in run.stderr
     assert "Transformed 4 files successfully." in run.stderr
@@ -83,4 +84,5 @@ def test_it_reads_the_module_it_is_given_so_it_composes_with_other_codemods(tmp_
     left = Migrate(context).transform_module(cst.parse_module("import torch\nS = torch.cuda.amp.GradScaler\n"))
     assert left.code == "import torch\nS = torch.cuda.amp.GradScaler\n"
     assert context.warnings == ["2:5: AMP002 `torch.cuda.amp.GradScaler` is referenced without a call; its calls "
-                                "cannot be given the device here (an unsafe fix exists: --unsafe-fixes)"]
+                                "cannot be given the device here; `S` is bound at the top of a module or class on "
+                                "line 2, where another module may read it (an unsafe fix exists: --unsafe-fixes)"]

@@ -31,6 +31,9 @@ FORMATTER_LEFT = {
     "autocast/nested_same_function": "a one-line call pushed past 88 columns",
     "unsafe_fixes/autocast_reference_keyword_call": "a one-line call pushed past 88 columns",
     "apex/parallel_rewritten": "a one-line call pushed past 88 columns (the apex.parallel rewrite)",
+    # the old-defaults partial that replaces a followed reference (issue 29) is written on one line, never split
+    "autocast/reference_followed_through_an_argument": "the partial written for a reference is past 88 columns",
+    "autocast/reference_followed_through_self": "the partial written for a reference is past 88 columns",
     # the apex O1 rewrite's own text
     "apex/condition_else_with_comments": "comments of a removed `if` keep its body's indentation",
     "apex/o1_script_resumes": "the added GradScaler state helper is one line too long",
