@@ -81,6 +81,8 @@ def test_what_a_gpu_refuses_is_refused_with_its_message_and_what_it_allows_runs(
         "cuda:2 of two GPUs: RuntimeError: CUDA error: invalid device ordinal",
         "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
         "incorrect.",
+        "with torch.cuda.device(0): ok cuda:0",
+        "after the with block: ok cuda:1",
     ]
     refused = [(item["line"], item["message"]) for item in refusals_run.report["gpu_refusals"]]
     assert refused == [
