@@ -29,6 +29,7 @@ import torch
 from ampfix.runner.boundaries import FailsOnTheGpuToo
 from ampfix.runner.gpu_memory import GpuMemory, GpuOutOfMemory
 from ampfix.runner.observe import Recorder
+from ampfix.runner.patching import replace
 from ampfix.runner.sites import find_site
 
 CPU = "cpu"
@@ -300,8 +301,6 @@ def install_gradient_marks(devices: DeviceModel) -> None:
     gradient is marked with its parameter's device, so the GPU's memory counts it as a GPU's would.
 
     The parameters are the ``nn.Parameter`` objects alive in the process (a weak set: a dropped model's go)."""
-    from ampfix.runner.patching import replace
-
     parameters: weakref.WeakSet[Any] = weakref.WeakSet()
     parameter_class = torch.nn.Parameter
     original_new = parameter_class.__new__
