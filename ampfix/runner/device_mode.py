@@ -201,7 +201,7 @@ class CudaOnCpuMode(TorchFunctionMode):
         tensor, rest = args[0], list(args[1:])
         target = None
         if rest and isinstance(rest[0], _Tensor):
-            target = self.devices.as_read(rest[0])
+            target = self.devices.read(rest[0]) or CPU
         elif kwargs.get("device") is not None:
             target = self.devices.resolve(kwargs["device"])
             if target is not None:
@@ -244,7 +244,8 @@ class CudaOnCpuMode(TorchFunctionMode):
 
     def _type_as(self, args: tuple, kwargs: dict) -> Any:
         tensor, other = args[0], args[1]
-        return self._move(tensor, self.devices.as_read(other), lambda copy: _TENSOR_TO(tensor, other.dtype, copy=copy))
+        target = self.devices.read(other) or CPU
+        return self._move(tensor, target, lambda copy: _TENSOR_TO(tensor, other.dtype, copy=copy))
 
     # -- reads ---------------------------------------------------------------------------------
 

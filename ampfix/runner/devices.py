@@ -168,9 +168,6 @@ class DeviceModel:
     def of_storage(storage: Any) -> str | None:
         return getattr(getattr(storage, "_untyped_storage", storage), _MARK, None)
 
-    def as_read(self, tensor: Any) -> str:
-        return self.of(tensor) or CPU
-
     def place(self, result: Any, device: str) -> None:
         """Mark the storages of a call's result that have no device yet (new ones: views keep theirs)."""
         if isinstance(result, _Tensor):
@@ -200,8 +197,7 @@ class DeviceModel:
                 # Not at exit: the storages the script still holds then are its memory at exit.
                 weakref.finalize(storage, self.memory.free, index, block).atexit = False
         setattr(storage, _MARK, device)
-        if device not in self.used:
-            self.used.add(device)
+        self.used.add(device)
 
     def place_unmarked(self, value: Any, device: str) -> None:
         """Mark every tensor in a (nested) batch that has no device yet: a DataLoader's, a queue's."""
@@ -260,7 +256,8 @@ class DeviceModel:
 
     def read(self, tensor: Any) -> str | None:
         """The device a read of ``tensor`` answers: its mark, or, for a tensor made inside the running call and
-        not marked yet (autograd's pack hooks read it there), that call's device."""
+        not marked yet (autograd's pack hooks read it there), that call's device; None: the real one (the CPU).
+        Every read goes through here: ``x.device``, ``x.to(other)``, ``isinstance(x, torch.cuda.FloatTensor)``."""
         return self.of(tensor) or getattr(self._local, "making", None)
 
     def for_new_tensors(self) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.devices import DeviceModel
+from ampfix.runner.devices import CPU, DeviceModel
 from ampfix.runner.observe import Recorder
 from ampfix.runner.patching import replace
 from ampfix.runner.sites import asked_by_torch, find_site
@@ -271,7 +271,7 @@ class _LegacyCudaType(type):
     def __instancecheck__(cls, instance: Any) -> bool:
         return (
             isinstance(instance, torch.Tensor)
-            and cls.devices.as_read(instance) != "cpu"
+            and (cls.devices.read(instance) or CPU) != CPU
             and instance.dtype == cls.cpu_type.dtype
         )
 

@@ -114,9 +114,6 @@ class DeviceMemory:
 class GpuOutOfMemory(Exception):
     """Raised by :meth:`GpuMemory.allocate` past the GPU's size; :mod:`devices` raises torch's own error."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-
 
 class GpuMemory:
     """The caching allocator's counters for each emulated GPU, and its refusal past the GPU's size."""
