@@ -73,7 +73,7 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
                                              ("apex_init_trainer", False), ("apex_init_trainer_step", True),
                                              ("apex_optimizers", False), ("apex_setup_box", False),
                                              ("apex_condition_key", False), ("apex_objectives", False),
-                                             ("apex_clip_helpers", False)])
+                                             ("apex_clip_helpers", False), ("apex_single_file", False)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
@@ -194,6 +194,17 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
 
 
 @pytest.mark.parametrize(("case", "code", "reason"), [
+    # the issue's single-file shape (`if args.fp16: initialize` beside a module-level import), told apart
+    ("condition_module_import_other_flag", "AMP101",
+     "not rewritten: the scale_loss on line 16 is under `if args.amp:`, not under initialize's condition `args.fp16`: "
+     "a scaler enabled by that condition would not mean the same there"),
+    ("condition_module_import_changed_by_a_helper", "AMP101",
+     "not rewritten: `args.fp16`, the condition of initialize, may be changed on line 10 (the scaler and the "
+     "autocast there would disagree)"),
+    ("condition_module_import_scale_loss_unguarded", "AMP101",
+     "not rewritten: the scale_loss on line 15 is not under `if args.fp16:`, initialize's condition: where it is "
+     "false apex raised there (\"amp.initialize(...) must be called before `with amp.scale_loss`\"), and a disabled "
+     "scaler would train on"),
     ("optional_flag_also_from_args", "AMP101",
      NOT_AVAILABILITY + "`mixed_precision` is set on line 12 to something other than whether apex imported"),
     ("optional_scale_loss_without_else", "AMP101",
