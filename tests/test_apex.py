@@ -776,3 +776,42 @@ def test_an_opt_level_that_is_not_a_literal_names_what_the_runs_it_may_be_lose(
     assert initialize.fixed and initialize.line == 12
     assert _O2_O3 in initialize.message
     assert (_O0 in initialize.message) is names_o0
+
+
+SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"
+_SHARED = ("(apex's loss scaler was one for the process, so the halves are one set-up; one torch.amp.GradScaler the "
+           "modules share is not made, docs/apex.md: rewriting one module would leave the other calling apex)")
+
+
+def test_half_a_set_up_names_the_other_half_in_the_project(tmp_path: Path, monkeypatch):
+    """fixtures/projects/apex_split_set_up (farm's shape: initialize in a helper of one module, scale_loss in a trainer
+    of another): each half's finding names the other's place, found through the project's modules, also where the
+    file is checked alone (a pre-commit hook); nothing is rewritten, --unsafe-fixes neither."""
+    root = tmp_path / "split"
+    shutil.copytree(SPLIT, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    lines = CliRunner().invoke(app, ["check", "."]).stdout.splitlines()
+    initialize = [line for line in lines if " AMP101 " in line]
+    scale_loss = [line for line in lines if " AMP102 " in line]
+    assert [line.split(": ")[0] for line in (*initialize, *scale_loss)] == ["pkg/setup.py:9:28", "pkg/train.py:15:18"]
+    assert initialize[0].endswith(
+        "not rewritten: initialize with no scale_loss beside it: the backward passes are elsewhere (another module, "
+        "or inference only), where the scaler it becomes cannot reach; the other half of the set-up is in the "
+        f"project: apex.amp.scale_loss at pkg/train.py:15 {_SHARED}; suggested: scaler = torch.amp.GradScaler(\"cuda\"); "
+        "torch.autocast(\"cuda\", dtype=torch.float16) around every forward pass and loss (training and evaluation)")
+    assert f"the other half of the set-up is in the project: apex.amp.initialize at pkg/setup.py:9 {_SHARED}" \
+        in scale_loss[0]
+    alone = CliRunner().invoke(app, ["check", "pkg/train.py"]).stdout.splitlines()
+    assert [line for line in alone if " AMP102 " in line] == scale_loss
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1  # findings left, none fixed
+    for path in sorted(SPLIT.rglob("*.py")):
+        assert (root / path.relative_to(SPLIT)).read_bytes() == path.read_bytes(), path
+    # the step half alone in its project: the rest is reached otherwise, or is its callers'
+    (root / "pkg" / "setup.py").unlink()
+    (root / "pkg" / "train.py").write_text((SPLIT / "pkg" / "train.py").read_text().replace(
+        "from pkg.setup import initialize_optimizer\n", ""))
+    alone = CliRunner().invoke(app, ["check", "pkg/train.py"]).stdout
+    assert ("; no other module of the project names apex.amp.initialize through its imports: the rest of the set-up "
+            "is reached otherwise (an `amp` handed in as an argument, as Lightning's `configure_apex(amp, ...)`) or is "
+            "its callers', outside the project; suggested:") in alone
