@@ -201,6 +201,9 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("condition_module_import_changed_by_a_helper", "AMP101",
      "not rewritten: `args.fp16`, the condition of initialize, may be changed on line 10 (the scaler and the "
      "autocast there would disagree)"),
+    ("condition_module_import_global_rebound", "AMP101",
+     "not rewritten: `USE_AMP`, the condition of initialize, may be changed on line 9 (the scaler and the autocast "
+     "there would disagree)"),
     ("condition_module_import_scale_loss_unguarded", "AMP101",
      "not rewritten: the scale_loss on line 15 is not under `if args.fp16:`, initialize's condition: where it is "
      "false apex raised there (\"amp.initialize(...) must be called before `with amp.scale_loss`\"), and a disabled "
