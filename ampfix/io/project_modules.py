@@ -238,12 +238,12 @@ def _uses(root: Path, qname: str) -> list[tuple[str, Path]]:
             continue
         try:
             tree = ast.parse(data)
+            walker = Walker()
+            walker.statements(tree.body, walker.module_scope)
         except (SyntaxError, ValueError, RecursionError):
             continue
-        walker = Walker()
-        walker.statements(tree.body, walker.module_scope)
-        for chain in walker.chains:
-            resolved = resolve(chain.node, chain.scope) if chain.parts[-1] == last.decode() else None
+        for chain in walker.chains:  # every dotted name: `from apex.amp import scale_loss as sl; sl(...)` too
+            resolved = resolve(chain.node, chain.scope)
             if resolved is not None and resolved.qname == qname:
                 found.append((f"{_shown(path)}:{chain.node.lineno}", path))
     return found
