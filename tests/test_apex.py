@@ -73,7 +73,7 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
                                              ("apex_init_trainer", False), ("apex_init_trainer_step", True),
                                              ("apex_optimizers", False), ("apex_setup_box", False),
                                              ("apex_condition_key", False), ("apex_objectives", False),
-                                             ("apex_clip_helpers", False)])
+                                             ("apex_clip_helpers", False), ("apex_single_file", False)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
@@ -194,6 +194,20 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
 
 
 @pytest.mark.parametrize(("case", "code", "reason"), [
+    # the issue's single-file shape (`if args.fp16: initialize` beside a module-level import), told apart
+    ("condition_module_import_other_flag", "AMP101",
+     "not rewritten: the scale_loss on line 16 is under `if args.amp:`, not under initialize's condition `args.fp16`: "
+     "a scaler enabled by that condition would not mean the same there"),
+    ("condition_module_import_changed_by_a_helper", "AMP101",
+     "not rewritten: `args.fp16`, the condition of initialize, may be changed on line 10 (the scaler and the "
+     "autocast there would disagree)"),
+    ("condition_module_import_global_rebound", "AMP101",
+     "not rewritten: `USE_AMP`, the condition of initialize, may be changed on line 9 (the scaler and the autocast "
+     "there would disagree)"),
+    ("condition_module_import_scale_loss_unguarded", "AMP101",
+     "not rewritten: the scale_loss on line 15 is not under `if args.fp16:`, initialize's condition: where it is "
+     "false apex raised there (\"amp.initialize(...) must be called before `with amp.scale_loss`\"), and a disabled "
+     "scaler would train on"),
     ("optional_flag_also_from_args", "AMP101",
      NOT_AVAILABILITY + "`mixed_precision` is set on line 12 to something other than whether apex imported"),
     ("optional_scale_loss_without_else", "AMP101",
@@ -765,3 +779,42 @@ def test_an_opt_level_that_is_not_a_literal_names_what_the_runs_it_may_be_lose(
     assert initialize.fixed and initialize.line == 12
     assert _O2_O3 in initialize.message
     assert (_O0 in initialize.message) is names_o0
+
+
+SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"
+_SHARED = ("(apex's loss scaler was one for the process, so the halves are one set-up; one torch.amp.GradScaler the "
+           "modules share is not made, docs/apex.md: rewriting one module would leave the other calling apex)")
+
+
+def test_half_a_set_up_names_the_other_half_in_the_project(tmp_path: Path, monkeypatch):
+    """fixtures/projects/apex_split_set_up (farm's shape: initialize in a helper of one module, scale_loss in a trainer
+    of another): each half's finding names the other's place, found through the project's modules, also where the
+    file is checked alone (a pre-commit hook); nothing is rewritten, --unsafe-fixes neither."""
+    root = tmp_path / "split"
+    shutil.copytree(SPLIT, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    lines = CliRunner().invoke(app, ["check", "."]).stdout.splitlines()
+    initialize = [line for line in lines if " AMP101 " in line]
+    scale_loss = [line for line in lines if " AMP102 " in line]
+    assert [line.split(": ")[0] for line in (*initialize, *scale_loss)] == ["pkg/setup.py:9:28", "pkg/train.py:15:18"]
+    assert initialize[0].endswith(
+        "not rewritten: initialize with no scale_loss beside it: the backward passes are elsewhere (another module, "
+        "or inference only), where the scaler it becomes cannot reach; the other half of the set-up is in the "
+        f"project: apex.amp.scale_loss at pkg/train.py:15 {_SHARED}; suggested: scaler = torch.amp.GradScaler(\"cuda\"); "
+        "torch.autocast(\"cuda\", dtype=torch.float16) around every forward pass and loss (training and evaluation)")
+    assert f"the other half of the set-up is in the project: apex.amp.initialize at pkg/setup.py:9 {_SHARED}" \
+        in scale_loss[0]
+    alone = CliRunner().invoke(app, ["check", "pkg/train.py"]).stdout.splitlines()
+    assert [line for line in alone if " AMP102 " in line] == scale_loss
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1  # findings left, none fixed
+    for path in sorted(SPLIT.rglob("*.py")):
+        assert (root / path.relative_to(SPLIT)).read_bytes() == path.read_bytes(), path
+    # the step half alone in its project: the rest is reached otherwise, or is its callers'
+    (root / "pkg" / "setup.py").unlink()
+    (root / "pkg" / "train.py").write_text((SPLIT / "pkg" / "train.py").read_text().replace(
+        "from pkg.setup import initialize_optimizer\n", ""))
+    alone = CliRunner().invoke(app, ["check", "pkg/train.py"]).stdout
+    assert ("; no other module of the project names apex.amp.initialize through its imports: the rest of the set-up "
+            "is reached otherwise (an `amp` handed in as an argument, as Lightning's `configure_apex(amp, ...)`) or is "
+            "its callers', outside the project; suggested:") in alone

@@ -28,3 +28,10 @@ class ProjectModules(Protocol):
         """Where other files of the project take `name` from the file asked about (`from <it> import <name>`), as
         `path:line`; empty where none does, or where the project cannot be read."""
         ...
+
+    def uses(self, qname: str) -> tuple[str, ...]:
+        """Where other files of the project use the qualified name `qname` (a dotted name resolved through each
+        file's own imports, scope by scope: `from apex import amp; amp.initialize(...)`), as `path:line`, the
+        files sharing most folders with the file asked about first; empty where none does, or where the project
+        cannot be read."""
+        ...

@@ -36,6 +36,8 @@ _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
 # project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
 _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
+# (project root, qualified name) -> [(where, the file)]: its uses in the project's files, one walk per question.
+_used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
 
 
 class FileModules:
@@ -55,6 +57,17 @@ class FileModules:
             return ()
         root = self.root or _project_root(me)
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
+
+    def uses(self, qname: str) -> tuple[str, ...]:
+        try:
+            me = self.path.resolve()
+        except OSError:
+            return ()
+        root = self.root or _project_root(me)
+        found = [(where, path.resolve()) for where, path in _uses(root, qname)]
+        # nearest first: the most folders shared with this file (espnet2's trainer: espnet2's task before espnet's)
+        nearest = sorted((-_shared(me, path), where) for where, path in found if path != me)
+        return tuple(where for _, where in nearest)
 
 
 def project_modules(path: Path) -> FileModules | None:
@@ -195,6 +208,47 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
     return index
 
 
+def _shared(one: Path, other: Path) -> int:
+    """How many leading folders the two paths share."""
+    shared = 0
+    for a, b in zip(one.parent.parts, other.parent.parts):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def _uses(root: Path, qname: str) -> list[tuple[str, Path]]:
+    """The uses of `qname` in the project's files, resolved as the engine resolves a file's names (the walk's dotted
+    names, through the one resolver). The bytes pick the files to parse (both the package's name and the last part
+    of `qname` appear); the parse decides. Asked only by files that hold half of something (apex's set-up)."""
+    found = _used.get((root, qname))
+    if found is not None:
+        return found
+    found = _used[(root, qname)] = []
+    package, last = qname.split(".")[0].encode(), qname.rsplit(".", 1)[-1].encode()
+    from ampfix.syntax.bindings import Walker, resolve
+
+    for path in _project_files(root):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if package not in data or last not in data:
+            continue
+        try:
+            tree = ast.parse(data)
+            walker = Walker()
+            walker.statements(tree.body, walker.module_scope)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        for chain in walker.chains:  # every dotted name: `from apex.amp import scale_loss as sl; sl(...)` too
+            resolved = resolve(chain.node, chain.scope)
+            if resolved is not None and resolved.qname == qname:
+                found.append((f"{_shown(path)}:{chain.node.lineno}", path))
+    return found
+
+
 def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool:
     """May this `from M import ...` line take an asked name from a module of the project? Not from the package
     itself (`from torch.cuda.amp import autocast`); a line continued by a backslash or holding another statement
@@ -225,6 +279,7 @@ def forget() -> None:
     """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
     sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
     _indexed.clear()
+    _used.clear()
 
 
 def _project_files(root: Path):

@@ -86,6 +86,8 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
+        if type(rewritten) is str:
+            rewritten += _other_half(analysis, {rule.code for *_, rule in uses})
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
@@ -107,6 +109,29 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
     _report_named_modules(analysis)
     if _may_hold_settings(analysis):
         _report_settings(analysis)
+
+
+def _other_half(analysis: ApexModule, used: set[str]) -> str:
+    """Where a module holds half of apex's set-up (scale_loss and no initialize, or initialize and no scale_loss;
+    `used`: the codes of the rules its uses fall under), the other half's places in the project's other modules, or
+    that none names it: apex's loss scaler was process-wide, so the two halves were one set-up (docs/apex.md,
+    *Set-ups split across modules*). "" where the module holds both or neither, or no project can be read."""
+    project = analysis.context.project
+    if project is None or (rules.INITIALIZE.code in used) == (rules.SCALE_LOSS.code in used):
+        return ""
+    missing = rules.SCALE_LOSS if rules.INITIALIZE.code in used else rules.INITIALIZE
+    places = project.uses(missing.title)
+    if not places:
+        return (f"; no other module of the project names {missing.title} through its imports: the rest of the set-up "
+                "is reached otherwise (an `amp` handed in as an argument, as Lightning's `configure_apex(amp, ...)`) "
+                "or is its callers', outside the project")
+    shown = ", ".join(places[:_PLACES]) + (f" and {len(places) - _PLACES} more" if len(places) > _PLACES else "")
+    return (f"; the other half of the set-up is in the project: {missing.title} at {shown} (apex's loss scaler was "
+            "one for the process, so the halves are one set-up; one torch.amp.GradScaler the modules share is not "
+            "made, docs/apex.md: rewriting one module would leave the other calling apex)")
+
+
+_PLACES = 3  # the other half's places named, at most
 
 
 def _plan_rewrite(analysis: ApexModule,

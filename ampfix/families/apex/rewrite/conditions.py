@@ -27,8 +27,13 @@ def _initialize_guard(tree: _Tree, init: ast.stmt, init_use: AmpUse, enabled: as
         if enabled is not None:
             raise NotMechanical("initialize under a flag has an `enabled=` of its own")
         return guard, flag, (), flag
-    if optional is None or not isinstance(guard, ast.If):
+    if not isinstance(guard, ast.If):
         return init, enabled, (), None
+    if optional is None:
+        # `if args.fp16: initialize(...)` beside a plain module-level import: COND decides as where the import is
+        # local to the `if` (apex.amp is bound either way; only initialize is conditional)
+        statement, enabled, condition = _local_guard(tree, init, init, enabled, checks)
+        return statement, enabled, (), condition
     if checks.strip(guard.body) != [init] or guard.orelse:
         raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
     if enabled is not None:
@@ -260,6 +265,29 @@ def _run_from(tree: _Tree, function: ast.AST, line: int) -> list[ast.AST]:
                 seen.add(id(callee))
                 found.extend(ast.walk(callee))
     return found
+
+
+def _stable_in_callees(tree: _Tree, condition: ast.expr, function: ast.AST) -> None:
+    """The condition (`args.fp16`, `use_amp`) means the same at the scaler and at every autocast where nothing run
+    from initialize's `if` on (its function, and the module's functions and methods it calls by name, transitively)
+    rebinds its root name through `global`/`nonlocal`, nor, for an attribute chain, stores an attribute of that name
+    or sets or deletes one by that name (`setattr(a, "fp16", ...)`): a helper given `args` may switch it. Code of
+    other modules given the object cannot be seen, as for a config key."""
+    root = condition
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    root_name = root.id if isinstance(root, ast.Name) else ""
+    attribute = condition.attr if isinstance(condition, ast.Attribute) else None
+    for node in _run_from(tree, function, condition.lineno):
+        rebound = isinstance(node, (ast.Global, ast.Nonlocal)) and root_name in node.names
+        stored = attribute is not None and isinstance(node, ast.Attribute) and node.attr == attribute \
+            and not isinstance(node.ctx, ast.Load)
+        named = (attribute is not None and isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                 and node.func.id in ("setattr", "delattr") and len(node.args) > 1
+                 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attribute)
+        if rebound or stored or named:
+            raise NotMechanical(f"`{tree.text(condition)}`, the condition of initialize, may be changed on line "
+                                f"{getattr(node, 'lineno', 0)} (the scaler and the autocast there would disagree)")
 
 
 def _last_name(node: ast.expr) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.locations import first_line
-from ampfix.families.apex.rewrite.conditions import _availability_guard, _parameter_chain
+from ampfix.families.apex.rewrite.conditions import _availability_guard, _config_key, _parameter_chain
 from ampfix.families.apex.rewrite.shape import _call_of
 from ampfix.families.apex.rewrite.statements import (_all_optimizers, _ends_its_line, _is_optimizer, _reindentable,
                                                      _tests_condition, _whole_lines_only)
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
-from ampfix.families.apex.rewrite.tree import _last_line
+from ampfix.families.apex.rewrite.tree import _chain, _last_line
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
 
 
@@ -32,6 +32,13 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     # disabled scaler's scale() returns the loss as it is)
     kept_if = _kept_clip_pair(rw, with_node)
     guard = _flag_guard(rw, use, with_node, loss, backward) if kept_if is None else None
+    if guard is None and kept_if is None and shape.conditional_beside_import:
+        condition = shape.method_condition if shape.in_init else shape.condition
+        assert condition is not None  # _shape, _method_condition
+        raise NotMechanical(f"the scale_loss on line {with_node.lineno} is not under `if "
+                            f"{tree.text(condition)}:`, initialize's condition: where it is false apex raised "
+                            "there (\"amp.initialize(...) must be called before `with amp.scale_loss`\"), and a "
+                            "disabled scaler would train on")
     statement = guard if guard is not None else with_node
     rw.backward_statements.append(kept_if or statement)
     block, position = tree.block_of(kept_if or statement)  # a kept `if`: its forward pass is before it
@@ -88,11 +95,24 @@ def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, 
         return guard
     if not (optional is not None and isinstance(guard, ast.If) and isinstance(guard.test, ast.Name)
             and guard.body == [with_node]):
+        _other_condition(rw, guard, with_node)
         return None
     _availability_guard(guard, optional, use.ref.scope, "a scale_loss")
     _plain_backward_else(guard, with_node, loss, backward)
     rw.flags.append(guard.test.id)
     return guard
+
+
+def _other_condition(rw: _Rewrite, guard: ast.AST | None, with_node: ast.With) -> None:
+    """`if OTHER: with amp.scale_loss(...) ... else: ...` where initialize was under `if COND:` and OTHER is another
+    flag: a scaler enabled by COND would scale where OTHER is false, or not where it is true. Reported, naming both."""
+    condition = rw.shape.method_condition if rw.shape.in_init else rw.shape.condition
+    if condition is None or not (isinstance(guard, ast.If) and guard.body == [with_node] and guard.orelse
+                                 and (_chain(guard.test) or _config_key(guard.test))):
+        return
+    raise NotMechanical(f"the scale_loss on line {with_node.lineno} is under `if {rw.tree.text(guard.test)}:`, not "
+                        f"under initialize's condition `{rw.tree.text(condition)}`: a scaler enabled by that "
+                        "condition would not mean the same there")
 
 
 def _kept_clip_pair(rw: _Rewrite, with_node: ast.With) -> ast.If | None:

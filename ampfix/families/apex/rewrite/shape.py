@@ -13,6 +13,7 @@ from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, is_availability_test
 from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, _flag_assignments, _initialize_guard,
                                                      _local_guard, _local_import_statement, _stable,
+                                                     _stable_in_callees,
                                                      _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
@@ -75,6 +76,9 @@ class _Shape:
     branch_flag: ast.expr | None = None
     # initialize in a loop over list items (`_initialize_loop`): the loop, the list, the name the steps go through
     item_loop: _ItemLoop | None = None
+    # `if COND: initialize(...)` beside a module-level import (issue 29's single-file shape): apex.amp is bound
+    # where COND is false too, and apex's scale_loss raised there, so every scale_loss must be under `if COND:`
+    conditional_beside_import: bool = False
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -124,6 +128,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     condition = None
     checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
     flags: tuple[str, ...] = ()
+    conditional_beside_import = False
     import_statement_kept: ast.stmt | None = import_statement
     if conditional is not None:
         init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
@@ -140,6 +145,11 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         init_statement, enabled, flags, condition = _initialize_guard(tree, site, init_use, enabled, optional,
                                                                       checks)
         import_statement_kept = import_statement
+        conditional_beside_import = optional is None and condition is not None and not (
+            isinstance(init_statement, ast.If) and _branch_flag(init_statement, init) is not None)
+        if conditional_beside_import:  # `if args.fp16: initialize` beside the module's import
+            assert condition is not None
+            _stable_in_callees(tree, condition, tree.function_of(init_statement))
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
@@ -180,7 +190,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   opt_name, enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package,
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
-                  method_imports, method_condition, in_init, optimizers, branch_flag, item_loop)
+                  method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
+                  conditional_beside_import)
 
 
 def _line_ending(tree: _Tree, init: ast.Assign) -> str:
