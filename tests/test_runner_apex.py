@@ -48,6 +48,7 @@ JOBS: dict[str, list[str]] = {
     "init_trainer_verify": ["verify", "apex_init_trainer.py", "--rewritten", "apex_init_trainer.native.py"],
     "init_trainer_step_verify": ["verify", "apex_init_trainer_step.py", "--rewritten",
                                  "apex_init_trainer_step.native.py"],
+    "single_file_verify": ["verify", "apex_single_file.py", "--rewritten", "apex_single_file.native.py"],
     "condition_key_verify": ["verify", "apex_condition_key.py", "--rewritten", "apex_condition_key.native.py"],
     "setup_box_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py"],
     "setup_box_off_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py", "--",
@@ -242,6 +243,18 @@ def test_a_config_key_as_the_condition_verifies_as_a_flag_does(condition_key_ver
     assert report["equivalent"] is True and report["first_difference"] is None
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
     assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_a_module_import_with_initialize_under_the_flag_verifies_as_the_local_import_does(
+    single_file_verify: Job,
+) -> None:
+    """Issue 29's single-file shape: `from apex import amp` at module level, `if args.fp16: initialize` and `if
+    args.fp16: scale_loss / else: backward` in `train(args)`; the rewrite's scaler and autocast are enabled by the
+    same flag. The 4 losses are the same bit for bit."""
+    report = single_file_verify.report
+    assert single_file_verify.returncode == 0, single_file_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
 
 
 def test_a_set_up_method_with_its_flag_set_after_initialize_verifies_stage_by_stage(setup_box_verify: Job) -> None:
