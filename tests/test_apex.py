@@ -908,3 +908,15 @@ def test_the_split_rewrite_trains_as_the_apex_original_under_verify(tmp_path: Pa
     assert len(report["original"]["losses"]) == 3 and report["original"]["losses"] == report["rewritten"]["losses"]
     assert report["rewritten"]["scaler"] == {"scale": 3, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
     assert [s["enabled"] for s in report["rewritten"]["grad_scalers"]] == [False, True]
+
+
+def test_a_half_whose_other_half_is_rewritten_already_is_rewritten_alone(tmp_path: Path, monkeypatch):
+    """A half the run (another worker) or a person has written already is known by its rewritten shape: the other
+    half, given alone, is then rewritten to match (both ways round)."""
+    expected = WHOLE.parent / "apex_split_rewrite.expected"
+    for done, given in (("pkg/setup.py", "pkg/train.py"), ("pkg/train.py", "pkg/setup.py")):
+        root = _whole_split_project(tmp_path, monkeypatch, done.replace("/", "_"))
+        shutil.copy(expected / done, root / done)
+        assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", given]).exit_code == 1
+        for name in ("pkg/setup.py", "pkg/train.py"):
+            assert (root / name).read_bytes() == (expected / name).read_bytes(), (done, name)
