@@ -920,3 +920,28 @@ def test_a_half_whose_other_half_is_rewritten_already_is_rewritten_alone(tmp_pat
         assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", given]).exit_code == 1
         for name in ("pkg/setup.py", "pkg/train.py"):
             assert (root / name).read_bytes() == (expected / name).read_bytes(), (done, name)
+
+
+@pytest.mark.parametrize(("changed", "old", "new", "reason"), [
+    # initialize under an `if`: where it was false, apex raised at the other module's scale_loss
+    ("pkg/setup.py", "    model, optimizer = amp.initialize(", "    if use_amp:\n        model, optimizer = amp.initialize(",
+     "initialize is not a statement of a module-level function's own body (under no `if`: where the `if` was false, "
+     "apex raised at the other modules' scale_loss)"),
+    # the scaler is read after the set-up's call: a scale_loss before it would find none
+    ("pkg/train.py", "    model, optimizer = build(model, use_amp=use_amp)\n    losses = []\n", "    losses = []\n",
+     "a scale_loss comes before `model, optimizer = ...` on line 12: the scaler is read after that call"),
+])
+def test_a_split_set_up_not_in_the_narrow_shape_is_left_in_both_halves(tmp_path: Path, monkeypatch, changed, old,
+                                                                       new, reason):
+    root = _whole_split_project(tmp_path, monkeypatch)
+    text = (root / changed).read_text()
+    assert old in text
+    (root / changed).write_text(text.replace(old, new) + ("    model, optimizer = build(model, use_amp=use_amp)\n"
+                                                           if changed == "pkg/train.py" else ""))
+    out = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).stdout
+    half = [line for line in out.splitlines() if line.startswith(changed) and " AMP10" in line and " left: " in line]
+    assert any(f"under --unsafe-fixes, not rewritten across modules: {reason}; suggested:" in line for line in half), out
+    other = "pkg/train.py" if changed == "pkg/setup.py" else "pkg/setup.py"
+    assert (f"under --unsafe-fixes, not rewritten across modules: the other half of the set-up in {changed} is not "
+            "rewritten (its finding says why)") in out
+    assert (root / other).read_bytes() == (WHOLE / other).read_bytes()

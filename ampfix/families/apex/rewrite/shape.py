@@ -289,6 +289,10 @@ def _step_half(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, spl
         raise NotMechanical(f"`{opt_name}` is not bound once in `{function.name}`'s own body, as `model, {opt_name} = "
                             f"{split.function.rsplit('.', 1)[-1]}(...)` (the set-up's function, which returns the "
                             "optimizer initialize returned)")
+    early = [use.ref.node.lineno for use in uses if use.ref.node.lineno <= _last_line(init)]
+    if early:
+        raise NotMechanical(f"a scale_loss comes before `{tree.text(bound)} = ...` on {_lines(early)}: the scaler "
+                            "is read after that call")
     model_name = ast.unparse(bound.elts[0])
     if any(isinstance(n, ast.Name) and n.id == SCALER for n in ast.walk(function)):
         raise NotMechanical(f"the name `{SCALER}` is used in `{function.name}`")
