@@ -818,3 +818,130 @@ def test_half_a_set_up_names_the_other_half_in_the_project(tmp_path: Path, monke
     assert ("; no other module of the project names apex.amp.initialize through its imports: the rest of the set-up "
             "is reached otherwise (an `amp` handed in as an argument, as Lightning's `configure_apex(amp, ...)`) or is "
             "its callers', outside the project; suggested:") in alone
+
+
+WHOLE = ROOT / "fixtures" / "projects" / "apex_split_rewrite"
+_SAME_RUN = "under --unsafe-fixes, not rewritten across modules: the other half of the set-up must be rewritten in the same run: "
+
+
+def _whole_split_project(tmp_path: Path, monkeypatch, name: str = "whole") -> Path:
+    root = tmp_path / name
+    shutil.copytree(WHOLE, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+def _unchanged(root: Path, *except_for: str) -> None:
+    for path in sorted(WHOLE.rglob("*.py")):
+        relative = path.relative_to(WHOLE).as_posix()
+        if relative not in except_for:
+            assert (root / relative).read_bytes() == path.read_bytes(), relative
+
+
+def test_a_split_set_up_whole_in_the_project_is_rewritten_across_modules(tmp_path: Path, monkeypatch):
+    """fixtures/projects/apex_split_rewrite: initialize in the set-up module's `build`, scale_loss and the steps in
+    the loop of another that binds `model, optimizer = build(...)`. Rewritten under --unsafe-fixes, both halves in
+    one run: the scaler lives in pkg/setup.py, read by pkg/train.py after `build` returned; a second run changes
+    nothing."""
+    root = _whole_split_project(tmp_path, monkeypatch)
+    first = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert first.exit_code == 1, first.stdout  # files changed
+    assert [line.split(" ")[:3] for line in first.stdout.splitlines()[:2]] == [
+        ["pkg/setup.py:8:24:", "AMP101", "fixed"], ["pkg/train.py:13:14:", "AMP102", "fixed"]]
+    expected = WHOLE.parent / "apex_split_rewrite.expected"
+    for name in ("pkg/setup.py", "pkg/train.py"):
+        assert (root / name).read_bytes() == (expected / name).read_bytes(), name
+    _unchanged(root, "pkg/setup.py", "pkg/train.py")
+    again = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert again.exit_code == 0, again.stdout
+    for name in ("pkg/setup.py", "pkg/train.py"):
+        assert (root / name).read_bytes() == (expected / name).read_bytes(), name
+    # the halves named the other way round decide alike, whichever is written first
+    other = _whole_split_project(tmp_path, monkeypatch, "reversed")
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/train.py", "pkg/setup.py"]).exit_code == 1
+    for name in ("pkg/setup.py", "pkg/train.py"):
+        assert (other / name).read_bytes() == (expected / name).read_bytes(), name
+
+
+def test_one_half_of_a_whole_split_set_up_is_left_naming_the_other(tmp_path: Path, monkeypatch):
+    """A pre-commit hook (or `rewrite FILE`) given one half: nothing is rewritten, and the finding says the other
+    half must be in the same run, naming it; the default mode reports as before the cross-module rewrite."""
+    root = _whole_split_project(tmp_path, monkeypatch)
+    steps = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/train.py"])
+    assert steps.exit_code == 1
+    (scale_loss,) = [line for line in steps.stdout.splitlines() if " AMP102 " in line]
+    assert f"; {_SAME_RUN}pkg/setup.py (give this run every module of the set-up, or the project's folder); " \
+        "suggested:" in scale_loss
+    set_up = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/setup.py"])
+    (initialize,) = [line for line in set_up.stdout.splitlines() if " AMP101 " in line]
+    assert f"; {_SAME_RUN}pkg/train.py (give this run" in initialize
+    _unchanged(root)
+    default = CliRunner().invoke(app, ["rewrite", "."])
+    assert default.exit_code == 1
+    (initialize,) = [line for line in default.stdout.splitlines() if " AMP101 " in line]
+    assert initialize == (
+        "pkg/setup.py:8:24: AMP101 left: `apex.amp.initialize` was removed from apex in 2025; O1 patched torch for the "
+        "whole process from here on; autocast is scoped, so every forward pass (evaluation too) must be under it; not "
+        "rewritten: initialize with no scale_loss beside it: the backward passes are elsewhere (another module, or "
+        "inference only), where the scaler it becomes cannot reach; the other half of the set-up is in the project: "
+        f"apex.amp.scale_loss at pkg/train.py:13 {_SHARED}; suggested: scaler = torch.amp.GradScaler(\"cuda\"); "
+        "torch.autocast(\"cuda\", dtype=torch.float16) around every forward pass and loss (training and evaluation)")
+    assert "--unsafe-fixes" not in default.stdout.replace("with --unsafe-fixes)", "")
+    _unchanged(root)
+
+
+def test_the_split_rewrite_trains_as_the_apex_original_under_verify(tmp_path: Path, monkeypatch):
+    """The rewritten project's run.py against the apex original (the runner's emulation), each importing its own
+    package: equivalent, the 3 losses bit for bit; the disabled placeholder scaler nothing calls is not counted."""
+    original = tmp_path / "original"
+    shutil.copytree(WHOLE, original)
+    root = _whole_split_project(tmp_path, monkeypatch)
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1
+    report_path = tmp_path / "verify.json"
+    verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original / "run.py"), "--rewritten",
+                             str(root / "run.py"), "--json", str(report_path)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    report = json.loads(report_path.read_text())
+    assert verify.returncode == 0, verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 3 and report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 3, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+    assert [s["enabled"] for s in report["rewritten"]["grad_scalers"]] == [False, True]
+
+
+def test_a_half_whose_other_half_is_rewritten_already_is_rewritten_alone(tmp_path: Path, monkeypatch):
+    """A half the run (another worker) or a person has written already is known by its rewritten shape: the other
+    half, given alone, is then rewritten to match (both ways round)."""
+    expected = WHOLE.parent / "apex_split_rewrite.expected"
+    for done, given in (("pkg/setup.py", "pkg/train.py"), ("pkg/train.py", "pkg/setup.py")):
+        root = _whole_split_project(tmp_path, monkeypatch, done.replace("/", "_"))
+        shutil.copy(expected / done, root / done)
+        assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", given]).exit_code == 1
+        for name in ("pkg/setup.py", "pkg/train.py"):
+            assert (root / name).read_bytes() == (expected / name).read_bytes(), (done, name)
+
+
+@pytest.mark.parametrize(("changed", "old", "new", "reason"), [
+    # initialize under an `if`: where it was false, apex raised at the other module's scale_loss
+    ("pkg/setup.py", "    model, optimizer = amp.initialize(", "    if use_amp:\n        model, optimizer = amp.initialize(",
+     "initialize is not a statement of a module-level function's own body (under no `if`: where the `if` was false, "
+     "apex raised at the other modules' scale_loss)"),
+    # the scaler is read after the set-up's call: a scale_loss before it would find none
+    ("pkg/train.py", "    model, optimizer = build(model, use_amp=use_amp)\n    losses = []\n", "    losses = []\n",
+     "a scale_loss comes before `model, optimizer = ...` on line 12: the scaler is read after that call"),
+])
+def test_a_split_set_up_not_in_the_narrow_shape_is_left_in_both_halves(tmp_path: Path, monkeypatch, changed, old,
+                                                                       new, reason):
+    root = _whole_split_project(tmp_path, monkeypatch)
+    text = (root / changed).read_text()
+    assert old in text
+    (root / changed).write_text(text.replace(old, new) + ("    model, optimizer = build(model, use_amp=use_amp)\n"
+                                                           if changed == "pkg/train.py" else ""))
+    out = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).stdout
+    half = [line for line in out.splitlines() if line.startswith(changed) and " AMP10" in line and " left: " in line]
+    assert any(f"under --unsafe-fixes, not rewritten across modules: {reason}; suggested:" in line for line in half), out
+    other = "pkg/train.py" if changed == "pkg/setup.py" else "pkg/setup.py"
+    assert (f"under --unsafe-fixes, not rewritten across modules: the other half of the set-up in {changed} is not "
+            "rewritten (its finding says why)") in out
+    assert (root / other).read_bytes() == (WHOLE / other).read_bytes()

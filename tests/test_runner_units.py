@@ -533,3 +533,27 @@ def test_apex_loss_scalers_replaced_before_any_use_are_not_counted() -> None:
     assert compare.first_difference(original, _report(_process(trace=[native, native, *rest]))) is None
     assert compare.first_difference(original, _report(_process(trace=[native, *rest]))).startswith(
         "loss scaling: the original has 2 loss scalers, the rewrite 1; ")
+
+
+def test_a_disabled_grad_scaler_nothing_calls_is_not_counted() -> None:
+    """The placeholder a set-up split across modules binds until initialize's place runs (`scaler =
+    GradScaler("cuda", enabled=False)` at a module's top): made, never called, it changes nothing, and verify does
+    not count it against apex's one loss scaler. Once called it is counted; an enabled one always is."""
+    recorder = Recorder("main")
+    arguments = {"device": "cuda", "init_scale": 65536.0}
+    recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    emulated = [{"feature": "apex.amp O1", "file": "/x/train.py", "line": 7, "count": 1}]
+    rest = [_event(0, "loss", (0.5).hex()), _event(1, "optimizer_step", "1")]
+    original = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
+    native = Recorder("main")
+    placeholder = native.scaler_created({**arguments, "enabled": False}, Site("/x/setup.py", 5))
+    assert placeholder is not None
+    placeholder["unused"] = True  # as the runner's GradScaler patch marks it
+    native.scaler_created(arguments, Site("/x/setup.py", 11))
+    assert compare.first_difference(original, _report(_process(trace=[*native.trace, *rest]))) is None
+    native.scaler_used(placeholder)
+    assert compare.first_difference(original, _report(_process(trace=[*native.trace, *rest]))).startswith(
+        "loss scaling: the original has 1 loss scalers, the rewrite 2; ")
+    enabled = {**native.trace[1], "unused": True}
+    assert compare.first_difference(original, _report(_process(trace=[native.trace[0], enabled, *rest]))) \
+        .startswith("loss scaling: the original has 1 loss scalers, the rewrite 2; ")

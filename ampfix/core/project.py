@@ -9,6 +9,7 @@ several ways) the name stays what it was: taken from another module, unresolved.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,4 +35,31 @@ class ProjectModules(Protocol):
         file's own imports, scope by scope: `from apex import amp; amp.initialize(...)`), as `path:line`, the
         files sharing most folders with the file asked about first; empty where none does, or where the project
         cannot be read."""
+        ...
+
+    def module(self) -> str | None:
+        """The dotted name the file asked about is imported by (`pkg.setup`, from its package root), or None."""
+        ...
+
+    def file_of(self, module: str) -> str | None:
+        """The project's file of the absolute module `module`, shown as `uses` shows places, or None."""
+        ...
+
+    def uses_below(self, qname: str) -> tuple[str, ...]:
+        """As `uses`, for every name below `qname` too (`apex.amp.state_dict` below `apex.amp`)."""
+        ...
+
+    def in_run(self, place: str) -> bool:
+        """Whether the file of `place` (a path as `uses` shows it, `:line` or not) is one this run processes (an
+        apex set-up split across modules is rewritten only where every module holding a half is)."""
+        ...
+
+    def half_planned(self, place: str) -> bool:
+        """Whether the file of `place`, planned as this file is (its options; its own half of a split set-up, the
+        project's facts), rewrites its half; asked of that file without its own questions about the others (True
+        there), so every half decides from the same facts."""
+        ...
+
+    def tree_of(self, place: str) -> ast.Module | None:
+        """The parsed file of `place`, as it is now (another worker of this run may have rewritten it), or None."""
         ...

@@ -19,7 +19,7 @@ from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, Sourc
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
-from ampfix.io.project_modules import project_modules
+from ampfix.io.project_modules import begin_run, project_modules, run_state
 
 if TYPE_CHECKING:
     from ampfix.io.codec import Codec
@@ -191,6 +191,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     except DecodeError as error:
         return _error(path, error.message, error.code), data
     inferred = options.target_torch is None
+    project = project_modules(path, options)  # the run's options: another half of an apex set-up is planned with them
     options, target = targeted(path, options)
     if mode != "check":  # only a rewrite lays out lines
         from ampfix.io.formatter import formatter_of_file
@@ -198,7 +199,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         formatter = formatter_of_file(path)
         options = dataclasses.replace(options, line_length=formatter.line_length, formatted=formatter.declared)
     engine = check_source if mode == "check" else fix_source
-    converted = decoded.converted(engine(decoded.source, options, project_modules(path)))
+    converted = decoded.converted(engine(decoded.source, options, project))
     findings = converted.findings
     if inferred and target.version is not None and findings:
         findings = _with_raise_hint(findings, target)
@@ -346,7 +347,9 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
         raise ValueError(f"mode must be one of {MODES}")
     jobs = jobs or default_jobs()
     settings = (options, mode)
-    found = discover(paths, exclusions, force_exclude)
+    given = tuple(str(p) for p in paths)
+    begin_run(given, exclusions, force_exclude)  # what a half of an apex set-up asks: is the other half in this run
+    found = discover(given, exclusions, force_exclude)
     if on_discovered is not None:  # the CLI counts files for its progress line and summary
         found = _observed(found, on_discovered)
     items = _candidates(found, options.retargets)
@@ -431,7 +434,7 @@ def _start_pool(jobs: int):
     # Under forkserver the workers are the server's children; it ends when this process does.
     direct = context.get_start_method() != "forkserver"
     return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
-                               initargs=(os.getpid(), direct))
+                               initargs=(os.getpid(), direct, run_state()))
 
 
 def _internal_error(path: Path, error: Exception) -> FileResult:
@@ -447,13 +450,15 @@ def _lost(item: Path | FileResult) -> FileResult:
     return FileResult(str(item), (Finding(1, 1, INTERNAL_ERROR_CODE, message, False),), error=message)
 
 
-def _start_worker(parent: int, direct_child: bool) -> None:
+def _start_worker(parent: int, direct_child: bool, run: tuple | None = None) -> None:
     """A pool worker ends with the process that started the pool, and leaves Ctrl-C to it.
 
     A terminal sends Ctrl-C to the whole process group: the parent decides (it stops handing
     out files, and waits for the chunks started), so a worker finishes what it has. Without a
     death signal a worker whose parent is killed waits for work forever.
     """
+    if run is not None:  # the run's files, as the parent found them (`in_run`)
+        begin_run(*run)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _end_worker)
     watched = parent if direct_child else os.getppid()

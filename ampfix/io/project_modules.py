@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ampfix.core.project import Export
 
 if TYPE_CHECKING:
+    from ampfix.core.options import Options
     from ampfix.syntax.bindings import Binding
 
 _DEPTH = 4  # re-exports followed through at most this many modules
@@ -43,9 +44,12 @@ _used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
 class FileModules:
     """The questions of one file (`path`)."""
 
-    def __init__(self, path: Path, root: Path | None = None) -> None:
+    def __init__(self, path: Path, root: Path | None = None, options: Options | None = None,
+                 asks_halves: bool = True) -> None:
         self.path = path
         self.root = root  # the project's folder, where it is known (else: the nearest with a project file)
+        self.options = options  # the run's (before the file's own target), for `half_planned`
+        self.asks_halves = asks_halves  # False in `half_planned`'s own run of another file: no further asking
 
     def exported(self, level: int, module: str | None, name: str) -> Export | None:
         return _exported(self.path, level, module, name, _DEPTH)
@@ -58,21 +62,124 @@ class FileModules:
         root = self.root or _project_root(me)
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
 
-    def uses(self, qname: str) -> tuple[str, ...]:
+    def uses(self, qname: str, below: bool = False) -> tuple[str, ...]:
         try:
             me = self.path.resolve()
         except OSError:
             return ()
         root = self.root or _project_root(me)
-        found = [(where, path.resolve()) for where, path in _uses(root, qname)]
+        found = [(where, path.resolve()) for where, path in _uses(root, qname, below)]
         # nearest first: the most folders shared with this file (espnet2's trainer: espnet2's task before espnet's)
         nearest = sorted((-_shared(me, path), where) for where, path in found if path != me)
         return tuple(where for _, where in nearest)
 
 
-def project_modules(path: Path) -> FileModules | None:
+    def module(self) -> str | None:
+        return _module_name(self.path.absolute())
+
+    def file_of(self, module: str) -> str | None:
+        found = _module_file(self.path.absolute(), 0, module)
+        return None if found is None else _shown(found.resolve())
+
+    def uses_below(self, qname: str) -> tuple[str, ...]:
+        return self.uses(qname, below=True)
+
+    def in_run(self, place: str) -> bool:
+        files = _run_files()
+        return files is not None and _place_path(place) in files
+
+    def tree_of(self, place: str) -> ast.Module | None:
+        try:
+            return ast.parse(_place_path(place).read_bytes())
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            return None
+
+    def half_planned(self, place: str) -> bool:
+        """Planned by the engine as this run plans it (rewrite, the run's options and the file's own target), with
+        a project that answers True here: the other file's own half decides, from the same facts."""
+        if not self.asks_halves:
+            return True
+        path = _place_path(place)
+        if self.options is None:
+            return False
+        from ampfix.engine import fix_source
+        from ampfix.io.files import codec_for, targeted
+
+        try:
+            decoded = codec_for(path).decode(path.read_bytes(), self.options.retargets)
+        except Exception:  # noqa: BLE001 - a file that cannot be read or decoded plans nothing
+            return False
+        options, _ = targeted(path, self.options)
+        result = fix_source(decoded.source, options, FileModules(path, self.root, self.options, asks_halves=False))
+        return any(f.fixed and f.code in _HALVES for f in result.findings)
+
+
+_HALVES = frozenset({"AMP101", "AMP102"})  # apex's initialize and scale_loss: the halves of a set-up
+# The run's files, as `discover` finds them (the paths given, the excludes, --force-exclude), found when first asked:
+# only a half of a set-up split across modules asks.
+_run: tuple[tuple[str, ...], object, bool] | None = None
+_run_found: frozenset[Path] | None = None
+
+
+def begin_run(paths: tuple[str, ...], exclusions: object, force_exclude: bool) -> None:
+    """The files of this run are those `discover(paths, exclusions, force_exclude)` finds (`in_run`)."""
+    global _run, _run_found
+    _run, _run_found = (paths, exclusions, force_exclude), None
+
+
+def run_state() -> tuple[tuple[str, ...], object, bool] | None:
+    """What a pool worker is given to answer `in_run` as the parent does (`begin_run` there)."""
+    return _run
+
+
+def _run_files() -> frozenset[Path] | None:
+    global _run_found
+    if _run is None:
+        return None
+    if _run_found is None:
+        from ampfix.io.exclusion import Exclusions
+        from ampfix.io.files import discover
+
+        paths, exclusions, force_exclude = _run
+        assert exclusions is None or isinstance(exclusions, Exclusions)
+        found = set()
+        for path in discover(paths, exclusions, force_exclude):
+            if isinstance(path, Path):
+                try:
+                    found.add(path.resolve())
+                except OSError:
+                    continue
+        _run_found = frozenset(found)
+    return _run_found
+
+
+def _place_path(place: str) -> Path:
+    """The file of a place `uses` shows (`pkg/train.py:12`), resolved."""
+    head, _, line = place.rpartition(":")
+    path = Path(head if head and line.isdigit() else place)
+    try:
+        return path.resolve()
+    except OSError:
+        return path.absolute()
+
+
+def _module_name(path: Path) -> str | None:
+    """`pkg.setup` for `<root>/pkg/setup.py`, from its package root (the first folder above without `__init__.py`)."""
+    if path.suffix != ".py":
+        return None
+    root = _package_root(path.parent)
+    try:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+    except ValueError:
+        return None
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
+
+
+def project_modules(path: Path, options: Options | None = None) -> FileModules | None:
     """The questions of the file `path`; None for stdin without a file name (`-`), which is in no project."""
-    return None if str(path) == "-" else FileModules(path.absolute())
+    return None if str(path) == "-" else FileModules(path.absolute(), options=options)
 
 
 def _exported(path: Path, level: int, module: str | None, name: str, depth: int) -> Export | None:
@@ -218,14 +325,14 @@ def _shared(one: Path, other: Path) -> int:
     return shared
 
 
-def _uses(root: Path, qname: str) -> list[tuple[str, Path]]:
+def _uses(root: Path, qname: str, below: bool = False) -> list[tuple[str, Path]]:
     """The uses of `qname` in the project's files, resolved as the engine resolves a file's names (the walk's dotted
     names, through the one resolver). The bytes pick the files to parse (both the package's name and the last part
     of `qname` appear); the parse decides. Asked only by files that hold half of something (apex's set-up)."""
-    found = _used.get((root, qname))
+    found = _used.get((root, qname + ".*" * below))
     if found is not None:
         return found
-    found = _used[(root, qname)] = []
+    found = _used[(root, qname + ".*" * below)] = []
     package, last = qname.split(".")[0].encode(), qname.rsplit(".", 1)[-1].encode()
     from ampfix.syntax.bindings import Walker, resolve
 
@@ -244,7 +351,8 @@ def _uses(root: Path, qname: str) -> list[tuple[str, Path]]:
             continue
         for chain in walker.chains:  # every dotted name: `from apex.amp import scale_loss as sl; sl(...)` too
             resolved = resolve(chain.node, chain.scope)
-            if resolved is not None and resolved.qname == qname:
+            if resolved is not None and resolved.qname is not None and (
+                    resolved.qname == qname or below and resolved.qname.startswith(qname + ".")):
                 found.append((f"{_shown(path)}:{chain.node.lineno}", path))
     return found
 
@@ -278,8 +386,10 @@ def _asked() -> frozenset[str]:
 def forget() -> None:
     """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
     sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
+    global _run, _run_found
     _indexed.clear()
     _used.clear()
+    _run, _run_found = None, None  # a run that is not `process_paths`' (the codemod, flake8) has no file set
 
 
 def _project_files(root: Path):

@@ -503,7 +503,13 @@ def _patch_scaler_init(scaler: Any, recorder: Recorder, cuda_tensors_read_as: st
 
     def for_the_cpu(arguments: dict[str, Any]) -> None:
         settings = {name: value for name, value in arguments.items() if name != "self"}
-        recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
+        event = recorder.scaler_created(_normalised_scaler_arguments(settings), find_site())
+        if event is not None:
+            event["unused"] = True  # until it is called: verify does not count a disabled one nothing calls
+            try:
+                arguments["self"]._ampfix_created = event
+            except (KeyError, AttributeError):  # no instance to follow: counted
+                event.pop("unused")
         if arguments["device"] == "cuda":
             arguments["device"] = cuda_tensors_read_as
 
@@ -521,8 +527,12 @@ def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, recor
     original_scale, original_unscale = scaler.scale, scaler.unscale_
     original_step, original_update = scaler.step, scaler.update
 
+    def used(self) -> None:
+        recorder.scaler_used(getattr(self, "_ampfix_created", None))
+
     @functools.wraps(original_scale)
     def scale(self, outputs):
+        used(self)
         at_step_boundary()
         scaled = original_scale(self, outputs)
         factor = _current_scale(self)
@@ -532,6 +542,7 @@ def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, recor
 
     @functools.wraps(original_unscale)
     def unscale_(self, optimizer):
+        used(self)
         if not getattr(self, "_ampfix_in_step", False):  # step() unscales by itself; not a script call
             recorder.scaler_called("unscale")
         scaling.unscaled()
@@ -539,6 +550,7 @@ def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, recor
 
     @functools.wraps(original_step)
     def step(self, optimizer, *args, **kwargs):
+        used(self)
         recorder.scaler_called("step")
         self._ampfix_stepped = True
         steps_before = recorder.optimizer_steps
@@ -553,6 +565,7 @@ def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, recor
 
     @functools.wraps(original_update)
     def update(self, new_scale=None):
+        used(self)
         recorder.scaler_called("update")
         if self.is_enabled() and not getattr(self, "_ampfix_stepped", False):
             # torch refuses it (no inf checks recorded): typically update() once per micro-step.

@@ -133,11 +133,17 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
     # apex's loss scalers a later initialize replaced before any scale_loss used them are not counted (observe)
-    scalers = [[event for event in trace if event["kind"] == SCALER_CREATION and not event.get("replaced_unused")]
+    scalers = [[event for event in trace if event["kind"] == SCALER_CREATION and not event.get("replaced_unused")
+                and not _disabled_unused(event)]
                for trace in (original, rewritten)]
     if Counter(map(_content, scalers[0])) != Counter(map(_content, scalers[1])):
         return _scaler_difference(*scalers)
     return _trace_difference(*(_apex_comparable(trace) for trace in (original, rewritten)))
+
+
+def _disabled_unused(event: dict[str, Any]) -> bool:
+    """A native GradScaler made disabled that nothing called: it changes nothing (`Recorder.scaler_used`)."""
+    return event.get("fields", {}).get("enabled") is False and bool(event.get("unused"))
 
 
 def _apex_comparable(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -191,15 +191,27 @@ class Recorder:
 
     # -- GradScaler, optimizer, losses -----------------------------------------------------
 
-    def scaler_created(self, arguments: dict[str, Any], site: Site, emulating: str | None = None) -> None:
+    def scaler_created(self, arguments: dict[str, Any], site: Site,
+                       emulating: str | None = None) -> dict[str, Any] | None:
         """``arguments``: JSON scalars by name. ``emulating``: the library whose loss scaler this stands
-        for (apex.amp's), shown, not compared."""
+        for (apex.amp's), shown, not compared. The creation's trace event (None past the trace's limit): a
+        native scaler's is marked `unused` until it is called (`scaler_used`)."""
         extra = {"emulating": emulating} if emulating else {}
         self.grad_scalers.append({**arguments, **extra, "file": site.file, "line": site.line})
         traced = len(self.trace)
         self._trace("grad_scaler", site=site, fields=dict(arguments))
-        if emulating and len(self.trace) > traced:
-            self._apex_unused_scalers.append(self.trace[-1])
+        event = self.trace[-1] if len(self.trace) > traced else None
+        if emulating and event is not None:
+            self._apex_unused_scalers.append(event)
+        return event
+
+    @staticmethod
+    def scaler_used(event: dict[str, Any] | None) -> None:
+        """A native scaler was called (scale, unscale_, step, update): verify counts it. A disabled one nothing calls
+        changes nothing (the placeholder a set-up split across modules binds until initialize's place runs) and is
+        not counted, as apex's loss scalers replaced unused are not."""
+        if event is not None:
+            event.pop("unused", None)
 
     def apex_loss_scalers_used(self) -> None:
         """A scale_loss ran on the loss scalers of apex's last initialize."""

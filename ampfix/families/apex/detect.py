@@ -15,6 +15,7 @@ import ast
 from ampfix.families.apex.handover import handover
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import plan_parallel
+from ampfix.families.apex.split import split_half
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
                                          plan_rewrite)
@@ -87,7 +88,11 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
         if type(rewritten) is str:
-            rewritten += _other_half(analysis, {rule.code for *_, rule in uses})
+            across = _plan_split(analysis, uses)
+            if isinstance(across, Rewritten):
+                rewritten = across
+            else:
+                rewritten += _other_half(analysis, {rule.code for *_, rule in uses}) + across
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
@@ -132,6 +137,33 @@ def _other_half(analysis: ApexModule, used: set[str]) -> str:
 
 
 _PLACES = 3  # the other half's places named, at most
+
+
+def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | str:
+    """Under --unsafe-fixes, this module's half of a set-up split across modules, rewritten where the set-up is whole
+    in the project and every half is in this run (`ampfix.families.apex.split`); else why not, as a note for the
+    finding ("" where the module holds no half, or in the default mode, which reports as before)."""
+    project = analysis.context.project
+    codes = {rule.code for *_, rule in uses}
+    if project is None or not analysis.options.unsafe_fixes \
+            or (rules.INITIALIZE.code in codes) == (rules.SCALE_LOSS.code in codes):
+        return ""
+    amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
+                if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
+    held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses])
+    if held is not None or not isinstance(found, ast.ImportFrom) or len(amp_uses) != len(uses):
+        return ""  # the one-file reason stands
+    half = rules.INITIALIZE.code in codes
+    split = split_half(project, half, [ref for ref, _, _ in amp_uses], analysis.resolve_value)
+    if isinstance(split, str):
+        return f"; under --unsafe-fixes, not rewritten across modules: {split}"
+    planned = plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], found, None, commit=False,
+                           split=split)
+    if isinstance(planned, str):
+        return f"; under --unsafe-fixes, not rewritten across modules: {planned}"
+    committed = commit_rewrites(analysis, [planned])
+    return committed if isinstance(committed, Rewritten) else f"; {committed}"
 
 
 def _plan_rewrite(analysis: ApexModule,

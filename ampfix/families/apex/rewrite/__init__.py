@@ -45,7 +45,7 @@ from ampfix.families.apex.rewrite.clipping import _no_plain_backward, _rewrite_c
 from ampfix.families.apex.rewrite.conditions import conditional_import
 from ampfix.families.apex.rewrite.engine import Engine, _Engine, engine_of
 from ampfix.families.apex.rewrite.evaluation import _rewrite_evaluation
-from ampfix.families.apex.rewrite.finish import _check_splices, _initialize_message
+from ampfix.families.apex.rewrite.finish import _check_splices, _initialize_message, _split_messages
 from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _rewrite_import, _rewrite_method_imports
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
@@ -53,11 +53,11 @@ from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rew
 from ampfix.families.apex.rewrite.shape import _shape
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _Tree
-from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, Split
 
 # What the rest of the apex family uses (`detect`, `parallel`).
-__all__ = ["AmpUse", "Engine", "NotMechanical", "Rewritten", "UnsafeOnly", "commit_rewrites", "conditional_import",
-           "engine_of", "plan_rewrite"]
+__all__ = ["AmpUse", "Engine", "NotMechanical", "Rewritten", "Split", "UnsafeOnly", "commit_rewrites",
+           "conditional_import", "engine_of", "plan_rewrite"]
 
 
 @dataclass(frozen=True)
@@ -85,26 +85,29 @@ _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
                  optional: OptionalImport | None = None, commit: bool = True,
-                 method_imports: tuple[ast.ImportFrom, ...] = ()) -> Rewritten | UnsafeOnly | str:
+                 method_imports: tuple[ast.ImportFrom, ...] = (),
+                 split: Split | None = None) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
     of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
     why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`).
-    `method_imports`: the local imports of the other methods of a trainer set up in `__init__` (`import_node`'s)."""
+    `method_imports`: the local imports of the other methods of a trainer set up in `__init__` (`import_node`'s).
+    `split`: this module's half of a set-up split across modules, found whole in the project (the caller's
+    question): planned by the same sub-rewrites, each half from the same facts."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     try:
-        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional, method_imports))
+        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional, method_imports, split))
         for sub_rewrite in _SUB_REWRITES:
             sub_rewrite(rewrite)
         _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)
     opt_level = rewrite.shape.opt_level
-    unsafe = opt_level.unsafe or bool(rewrite.unsafe_notes)
+    unsafe = opt_level.unsafe or bool(rewrite.unsafe_notes) or split is not None
     if unsafe and not engine.options.unsafe_fixes:
         notes = ([opt_level.note] if opt_level.note else []) + rewrite.unsafe_notes
         return UnsafeOnly(f"{'; '.join(notes)} (an unsafe fix exists: --unsafe-fixes)")
-    _initialize_message(rewrite)
+    (_initialize_message if split is None else _split_messages)(rewrite)
     if commit:
         engine.add_splices(rewrite.splices)
     return Rewritten(rewrite.messages, unsafe, tuple(rewrite.splices), rewrite.torch_imported_at)

@@ -93,3 +93,30 @@ def _initialize_message(rw: _Rewrite) -> None:
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
+
+
+def _split_messages(rw: _Rewrite) -> None:
+    """What became of each half of a set-up split across modules, and what changes for the set-up's callers."""
+    shape = rw.shape
+    split = shape.split
+    assert split is not None
+    others = ", ".join(split.others)
+    function = split.function.rsplit(".", 1)[-1]
+    if split.set_up:
+        rw.messages[id(shape.init_use.ref)] = (
+            f"`{shape.amp}.initialize` ({shape.opt_level.level}) -> `global {shape.scaler}`, `{shape.scaler} = "
+            f"{shape.spell(_NATIVE.grad_scaler)}({rw.scaler_args})`, the module's one scaler (bound disabled at its "
+            f"top until `{function}` runs), shared with the other half of the set-up, rewritten in this run "
+            f"({others}): apex's loss scaler was one for the process; `{function}` now returns a plain optimizer, so "
+            f"a caller that steps it must go through `{split.module}.{shape.scaler}` (scale, step, update), and "
+            f"autocast covers the forward passes before each scale_loss there, not every call after initialize"
+            + (f"; {shape.opt_level.note}" if shape.opt_level.note else ""))
+        return
+    steps = f"`{shape.opt_name}.step()` on {_lines([s.lineno for s in rw.steps])}"
+    note = (f"; the scaler is the set-up's (`from {split.module} import {shape.scaler}` after `{function}(...)` on "
+            f"line {shape.init.lineno}, whose initialize is rewritten in this run: {others}), {steps} -> "
+            f"`{shape.scaler}.step({shape.opt_name})` and `{shape.scaler}.update()`"
+            + (f", `{shape.scaler}.unscale_({shape.opt_name})` before the gradients are read on "
+               f"{_lines(rw.unscaled_at)}" if rw.unscaled_at else ""))
+    for use in shape.scale_losses:
+        rw.messages[id(use.ref)] = rw.messages.get(id(use.ref), "") + note

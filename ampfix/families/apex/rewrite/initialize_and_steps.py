@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.core.locations import first_line
 from ampfix.families.apex.rewrite.statements import (_ends_its_line, _is_optimizer, _is_step, _other_steps,
                                                      _whole_lines_only)
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
@@ -16,6 +17,9 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     """initialize -> the scaler (and the names rebound when the left side differs)."""
     shape, index = rw.shape, rw.tree.index
     statement = shape.init_statement
+    if shape.split is not None:
+        _rewrite_split_half(rw)
+        return
     if shape.branch_flag is not None:
         _scaler_after_the_flag(rw)
         return
@@ -30,6 +34,30 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
         else:
             created = f"{indent}{rebound}" + created
     rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
+
+
+def _rewrite_split_half(rw: _Rewrite) -> None:
+    """A set-up split across modules (docs/apex.md): the set-up half binds the one scaler at its module's top level,
+    disabled until initialize's place rebinds it (`global`); the step half reads it from there once the set-up's
+    function has returned (a local import, run after that call: the scaler it made, not the placeholder)."""
+    shape, tree, index = rw.shape, rw.tree, rw.tree.index
+    split, statement, newline = shape.split, shape.init_statement, shape.newline
+    assert split is not None
+    _ends_its_line(rw, statement)
+    indent = tree.indent(statement.lineno)
+    if not split.set_up:
+        at = index.line_end(_last_line(statement))
+        rw.splices.append((at, at, f"{indent}from {split.module} import {shape.scaler}{newline}"))
+        return
+    _whole_lines_only(rw, statement)
+    scaler = f"{shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}"
+    created = f"{indent}global {shape.scaler}{newline}{indent}{scaler}({rw.scaler_args}){newline}"
+    if (shape.model_name, shape.opt_name) != (shape.model, shape.optimizer):
+        created = f"{indent}{tree.text(shape.init.targets[0])} = {shape.model}, {shape.optimizer}{newline}" + created
+    rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
+    assert isinstance(shape.function, ast.FunctionDef)  # _set_up_half
+    at = index.line_start(first_line(shape.function))
+    rw.splices.append((at, at, f"{scaler}({shape.device}, enabled=False){newline * 3}"))
 
 
 def _scaler_after_the_flag(rw: _Rewrite) -> None:
@@ -57,6 +85,11 @@ def _rewrite_steps(rw: _Rewrite) -> None:
         return
     opt_name = shape.opt_name
     holders = shape.step_holders
+    if shape.split is not None and shape.split.set_up:  # the steps are the other modules'
+        if any(isinstance(node, ast.Attribute) and node.attr == "step" and _chain(node.value)
+               and ast.unparse(node.value) == opt_name for node in ast.walk(shape.function)):
+            raise NotMechanical(f"`{opt_name}` is stepped in `{getattr(shape.function, 'name', '')}` too")
+        return
     everywhere = tree.parent(shape.function) if shape.in_init else shape.function  # a trainer's class
     assert everywhere is not None
     steps = [node for node in ast.walk(everywhere) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]

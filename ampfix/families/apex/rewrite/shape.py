@@ -20,8 +20,9 @@ from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
-from ampfix.families.apex.rewrite.tree import _Tree, _chain, _chains, _last_line, _name_stores
-from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS, _NATIVE, _lines
+from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _chain, _chains, _last_line, _name_stores
+from ampfix.families.apex.rewrite.vocabulary import (AmpUse, NotMechanical, SCALER, Split, _FUNCTIONS, _NATIVE,
+                                                     _lines)
 from ampfix.syntax.bindings import Scope
 
 
@@ -79,6 +80,7 @@ class _Shape:
     # `if COND: initialize(...)` beside a module-level import (issue 29's single-file shape): apex.amp is bound
     # where COND is false too, and apex's scale_loss raised there, so every scale_loss must be under `if COND:`
     conditional_beside_import: bool = False
+    split: Split | None = None  # one half of a set-up split across modules (`_split_shape`)
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -108,8 +110,10 @@ class _Shape:
 
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
-           method_imports: tuple[ast.ImportFrom, ...] = ()) -> _Shape:
+           method_imports: tuple[ast.ImportFrom, ...] = (), split: Split | None = None) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
+    if split is not None:
+        return _split_shape(tree, uses, import_node, optional, split)
     inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(tree, uses, optional)
     init_use = inits[0]
     amp = init_use.ref.parts[0]
@@ -192,6 +196,114 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
                   conditional_beside_import)
+
+
+def _split_shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
+                 split: Split) -> _Shape:
+    """One half of a set-up split across modules, in the narrow shape the halves agree on (docs/apex.md): the
+    set-up half, `def F(...): ...; model, optimizer = amp.initialize(model, optimizer[, enabled=...]); return model,
+    optimizer` (a module-level function, initialize under no `if`, nothing else of apex.amp in the module); or the
+    step half, one function that binds `model, optimizer = F(...)` once in its own body and scales its losses and
+    steps that optimizer after it, as one file's set-up does from initialize on (scale_loss under no `if`: whether
+    an `if` there tests what enabled the scaler cannot be told from here)."""
+    amp = uses[0].ref.parts[0]
+    wanted = rules.INITIALIZE if split.set_up else rules.SCALE_LOSS
+    if optional is not None or import_node not in tree.engine.tree.body \
+            or any(rules.rule_of(use.full) is not wanted for use in uses):
+        raise NotMechanical(f"the {'set-up' if split.set_up else 'step'} half is not the shape rewritten across "
+                            f"modules: one plain module-level `from apex import amp`, and only "
+                            f"{wanted.title} through it")
+    if split.set_up:
+        if len(uses) != 1:
+            raise NotMechanical(_several_initializes(tree, uses))
+        return _set_up_half(tree, uses[0], import_node, split, amp)
+    return _step_half(tree, uses, import_node, split, amp)
+
+
+def _set_up_half(tree: _Tree, init_use: AmpUse, import_node: ast.ImportFrom, split: Split, amp: str) -> _Shape:
+    init_call = _call_of(init_use)
+    init = tree.parent(init_call)
+    if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
+        raise NotMechanical("the initialize call is not a plain assignment")
+    function = tree.parent(init)
+    module = tree.engine.tree
+    if not (isinstance(function, ast.FunctionDef) and function in module.body and init in function.body):
+        raise NotMechanical("initialize is not a statement of a module-level function's own body (under no `if`: "
+                            "where the `if` was false, apex raised at the other modules' scale_loss)")
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    opt_level = _several_losses(_opt_level(tree, init_call), init_call, [])
+    model_name, opt_name, _ = _bound_targets(init, model, optimizer, function, None)
+    returned = function.body[-1]
+    if not (function.body.index(init) == len(function.body) - 2 and isinstance(returned, ast.Return)
+            and isinstance(returned.value, ast.Tuple) and [ast.unparse(e) for e in returned.value.elts]
+            == [model_name, opt_name]
+            and sum(isinstance(n, ast.Return) for n in ast.walk(function)) == 1):
+        raise NotMechanical(f"`{function.name}` does not end with initialize, then `return {model_name}, {opt_name}` "
+                            "(its one return): the other modules' steps must be of the optimizer it returns")
+    if any(isinstance(n, ast.Name) and n.id == SCALER or isinstance(n, (ast.Global, ast.Nonlocal)) and SCALER in n.names
+           for n in ast.walk(module)):
+        raise NotMechanical(f"the name `{SCALER}` is used in the module, where the shared scaler would be bound")
+    torch_bound = _names_usable(tree, init_use.ref.scope, init, (opt_name,), SCALER)
+    torch_top = tree.engine.module_scope.bindings.get(_NATIVE.package, [])
+    if torch_bound and not any(b.line < function.lineno for b in torch_top) \
+            or not torch_bound and not import_node.lineno < function.lineno:
+        raise NotMechanical(f"`{_NATIVE.package}` is not imported at the top of the module before `{function.name}`, "
+                            "where the shared scaler is bound")
+    if not torch_bound:
+        _torch_importable(tree, False)
+    device, dtype = _device_and_dtype(tree.engine)
+    return _Shape(amp, init_use, init, init, function, ast.unparse(model), ast.unparse(optimizer), model_name,
+                  opt_name, enabled, (), [], [], [], [], torch_bound, _NATIVE.package, _comment_lines(tree.index.text),
+                  device, dtype, _line_ending(tree, init), import_node, None, import_node, opt_level=opt_level,
+                  block_end=_last_line(function), split=split)
+
+
+def _step_half(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, split: Split, amp: str) -> _Shape:
+    functions = {id(tree.function_of(use.ref.node)) for use in uses}
+    function = tree.function_of(uses[0].ref.node)
+    if len(functions) != 1 or not isinstance(function, _FUNCTIONS):
+        raise NotMechanical("the scale_loss calls are not all in one function")
+    optimizers = set()
+    for use in uses:
+        call = _call_of(use)
+        if len(call.args) != 2 or call.keywords or not isinstance(call.args[1], ast.Name):
+            raise NotMechanical(f"the scale_loss on line {call.lineno} is not given a loss and an optimizer's name")
+        with_node = tree.parent(tree.parent(call))
+        if isinstance(tree.parent(with_node), ast.If):
+            raise NotMechanical(f"the scale_loss on line {call.lineno} is under an `if`: whether it tests what "
+                                "enabled the scaler, in the set-up's module, cannot be told here")
+        optimizers.add(call.args[1].id)
+    if len(optimizers) != 1:
+        raise NotMechanical("the scale_loss calls are given several optimizers")
+    (opt_name,) = optimizers
+    stores = _name_stores(function, opt_name)
+    bound = tree.parent(stores[0]) if len(stores) == 1 else None
+    init = tree.parent(bound) if isinstance(bound, ast.Tuple) else None
+    if not (isinstance(bound, ast.Tuple) and isinstance(init, ast.Assign) and len(init.targets) == 1
+            and init.targets[0] is bound
+            and len(bound.elts) == 2 and bound.elts[1] is stores[0] and isinstance(bound.elts[0], ast.Name)
+            and isinstance(init.value, ast.Call) and init in function.body
+            and tree.engine.resolve(init.value.func, uses[0].ref.scope) == split.function
+            and opt_name not in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+            and not any(_binds_otherwise(n, opt_name) for n in ast.walk(function))):
+        raise NotMechanical(f"`{opt_name}` is not bound once in `{function.name}`'s own body, as `model, {opt_name} = "
+                            f"{split.function.rsplit('.', 1)[-1]}(...)` (the set-up's function, which returns the "
+                            "optimizer initialize returned)")
+    early = [use.ref.node.lineno for use in uses if use.ref.node.lineno <= _last_line(init)]
+    if early:
+        raise NotMechanical(f"a scale_loss comes before `{tree.text(bound)} = ...` on {_lines(early)}: the scaler "
+                            "is read after that call")
+    model_name = ast.unparse(bound.elts[0])
+    if any(isinstance(n, ast.Name) and n.id == SCALER for n in ast.walk(function)):
+        raise NotMechanical(f"the name `{SCALER}` is used in `{function.name}`")
+    torch_bound = _names_usable(tree, uses[0].ref.scope, init, (opt_name,), SCALER)
+    if not torch_bound:
+        _torch_importable(tree, False)
+    device, dtype = _device_and_dtype(tree.engine)
+    return _Shape(amp, uses[0], init, init, function, model_name, opt_name, model_name, opt_name, None, (), uses, [],
+                  [], [], torch_bound, _NATIVE.package, _comment_lines(tree.index.text), device, dtype,
+                  _line_ending(tree, init), import_node, None, import_node, block_end=_last_line(function),
+                  split=split)
 
 
 def _line_ending(tree: _Tree, init: ast.Assign) -> str:

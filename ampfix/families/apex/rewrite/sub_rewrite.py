@@ -57,6 +57,8 @@ class _Rewrite:
         shape = self.shape
         condition = shape.method_condition
         enabled_text = self.enabled if condition is None else f"bool({self.tree.text(condition)})"
+        if shape.split is not None and not shape.split.set_up:  # the step half: whether the set-up enabled it
+            enabled_text = f"{shape.scaler}.is_enabled()"
         enabled = f", enabled={enabled_text})" if enabled_text is not None else ")"
         return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
 

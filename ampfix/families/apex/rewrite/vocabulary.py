@@ -30,3 +30,15 @@ class NotMechanical(Exception):
 
 def _lines(numbers: list[int]) -> str:
     return ("line " if len(numbers) == 1 else "lines ") + ", ".join(map(str, numbers))
+
+
+@dataclass(frozen=True)
+class Split:
+    """One half of an apex set-up split across modules (docs/apex.md, *Set-ups split across modules*), found whole
+    in the project: `set_up` holds initialize in `function` (`pkg.setup.build`), whose module keeps the one scaler
+    the halves share; else this module holds scale_loss, stepping the optimizer that function returned."""
+
+    set_up: bool
+    module: str  # the set-up module (`pkg.setup`), where the scaler lives
+    function: str  # the set-up function's qualified name (`pkg.setup.build`)
+    others: tuple[str, ...]  # the other halves' files, for messages
