@@ -409,3 +409,96 @@ def test_stdin_reads_the_project_of_its_file_name_and_none_without_one(tmp_path:
         'pkg/x.py:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"')
     unnamed = CliRunner().invoke(app, ["check", "-"], input=source)
     assert unnamed.stdout.splitlines()[0].startswith("-:2:6: AMP013 ")
+
+
+# A GradScaler subclass constructed in the project's other modules (fixtures/projects/subclass_keywords,
+# subclass_positional): rebased where every construction passes keywords only or nothing, left where one passes an
+# argument by position (named, with its file and line; --unsafe-fixes leaves it too). The projects' tests pass after.
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
+REBASED = ("pkg/scaling.py:4:22: AMP002 fixed: class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: "
+           "every construction of `CountingScaler` in the project passes keywords only or nothing (line 13, "
+           "pkg/evaluate.py:6, pkg/evaluate.py:10 and 2 more), so none binds `device`")
+NOT_REBASED = ("pkg/scaling.py:4:22: AMP002 left: class derives from `torch.cuda.amp.GradScaler`: `CountingScaler(...)` "
+               "at pkg/train.py:8 passes an argument by position, which would bind to `device` of "
+               '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)')
+
+
+def test_a_scaler_subclass_is_rebased_where_every_construction_in_the_project_passes_keywords(tmp_path: Path,
+                                                                                            monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    outputs = {}
+    for name, flags in (("subclass_keywords", ()), ("subclass_positional", ("--unsafe-fixes",))):
+        root = tmp_path / name
+        shutil.copytree(PROJECTS / name, root)
+        (root / ".git").mkdir()
+        result = run(root, monkeypatch, "rewrite", *flags, ".")
+        assert result.exit_code == 1
+        outputs[name] = result.stdout.splitlines()
+        for path in sorted(p.relative_to(PROJECTS / name) for p in (PROJECTS / name).rglob("*.py")):
+            expected = PROJECTS / f"{name}.expected" / path
+            assert (root / path).read_bytes() == (expected if expected.exists() else PROJECTS / name / path).read_bytes()
+    assert outputs == {
+        "subclass_keywords": [REBASED, SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings")],
+        "subclass_positional": [
+            NOT_REBASED,
+            'pkg/train.py:7:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
+            '"cuda"',
+            SUMMARY.format(files="1 file", fixes="1 fix", left="1 finding"),
+        ],
+    }
+    copies = [str(p) for name in outputs for p in (PROJECTS / name, tmp_path / name)]
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
+                         text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 1, 1]
+    assert {root: [t for t, error in tests.items() if error] for root, tests in outcomes.items()} == {
+        root: [] for root in copies}
+
+
+SUBCLASS = "import torch\n\n\nclass S(torch.cuda.amp.GradScaler):\n    pass\n"
+DERIVES = "class derives from `torch.cuda.amp.GradScaler`: "
+DEVICE = f"[unsafe] {DERIVES}a positional construction of the subclass would bind to `device` of `torch.amp.GradScaler`"
+UNSAFE = " (an unsafe fix exists: --unsafe-fixes); suggested: torch.amp.GradScaler(\"cuda\", ...)"
+
+
+@pytest.mark.parametrize(("files", "said"), [
+    ({"pkg/s.py": SUBCLASS + "s = S(2.0)\n"},
+     f'{DERIVES}`S(...)` on line 6 passes an argument by position, which would bind to `device` of `torch.amp.GradScaler`; '
+     'suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS},
+     f"{DEVICE}; no construction of `S` is seen in the project{UNSAFE}"),
+    ({"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": SUBCLASS + "s = S(enabled=False)\n"},
+     f"{DEVICE}; `S` is a public name of a module the project ships (setup.py): code outside the project may "
+     f"construct it{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "__all__ = [\"S\"]\ns = S(enabled=False)\n"},
+     f"{DEVICE}; a string on line 6 names `S` (`__all__`, `getattr`), which is not followed{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS.replace("pass", "@classmethod\n    def make(cls, scale):\n        return cls(scale)")},
+     f"{DEVICE}; it is constructed through `cls` on line 7{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import S\n\n\nclass T(S):\n    pass\n"},
+     f"{DEVICE}; in pkg/t.py, a class on line 4 derives from it{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import *\n\nt = S(2.0)\n"},
+     f"{DEVICE}; in pkg/t.py, `S` on line 3 may be the star import's on line 1, which is not followed{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from . import s\n\nREGISTRY = {\"amp\": s.S}\n"},
+     f"{DEVICE}; in pkg/t.py, it is put in a dict on line 3{UNSAFE}"),
+])
+def test_a_scaler_subclass_is_left_where_a_construction_passes_a_position_or_the_class_escapes(
+        tmp_path: Path, monkeypatch, files: dict[str, str], said: str):
+    root = project(tmp_path, files)
+    lines = run(root, monkeypatch, "check", "pkg/s.py").stdout.splitlines()
+    assert lines[0] == f"pkg/s.py:4:9: AMP002 {said}"
+
+
+def test_a_private_scaler_subclass_of_a_shipped_package_is_rebased_and_a_cpu_one_never(tmp_path: Path, monkeypatch):
+    private = SUBCLASS.replace("class S(", "class _S(") + "s = _S(enabled=False)\n"
+    cpu = SUBCLASS.replace("cuda", "cpu") + "s = S(enabled=False)\n"
+    root = project(tmp_path, {"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": private, "pkg/c.py": cpu})
+    lines = run(root, monkeypatch, "check", "pkg/s.py", "pkg/c.py").stdout.splitlines()
+    assert lines[:2] == [
+        "pkg/s.py:4:10: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: every "
+        "construction of `_S` in the project passes keywords only or nothing (line 6), so none binds `device`",
+        "pkg/c.py:4:9: AMP002 class derives from `torch.cpu.amp.GradScaler`: `torch.amp.GradScaler` builds on 'cuda' "
+        "by default where `torch.cpu.amp.GradScaler` built on 'cpu'; suggested: torch.amp.GradScaler(\"cpu\", ...)",
+    ]

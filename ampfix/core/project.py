@@ -1,5 +1,5 @@
-"""What the engine may ask of the project around a file: what a module of the project binds a name to, and
-which modules of the project take a name from this file.
+"""What the engine may ask of the project around a file: what a module of the project binds a name to, which
+modules of the project take a name from this file, and where they construct a class of it.
 
 `from .compat import torch` or `from .utils import autocast` bind a name another module of the project binds;
 the engine reads one file, so it asks (`ProjectModules.exported`), and the io layer answers from the project's
@@ -19,6 +19,16 @@ class Export:
     where: str  # the file and line of that import, for messages (`pkg/compat.py:1`)
 
 
+@dataclass(frozen=True)
+class Constructions:
+    """How the project's other modules reach a class defined at the top of the file asked about."""
+
+    seen: tuple[str, ...]  # each construction of it found there, as `path:line`
+    positional: str | None = None  # the first of them that passes an argument by position, `path:line`
+    # Where it goes that cannot be followed, or why code outside the project may construct it (for a message).
+    escape: str | None = None
+
+
 class ProjectModules(Protocol):
     def exported(self, level: int, module: str | None, name: str) -> Export | None:
         """What `from <"." * level><module> import <name>`, written in the file asked about, binds; or None."""
@@ -27,4 +37,10 @@ class ProjectModules(Protocol):
     def importers(self, name: str) -> tuple[str, ...]:
         """Where other files of the project take `name` from the file asked about (`from <it> import <name>`), as
         `path:line`; empty where none does, or where the project cannot be read."""
+        ...
+
+    def constructions(self, name: str) -> Constructions | None:
+        """Where the other files of the project construct the class `name` of the file asked about (taken by
+        `from <it> import <name>`, or read as an attribute of it as a module), or where it escapes them; None where
+        the project cannot be read."""
         ...

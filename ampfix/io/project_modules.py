@@ -7,6 +7,10 @@ each one small parse; a read module is kept for the run, keyed by its path and i
 changed during the run is read again. Nothing is kept between runs, so nothing can be stale (docs/design.md,
 "A name from another module of the project").
 
+A class of the file (a GradScaler subclass) is looked for in the project's other files: those whose bytes spell its
+name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
+followed in its file as the class's own module follows it (`ModuleFlows.constructions`).
+
 Absolute modules are looked up from the file's package root: the first folder above it without an `__init__.py`
 (where `python -m` or an installed package puts it on `sys.path`).
 """
@@ -20,10 +24,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampfix.core.project import Export
+from ampfix.core.project import Constructions, Export
 
 if TYPE_CHECKING:
-    from ampfix.syntax.bindings import Binding
+    from ampfix.syntax.bindings import Binding, ChainRef
 
 _DEPTH = 4  # re-exports followed through at most this many modules
 # A `from M import names` statement, found in the bytes before any parse (the parse decides). No `^`: a pattern
@@ -36,6 +40,8 @@ _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
 # project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
 _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
+# (project root, the module file, a class's name) -> its constructions in the project's other files: one walk per run.
+_constructed: dict[tuple[Path, Path, str], Constructions] = {}
 
 
 class FileModules:
@@ -55,6 +61,17 @@ class FileModules:
             return ()
         root = self.root or _project_root(me)
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
+
+    def constructions(self, name: str) -> Constructions | None:
+        try:
+            me = self.path.resolve()
+        except OSError:
+            return None
+        root = self.root or _project_root(me)
+        key = (root, me, name)
+        if key not in _constructed:
+            _constructed[key] = _constructions(root, me, name)
+        return _constructed[key]
 
 
 def project_modules(path: Path) -> FileModules | None:
@@ -225,6 +242,7 @@ def forget() -> None:
     """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
     sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
     _indexed.clear()
+    _constructed.clear()
 
 
 def _project_files(root: Path):
@@ -233,3 +251,138 @@ def _project_files(root: Path):
         for name in sorted(files):
             if name.endswith(".py"):
                 yield Path(folder, name)  # below the resolved root: an absolute path
+
+
+def _constructions(root: Path, defined_in: Path, name: str) -> Constructions:
+    """The constructions of the class `name` of `defined_in` in the project's other files, followed as its own
+    module's are (`ampfix.syntax.flow.ModuleFlows.constructions`). The bytes pick the files that spell the name; the
+    parse decides which reads are the class. Code outside the project may construct it where the project is a
+    distribution (`_distributed`) and the class a public name of a module it ships."""
+    shipped = _distributed(root)
+    if shipped is not None and not name.startswith("_") and _importable(defined_in, root):
+        return Constructions((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
+                             "code outside the project may construct it")
+    spelled = name.encode()
+    word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
+    seen: list[str] = []
+    for path in _project_files(root):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if spelled not in data or not word.search(data) or path.resolve() == defined_in:  # a literal first: C speed
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):
+            return Constructions(tuple(seen), escape=f"{_shown(path)} names `{name}` and does not parse")
+        found = _file_constructions(path, tree, defined_in, name)
+        if isinstance(found, str):
+            return Constructions(tuple(seen), escape=f"in {_shown(path)}, {found}")
+        where = [f"{_shown(path)}:{call.lineno}" for call in found]
+        seen += where
+        positional = next((w for w, call in zip(where, found) if call.args), None)
+        if positional is not None:
+            return Constructions(tuple(seen), positional=positional)
+    return Constructions(tuple(seen))
+
+
+def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: str) -> list[ast.Call] | str:
+    """The constructions of the class in one file of the project, or where it escapes there."""
+    from ampfix.syntax.bindings import Walker, resolve
+    from ampfix.syntax.flow import ModuleFlows
+    from ampfix.syntax.parents import Parents
+
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    reads: list[tuple[ChainRef, int]] = []
+    for chain in walker.chains:
+        if name not in chain.parts or chain.role == "store" and len(chain.parts) == 1:
+            continue
+        scope, bindings = chain.scope.lookup(chain.parts[0])
+        if not bindings:
+            if chain.parts[0] == name and walker.module_scope.star_lines:
+                return (f"`{name}` on line {chain.node.lineno} may be the star import's on line "
+                        f"{walker.module_scope.star_lines[0]}, which is not followed")
+            continue
+        imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+        length = None
+        for imp in imports.values():
+            length = _names_class(path, imp.node, chain.parts, defined_in, name)
+            if length is not None:
+                break
+        if length is None:
+            continue
+        if len(imports) != 1 or any(b.kind != "import" for b in bindings):
+            return f"`{chain.parts[0]}` on line {chain.node.lineno} is bound to several things"
+        if isinstance(length, str):
+            return f"{length} on line {chain.node.lineno}"
+        reads.append((chain, length))
+    flows = ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
+        resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
+    flow = flows.constructions(reads, name)
+    return flow.escape if flow.escape is not None else list(flow.calls)
+
+
+def _names_class(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str, ...], defined_in: Path,
+                 name: str) -> int | str | None:
+    """How many of `parts`, a chain headed by a name `node` imports, name the class `name` of `defined_in`
+    (`S`: 1, `mod.S`: 2, `pkg.mod.S`: 3); a message where a module of the project binds it in a way not followed;
+    None: not that class."""
+    for alias in node.names:
+        if (alias.asname or alias.name.partition(".")[0]) != parts[0]:
+            continue
+        # The dotted path the chain spells from the import statement's module, and how many of its names the
+        # chain's head stands for beyond the first (`import a.b as x`: `x` is `a.b`).
+        if isinstance(node, ast.ImportFrom):
+            level, module, names, hidden = node.level, node.module or "", [alias.name, *parts[1:]], 0
+        elif alias.asname:
+            level, module, names = 0, "", [*alias.name.split("."), *parts[1:]]
+            hidden = alias.name.count(".")
+        else:
+            level, module, names, hidden = 0, "", list(parts), 0
+        for i, part in enumerate(names):
+            holder = _module_file(path, level, module or None) if part == name and i >= hidden else None
+            if holder is not None:
+                origin = _origin(holder, name, _DEPTH)
+                if origin == defined_in:
+                    return i + 1 - hidden
+                if origin is None:
+                    return f"`{'.'.join(parts[:i + 1 - hidden])}` (from {_shown(holder)}, which is not followed)"
+            module = f"{module}.{part}" if module else part
+    return None
+
+
+def _origin(path: Path, name: str, depth: int) -> Path | None:
+    """The file that defines `name` (not by an import), where `path` binds it at its top level: itself, or the
+    module its one import of it takes it from, followed through the project; None where that is not one answer."""
+    bindings = _top_level_bindings(path)
+    found = bindings.get(name) if bindings is not None else None
+    if not found or depth == 0 or any(b.inferred or b.guards for b in found):
+        return None
+    if all(b.kind != "import" for b in found):
+        return path.resolve()
+    node = found[0].imported_by.node if found[0].imported_by is not None else None
+    if len(found) != 1 or not isinstance(node, ast.ImportFrom):
+        return None
+    target = _module_file(path, node.level, node.module)
+    return _origin(target, _imported_name(node, name), depth - 1) if target is not None else None
+
+
+def _distributed(root: Path) -> str | None:
+    """The file that makes the project a distribution others install and import (`setup.py`, `setup.cfg`, a
+    `pyproject.toml` with a `[project]` or `[tool.poetry]` table), or None."""
+    for marker in ("setup.py", "setup.cfg"):
+        if (root / marker).is_file():
+            return marker
+    from ampfix.io.formatter import _toml
+
+    table = _toml(root / "pyproject.toml")  # absent or not TOML: empty (pip cannot install from it either)
+    tool = table.get("tool")
+    return "pyproject.toml" if "project" in table or isinstance(tool, dict) and "poetry" in tool else None
+
+
+def _importable(path: Path, root: Path) -> bool:
+    """May an installed distribution ship the module: in a package, or a top-level module of the project's root or
+    its `src/` (a `py_modules` entry)."""
+    return (path.parent / "__init__.py").is_file() or path.parent in (root, root / "src")

@@ -3,7 +3,8 @@ followed through assignments, conditional expressions (`x if cond else nullconte
 attributes of `self` read in the methods of its class, and arguments of the module's own functions (by keyword and
 by position), to every place it is called; or to the first place it goes that cannot be followed (an escape:
 returned, passed to a function not in the module, stored where it cannot be read back, bound at module level where
-another module may import it).
+another module may import it). And the reads of a class's name, each followed to the constructions it reaches
+(`constructions`): the question a GradScaler subclass asks of its module and of the project's other modules.
 
 Read from the module's syntax only: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent.
 """
@@ -75,6 +76,28 @@ class ModuleFlows:
                 calls.append(step)
             else:
                 work += step
+        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
+
+    def constructions(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
+        """Where a class's value goes from each of `reads` (a chain and how many of its parts name the class: 1 for
+        `S`, 2 for `mod.S`): its calls (the constructions), or the first read that is neither a construction nor a
+        type (`isinstance`, an annotation, a test against None). A string that is the class's name (`__all__`,
+        `getattr(mod, "S")`), an attribute of the class, a subclass: escapes."""
+        named = self._module.strings.get(name)
+        if named is not None:
+            return Flow((), f"a string on line {named} names `{name}` (`__all__`, `getattr`), which is not followed")
+        calls: list[ast.Call] = []
+        for ref, length in reads:
+            if len(ref.parts) > length:
+                return Flow(tuple(calls), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it")
+            if ref.role in ("type", "none_test"):
+                continue
+            if ref.role == "base":
+                return Flow(tuple(calls), f"a class on line {ref.node.lineno} derives from it")
+            flow = self.follow(ref.node, ref.scope)
+            calls += flow.calls
+            if flow.escape is not None:
+                return Flow(tuple(calls), flow.escape)
         return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
 
     def _step(self, node: ast.expr, scope: Scope) -> ast.Call | list[tuple[ast.expr, Scope]] | str:
