@@ -502,3 +502,50 @@ def test_a_private_scaler_subclass_of_a_shipped_package_is_rebased_and_a_cpu_one
         "pkg/c.py:4:9: AMP002 class derives from `torch.cpu.amp.GradScaler`: `torch.amp.GradScaler` builds on 'cuda' "
         "by default where `torch.cpu.amp.GradScaler` built on 'cpu'; suggested: torch.amp.GradScaler(\"cpu\", ...)",
     ]
+
+
+# A project module taken whole (fixtures/projects/module_attributes): `from pkg import utils`, `import pkg.utils`,
+# `from . import utils`, then `utils.autocast(...)`, where utils.py says `from torch.cuda.amp import autocast`. The
+# reads are reported where the file is read (train.py; evaluate.py spells no `amp`, so the check never opens it), and
+# utils.py keeps its import and its use for all three, naming each read: rewritten alone, it would hand the readers
+# `torch.amp.autocast` without a device. The project's tests pass after.
+ATTRIBUTE_READ = ("`{chain}` is the deprecated `torch.cuda.amp.autocast`: `autocast` is read from the project's module "
+                  "`pkg.utils`, which binds it to `torch.cuda.amp.autocast` (pkg/utils.py:1); it moves with that "
+                  "import, so migrate the two modules together; suggested: torch.amp.autocast")
+READERS = ("`autocast` is imported from this module by pkg/evaluate.py:5 (`utils.autocast`), pkg/train.py:9 "
+           "(`utils.autocast`), pkg/train.py:11 (`pkg.utils.autocast`), whose uses move with this import: migrate them "
+           "together")
+
+
+def test_a_deprecated_name_read_as_an_attribute_of_a_project_module_moves_with_its_import(tmp_path: Path,
+                                                                                         monkeypatch):
+    import shutil
+    import subprocess
+    import sys
+
+    source = PROJECTS / "module_attributes"
+    root = tmp_path / "module_attributes"
+    shutil.copytree(source, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", ".")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        'pkg/train.py:8:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
+        '"cuda"',
+        "pkg/train.py:9:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="utils.autocast"),
+        "pkg/train.py:11:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="pkg.utils.autocast"),
+        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {READERS}",
+        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {READERS}; suggested: "
+        'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
+    ]
+    for path in sorted(p.relative_to(source) for p in source.rglob("*.py")):
+        expected = PROJECTS / "module_attributes.expected" / path
+        assert (root / path).read_bytes() == (expected if expected.exists() else source / path).read_bytes(), path
+
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(source), str(root)], check=True, timeout=300,
+                         capture_output=True, text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [2, 2]
+    assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {
+        str(source): [], str(root): []}

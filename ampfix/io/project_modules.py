@@ -195,13 +195,15 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
             data = path.read_bytes()
         except OSError:
             continue
-        if not any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data)):
+        takes = any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
+        reads = _may_read_attribute(data)
+        if not (takes or reads):
             continue
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError):
             continue
-        for node in ast.walk(tree):
+        for node in ast.walk(tree) if takes else ():
             if not isinstance(node, ast.ImportFrom):
                 continue
             for alias in node.names:
@@ -209,7 +211,65 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
                 if module is not None:
                     index.setdefault((module.resolve(), alias.name), []).append(
                         (f"{_shown(path)}:{node.lineno}", path))
+        for module, name, where in _attribute_reads(path, tree, names) if reads else ():
+            index.setdefault((module, name), []).append((where, path))
     return index
+
+
+def _may_read_attribute(data: bytes) -> bool:
+    """May the file read an asked name as an attribute of a module of the project (`utils.autocast`, after `from pkg
+    import utils`)? Not where the name is read from torch (`torch.autocast`, `torch.cuda.amp.autocast`), nor from a
+    head no import line of the file names (`args.amp`)."""
+    for match in _attribute_pattern().finditer(data):
+        start = match.start()
+        prefix = _DOTTED_END.search(data, max(0, start - 200), start)
+        components = prefix.group().split(b".") if prefix is not None else [b""]
+        head, last = components[0], components[-1]
+        if not head or last in (b"torch", b"cuda", b"cpu") or (last == b"amp" and len(components) > 1):
+            continue
+        if any(head in _WORD.findall(line.group("names")) and not _from_package(line) for line in
+               _IMPORT_LINE.finditer(data)):
+            return True
+    return False
+
+
+def _from_package(line: re.Match[bytes]) -> bool:
+    """Is the import line the package's (`from torch.cuda import amp`, `import torch.cuda.amp as cuda_amp`)?"""
+    package = _package().encode()
+    spelled = line.group("module") or line.group("names").lstrip(b"( \t")
+    return spelled == package or spelled.startswith((package + b".", package + b" ", package + b","))
+
+
+_DOTTED_END = re.compile(rb"[A-Za-z_][\w.]*\Z")
+_IMPORT_LINE = re.compile(rb"(?m)^[ \t]*(?:from[ \t]+(?P<module>[\w.]+)[ \t]+)?import[ \t]+(?P<names>\([^)]*\)|[^\n]*)")
+
+
+@functools.cache
+def _attribute_pattern() -> re.Pattern[bytes]:
+    """`.<name>` for each asked name but `cuda` and `cpu`, which every torch file reads as attributes (`x.cuda()`):
+    a project module that binds them from torch binds no deprecated name."""
+    words = sorted((name for name in _asked() if name not in ("cuda", "cpu")), key=len, reverse=True)
+    return re.compile(rb"\.(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b")
+
+
+def _attribute_reads(path: Path, tree: ast.Module, names: frozenset[str]):
+    """Each asked name read as an attribute of a module of the project (`utils.autocast`, `pkg.utils.autocast`):
+    (that module's file, the name, where: `path:line (chain)`)."""
+    from ampfix.syntax.bindings import Walker, spelled_imports
+
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    for chain in walker.chains:
+        if len(chain.parts) < 2 or names.isdisjoint(chain.parts[1:]):
+            continue
+        bindings = chain.scope.lookup(chain.parts[0])[1]
+        imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+        if len(imports) != 1:
+            continue
+        for level, module, name, count in spelled_imports(next(iter(imports.values())).node, chain.parts):
+            found = _module_file(path, level, module or None) if count >= 2 and name in names else None
+            if found is not None:
+                yield found.resolve(), name, f"{_shown(path)}:{chain.node.lineno} (`{'.'.join(chain.parts[:count])}`)"
 
 
 def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool:
@@ -329,27 +389,16 @@ def _names_class(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str
     """How many of `parts`, a chain headed by a name `node` imports, name the class `name` of `defined_in`
     (`S`: 1, `mod.S`: 2, `pkg.mod.S`: 3); a message where a module of the project binds it in a way not followed;
     None: not that class."""
-    for alias in node.names:
-        if (alias.asname or alias.name.partition(".")[0]) != parts[0]:
-            continue
-        # The dotted path the chain spells from the import statement's module, and how many of its names the
-        # chain's head stands for beyond the first (`import a.b as x`: `x` is `a.b`).
-        if isinstance(node, ast.ImportFrom):
-            level, module, names, hidden = node.level, node.module or "", [alias.name, *parts[1:]], 0
-        elif alias.asname:
-            level, module, names = 0, "", [*alias.name.split("."), *parts[1:]]
-            hidden = alias.name.count(".")
-        else:
-            level, module, names, hidden = 0, "", list(parts), 0
-        for i, part in enumerate(names):
-            holder = _module_file(path, level, module or None) if part == name and i >= hidden else None
-            if holder is not None:
-                origin = _origin(holder, name, _DEPTH)
-                if origin == defined_in:
-                    return i + 1 - hidden
-                if origin is None:
-                    return f"`{'.'.join(parts[:i + 1 - hidden])}` (from {_shown(holder)}, which is not followed)"
-            module = f"{module}.{part}" if module else part
+    from ampfix.syntax.bindings import spelled_imports
+
+    for level, module, part, count in spelled_imports(node, parts):
+        holder = _module_file(path, level, module or None) if part == name else None
+        if holder is not None:
+            origin = _origin(holder, name, _DEPTH)
+            if origin == defined_in:
+                return count
+            if origin is None:
+                return f"`{'.'.join(parts[:count])}` (from {_shown(holder)}, which is not followed)"
     return None
 
 
