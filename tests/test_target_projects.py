@@ -468,6 +468,9 @@ UNSAFE = " (an unsafe fix exists: --unsafe-fixes); suggested: torch.amp.GradScal
     ({"pkg/s.py": SUBCLASS + "s = S(2.0)\n"},
      f'{DERIVES}`S(...)` on line 6 passes an argument by position, which would bind to `device` of `torch.amp.GradScaler`; '
      'suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import S as Scaler\n\nt = Scaler(2.0)\n"},
+     f'{DERIVES}`S(...)` at pkg/t.py:3 passes an argument by position, which would bind to `device` of '
+     '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)'),
     ({"pkg/s.py": SUBCLASS},
      f"{DEVICE}; no construction of `S` is seen in the project{UNSAFE}"),
     ({"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": SUBCLASS + "s = S(enabled=False)\n"},

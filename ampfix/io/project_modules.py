@@ -356,8 +356,11 @@ def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: st
     walker = Walker()
     walker.statements(tree.body, walker.module_scope)
     reads: list[tuple[ChainRef, int]] = []
+    # The names the file binds the class under (`from .scaling import S as Scaler`), beside chains that spell it.
+    renamed = {alias.asname for imp in walker.imports if isinstance(imp.node, ast.ImportFrom)
+               for alias in imp.node.names if alias.name == name and alias.asname}
     for chain in walker.chains:
-        if name not in chain.parts or chain.role == "store" and len(chain.parts) == 1:
+        if name not in chain.parts and chain.parts[0] not in renamed or chain.role == "store" and len(chain.parts) == 1:
             continue
         scope, bindings = chain.scope.lookup(chain.parts[0])
         if not bindings:
