@@ -425,21 +425,11 @@ NOT_REBASED = ("pkg/scaling.py:4:22: AMP002 left: class derives from `torch.cuda
 
 def test_a_scaler_subclass_is_rebased_where_every_construction_in_the_project_passes_keywords(tmp_path: Path,
                                                                                             monkeypatch):
-    import shutil
     import subprocess
     import sys
 
-    outputs = {}
-    for name, flags in (("subclass_keywords", ()), ("subclass_positional", ("--unsafe-fixes",))):
-        root = tmp_path / name
-        shutil.copytree(PROJECTS / name, root)
-        (root / ".git").mkdir()
-        result = run(root, monkeypatch, "rewrite", *flags, ".")
-        assert result.exit_code == 1
-        outputs[name] = result.stdout.splitlines()
-        for path in sorted(p.relative_to(PROJECTS / name) for p in (PROJECTS / name).rglob("*.py")):
-            expected = PROJECTS / f"{name}.expected" / path
-            assert (root / path).read_bytes() == (expected if expected.exists() else PROJECTS / name / path).read_bytes()
+    outputs = {name: _rewritten_copy(tmp_path, monkeypatch, name, *flags)
+               for name, flags in (("subclass_keywords", ()), ("subclass_positional", ("--unsafe-fixes",)))}
     assert outputs == {
         "subclass_keywords": [REBASED, SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings")],
         "subclass_positional": [
@@ -520,19 +510,42 @@ READERS = ("`autocast` is imported from this module by pkg/evaluate.py:5 (`utils
            "together")
 
 
-def test_a_deprecated_name_read_as_an_attribute_of_a_project_module_moves_with_its_import(tmp_path: Path,
-                                                                                         monkeypatch):
+def _rewritten_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *flags: str) -> list[str]:
+    """`ampfix rewrite FLAGS .` on a copy of the fixture project `name` (a repository root), whose files must then be
+    its `<name>.expected` files where one exists and its own elsewhere; the lines it printed."""
     import shutil
+
+    root = tmp_path / name
+    shutil.copytree(PROJECTS / name, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", *flags, ".")
+    assert result.exit_code == 1
+    for path in sorted(p.relative_to(PROJECTS / name) for p in (PROJECTS / name).rglob("*.py")):
+        expected = PROJECTS / f"{name}.expected" / path
+        assert (root / path).read_bytes() == (expected if expected.exists() else PROJECTS / name / path).read_bytes(), path
+    return result.stdout.splitlines()
+
+
+# What a function of the project returns, called in other modules (fixtures/projects/returned_reference): utils.py's
+# `get_autocast(precision)` returns `torch.cuda.amp.autocast`, and train.py and evaluate.py call what it returns,
+# without positional arguments: the partial with the old defaults is a default fix. Beside it, a keyword `partial`
+# (`from functools import partial`) kept in `self` and entered in another method.
+RETURNED = [
+    'pkg/trainer.py:10:37: AMP001 fixed: `functools.partial(torch.cuda.amp.autocast, ...)` -> '
+    '`functools.partial(torch.amp.autocast, "cuda", ...)` (keywords only); every call of it passes keywords only, and '
+    "the old defaults it lacks are written (cache_enabled=True)",
+    "pkg/utils.py:10:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
+    'positional arguments (pkg/evaluate.py:5, pkg/train.py:6): functools.partial(torch.amp.autocast, "cuda", '
+    "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
+    SUMMARY.format(files="2 files", fixes="2 fixes", left="0 findings"),
+]
+
+
+def test_references_read_through_other_modules_of_the_project(tmp_path: Path, monkeypatch):
     import subprocess
     import sys
 
-    source = PROJECTS / "module_attributes"
-    root = tmp_path / "module_attributes"
-    shutil.copytree(source, root)
-    (root / ".git").mkdir()
-    result = run(root, monkeypatch, "rewrite", ".")
-    assert result.exit_code == 1
-    assert result.stdout.splitlines() == [
+    assert _rewritten_copy(tmp_path, monkeypatch, "module_attributes") == [
         'pkg/train.py:8:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
         '"cuda"',
         "pkg/train.py:9:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="utils.autocast"),
@@ -542,13 +555,11 @@ def test_a_deprecated_name_read_as_an_attribute_of_a_project_module_moves_with_i
         'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
         SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
     ]
-    for path in sorted(p.relative_to(source) for p in source.rglob("*.py")):
-        expected = PROJECTS / "module_attributes.expected" / path
-        assert (root / path).read_bytes() == (expected if expected.exists() else source / path).read_bytes(), path
+    assert _rewritten_copy(tmp_path, monkeypatch, "returned_reference") == RETURNED
 
-    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), str(source), str(root)], check=True, timeout=300,
-                         capture_output=True, text=True)
+    copies = [str(p) for name in ("module_attributes", "returned_reference") for p in (PROJECTS / name, tmp_path / name)]
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
+                         text=True)
     outcomes = json.loads(ran.stdout)
-    assert [len(tests) for tests in outcomes.values()] == [2, 2]
-    assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {
-        str(source): [], str(root): []}
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 2, 2]
+    assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {r: [] for r in copies}

@@ -20,12 +20,13 @@ class Export:
 
 
 @dataclass(frozen=True)
-class Constructions:
-    """How the project's other modules reach a class defined at the top of the file asked about."""
+class Calls:
+    """How the project's other modules call something of the file asked about: a class (its constructions), or what
+    a function returns (`get_autocast(p)` then `autocast()`)."""
 
-    seen: tuple[str, ...]  # each construction of it found there, as `path:line`
+    seen: tuple[str, ...]  # each call found there, as `path:line`
     positional: str | None = None  # the first of them that passes an argument by position, `path:line`
-    # Where it goes that cannot be followed, or why code outside the project may construct it (for a message).
+    # Where it goes that cannot be followed, or why code outside the project may call it (for a message).
     escape: str | None = None
 
 
@@ -39,8 +40,14 @@ class ProjectModules(Protocol):
         `path:line`; empty where none does, or where the project cannot be read."""
         ...
 
-    def constructions(self, name: str) -> Constructions | None:
+    def constructions(self, name: str) -> Calls | None:
         """Where the other files of the project construct the class `name` of the file asked about (taken by
         `from <it> import <name>`, or read as an attribute of it as a module), or where it escapes them; None where
         the project cannot be read."""
+        ...
+
+    def result_calls(self, name: str) -> Calls | None:
+        """Where the other files of the project call what the function `name` of the file asked about returns (each
+        read of the function a call, whose value is followed), or where it escapes them; None where the project
+        cannot be read."""
         ...

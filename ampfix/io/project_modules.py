@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampfix.core.project import Constructions, Export
+from ampfix.core.project import Calls, Export
 
 if TYPE_CHECKING:
     from ampfix.syntax.bindings import Binding, ChainRef
@@ -40,8 +40,8 @@ _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
 # project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
 _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
-# (project root, the module file, a class's name) -> its constructions in the project's other files: one walk per run.
-_constructed: dict[tuple[Path, Path, str], Constructions] = {}
+# (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
+_constructed: dict[tuple[Path, Path, str, bool], Calls] = {}
 
 
 class FileModules:
@@ -62,15 +62,21 @@ class FileModules:
         root = self.root or _project_root(me)
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
 
-    def constructions(self, name: str) -> Constructions | None:
+    def constructions(self, name: str) -> Calls | None:
+        return self._calls(name, False)
+
+    def result_calls(self, name: str) -> Calls | None:
+        return self._calls(name, True)
+
+    def _calls(self, name: str, results: bool) -> Calls | None:
         try:
             me = self.path.resolve()
         except OSError:
             return None
         root = self.root or _project_root(me)
-        key = (root, me, name)
+        key = (root, me, name, results)
         if key not in _constructed:
-            _constructed[key] = _constructions(root, me, name)
+            _constructed[key] = _calls(root, me, name, results)
         return _constructed[key]
 
 
@@ -313,15 +319,15 @@ def _project_files(root: Path):
                 yield Path(folder, name)  # below the resolved root: an absolute path
 
 
-def _constructions(root: Path, defined_in: Path, name: str) -> Constructions:
-    """The constructions of the class `name` of `defined_in` in the project's other files, followed as its own
-    module's are (`ampfix.syntax.flow.ModuleFlows.constructions`). The bytes pick the files that spell the name; the
-    parse decides which reads are the class. Code outside the project may construct it where the project is a
-    distribution (`_distributed`) and the class a public name of a module it ships."""
+def _calls(root: Path, defined_in: Path, name: str, results: bool) -> Calls:
+    """The constructions of the class `name` of `defined_in` in the project's other files, or (`results`) the calls
+    of what the function `name` returns, followed as its own module's are (`ampfix.syntax.flow.ModuleFlows`). The
+    bytes pick the files that spell the name; the parse decides which reads are it. Code outside the project may
+    call it where the project is a distribution (`_distributed`) and the name a public one of a module it ships."""
     shipped = _distributed(root)
     if shipped is not None and not name.startswith("_") and _importable(defined_in, root):
-        return Constructions((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
-                             "code outside the project may construct it")
+        return Calls((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
+                     f"code outside the project may {'call' if results else 'construct'} it")
     spelled = name.encode()
     word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
     seen: list[str] = []
@@ -335,20 +341,21 @@ def _constructions(root: Path, defined_in: Path, name: str) -> Constructions:
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError):
-            return Constructions(tuple(seen), escape=f"{_shown(path)} names `{name}` and does not parse")
-        found = _file_constructions(path, tree, defined_in, name)
+            return Calls(tuple(seen), escape=f"{_shown(path)} names `{name}` and does not parse")
+        found = _file_calls(path, tree, defined_in, name, results)
         if isinstance(found, str):
-            return Constructions(tuple(seen), escape=f"in {_shown(path)}, {found}")
+            return Calls(tuple(seen), escape=f"in {_shown(path)}, {found}")
         where = [f"{_shown(path)}:{call.lineno}" for call in found]
         seen += where
         positional = next((w for w, call in zip(where, found) if call.args), None)
         if positional is not None:
-            return Constructions(tuple(seen), positional=positional)
-    return Constructions(tuple(seen))
+            return Calls(tuple(seen), positional=positional)
+    return Calls(tuple(seen))
 
 
-def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: str) -> list[ast.Call] | str:
-    """The constructions of the class in one file of the project, or where it escapes there."""
+def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, results: bool) -> list[ast.Call] | str:
+    """The constructions of the class (or the calls of what the function returns) in one file of the project, or
+    where it escapes there."""
     from ampfix.syntax.bindings import Walker, resolve
     from ampfix.syntax.flow import ModuleFlows
     from ampfix.syntax.parents import Parents
@@ -356,7 +363,7 @@ def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: st
     walker = Walker()
     walker.statements(tree.body, walker.module_scope)
     reads: list[tuple[ChainRef, int]] = []
-    # The names the file binds the class under (`from .scaling import S as Scaler`), beside chains that spell it.
+    # The names the file binds it under (`from .scaling import S as Scaler`), beside chains that spell it.
     renamed = {alias.asname for imp in walker.imports if isinstance(imp.node, ast.ImportFrom)
                for alias in imp.node.names if alias.name == name and alias.asname}
     for chain in walker.chains:
@@ -371,7 +378,7 @@ def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: st
         imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
         length = None
         for imp in imports.values():
-            length = _names_class(path, imp.node, chain.parts, defined_in, name)
+            length = _reads_name(path, imp.node, chain.parts, defined_in, name)
             if length is not None:
                 break
         if length is None:
@@ -383,13 +390,13 @@ def _file_constructions(path: Path, tree: ast.Module, defined_in: Path, name: st
         reads.append((chain, length))
     flows = ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
         resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
-    flow = flows.constructions(reads, name)
+    flow = flows.results(reads, name) if results else flows.constructions(reads, name)
     return flow.escape if flow.escape is not None else list(flow.calls)
 
 
-def _names_class(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str, ...], defined_in: Path,
-                 name: str) -> int | str | None:
-    """How many of `parts`, a chain headed by a name `node` imports, name the class `name` of `defined_in`
+def _reads_name(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str, ...], defined_in: Path,
+                name: str) -> int | str | None:
+    """How many of `parts`, a chain headed by a name `node` imports, name the class or function `name` of `defined_in`
     (`S`: 1, `mod.S`: 2, `pkg.mod.S`: 3); a message where a module of the project binds it in a way not followed;
     None: not that class."""
     from ampfix.syntax.bindings import spelled_imports

@@ -15,10 +15,13 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ampfix.core.project import Calls
 from ampfix.syntax.bindings import ChainRef, Scope, Walker
 from ampfix.syntax.parents import Parents
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# A value returned by a function: the calls of the function (each a place it reaches), and those of other modules.
+_Returned = tuple[list[tuple[ast.expr, "Scope"]], "Calls | None"]
 _LIMIT = 200  # places followed for one value: beyond, it is an escape (said so)
 
 
@@ -26,6 +29,10 @@ _LIMIT = 200  # places followed for one value: beyond, it is an escape (said so)
 class Flow:
     calls: tuple[ast.Call, ...]  # every call of the value found
     escape: str | None  # where the value goes that cannot be followed (for a message), or None: every use is a call
+    # Calls in the project's other modules, of what a function of this module returns (`get_autocast(p)()`), as
+    # `path:line`; and the first of them that passes an argument by position.
+    remote: tuple[str, ...] = ()
+    remote_positional: str | None = None
 
 
 class _Module:
@@ -54,13 +61,19 @@ class ModuleFlows:
     callee is `functools.partial` (resolved by the caller, through the file's imports)."""
 
     def __init__(self, tree: ast.Module, walker: Walker, parents: Parents,
-                 is_partial: Callable[[ast.expr, Scope], bool]) -> None:
+                 is_partial: Callable[[ast.expr, Scope], bool],
+                 elsewhere: Callable[[str], Calls | None] | None = None) -> None:
         self._module = _Module(tree, walker, parents)
         self._is_partial = is_partial
+        # The calls the project's other modules make of what a top-level function of this module returns
+        # (`ProjectModules.result_calls`); None: no project to ask, so a value returned there escapes.
+        self._elsewhere = elsewhere
 
     def follow(self, node: ast.expr, scope: Scope) -> Flow:
         work: list[tuple[ast.expr, Scope]] = [(node, scope)]
         calls: list[ast.Call] = []
+        remote: list[str] = []
+        positional: str | None = None
         seen: set[int] = set()
         while work:
             if len(seen) > _LIMIT:
@@ -74,8 +87,37 @@ class ModuleFlows:
                 return Flow(tuple(calls), step)
             if isinstance(step, ast.Call):
                 calls.append(step)
+            elif isinstance(step, tuple):  # returned: the calls of the function, here and in other modules
+                work += step[0]
+                if step[1] is not None:
+                    remote += step[1].seen
+                    positional = positional or step[1].positional
             else:
                 work += step
+        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None, tuple(remote), positional)
+
+    def _named(self, name: str) -> Flow | None:
+        named = self._module.strings.get(name)
+        if named is None:
+            return None
+        return Flow((), f"a string on line {named} names `{name}` (`__all__`, `getattr`), which is not followed")
+
+    def results(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
+        """Where the values calls of a function return go, from each of `reads` of its name (a chain and how many of
+        its parts name it): each read must be a call, whose value is followed (`get_autocast(p)`, then `with
+        autocast():`); any other read, or a string that is its name, is an escape."""
+        named = self._named(name)
+        if named is not None:
+            return named
+        calls: list[ast.Call] = []
+        for ref, length in reads:
+            call = self._module.parent_of(ref.node)
+            if len(ref.parts) != length or not (isinstance(call, ast.Call) and call.func is ref.node):
+                return Flow(tuple(calls), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} is read, not called")
+            flow = self.follow(call, ref.scope)
+            calls += flow.calls
+            if flow.escape is not None:
+                return Flow(tuple(calls), flow.escape)
         return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
 
     def constructions(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
@@ -83,9 +125,9 @@ class ModuleFlows:
         `S`, 2 for `mod.S`): its calls (the constructions), or the first read that is neither a construction nor a
         type (`isinstance`, an annotation, a test against None). A string that is the class's name (`__all__`,
         `getattr(mod, "S")`), an attribute of the class, a subclass: escapes."""
-        named = self._module.strings.get(name)
+        named = self._named(name)
         if named is not None:
-            return Flow((), f"a string on line {named} names `{name}` (`__all__`, `getattr`), which is not followed")
+            return named
         calls: list[ast.Call] = []
         for ref, length in reads:
             if len(ref.parts) > length:
@@ -100,7 +142,7 @@ class ModuleFlows:
                 return Flow(tuple(calls), flow.escape)
         return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
 
-    def _step(self, node: ast.expr, scope: Scope) -> ast.Call | list[tuple[ast.expr, Scope]] | str:
+    def _step(self, node: ast.expr, scope: Scope) -> ast.Call | _Returned | list[tuple[ast.expr, Scope]] | str:
         """Where the value of `node` goes next: a call of it, the places it reaches, or the escape."""
         parent = self._module.parent_of(node)
         line = getattr(parent, "lineno", node.lineno)
@@ -124,8 +166,41 @@ class ModuleFlows:
                 places += reached
             return places
         if isinstance(parent, ast.Return):
-            return f"it is returned on line {line}"
+            return self._returned(scope, line)
         return f"it is {_said(parent)} on line {line}"
+
+    def _returned(self, scope: Scope, line: int) -> _Returned | str:
+        """A value returned by a plain function (undecorated, no generator, not a method): the calls of the function,
+        each a place the value reaches; where the function is bound at the top of the module, with the calls the
+        project's other modules make of what it returns."""
+        function, outer = scope.node, scope.parent
+        said = f"it is returned on line {line}"
+        if not isinstance(function, ast.FunctionDef) or function.decorator_list or outer is None \
+                or outer.kind == "class" or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(function)) \
+                or outer.kind == "module" and self._elsewhere is None:  # no project: another module may call it
+            return said
+        name = function.name
+        bindings = outer.bindings.get(name, [])
+        if len(bindings) != 1 or bindings[0].value is not function:
+            return f"{said}, by `{name}`, which is bound to several things"
+        places: list[tuple[ast.expr, Scope]] = []
+        for ref in self._module.loads.get(name, ()):
+            if ref.scope.lookup(name)[0] is not outer:
+                continue
+            call = self._module.parent_of(ref.node)
+            if len(ref.parts) > 1 or ref.in_string or not (isinstance(call, ast.Call) and call.func is ref.node):
+                return f"{said}, by `{name}`, which is read, not called, on line {ref.node.lineno}"
+            places.append((call, ref.scope))
+        if outer.kind != "module":
+            return places, None
+        if name in self._module.strings:
+            return f"{said}, by `{name}`, which a string on line {self._module.strings[name]} names"
+        remote = self._elsewhere(name) if self._elsewhere is not None else None
+        if remote is None:  # the project cannot be read
+            return f"{said}, by `{name}`, which another module may import"
+        if remote.escape is not None:
+            return f"{said}, by `{name}`; {remote.escape}"
+        return places, remote
 
     def _stored(self, target: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
         if isinstance(target, ast.Name):

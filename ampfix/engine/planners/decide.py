@@ -308,23 +308,28 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, ne
 
 def module_flows(context: ModuleContext) -> ModuleFlows:
     """Where the module's values go (`ampfix.syntax.flow`): a fact of the module, read by each reference."""
+    project = context.project
     return ModuleFlows(context.tree, context.walker, context.parents,
-                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial")
+                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial",
+                       project.result_calls if project is not None else None)
 
 
 def _left(flow: Flow) -> str | None:
     """Why the calls a value reaches may not all mean what they did through a partial: where it escapes, or the
     first call that passes an argument by position; None: every call is seen and passes none."""
     return flow.escape or next((f"the call on line {call.lineno} passes an argument by position"
-                                for call in flow.calls if call.args), None)
+                                for call in flow.calls if call.args), None) or (
+        flow.remote_positional and f"the call at {flow.remote_positional} passes an argument by position")
 
 
 def _only_called(flow: Flow, how: str = "") -> str:
     """What the message says of a value followed to its calls, each by its line."""
-    if not flow.calls:
+    if not flow.calls and not flow.remote:
         return "its value is never read"
     lines = sorted({call.lineno for call in flow.calls})
-    return f"only called{how} ({'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))})"
+    places = [f"{'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))}"] if lines else []
+    places += flow.remote[:3] + ((f"{len(flow.remote) - 3} more",) if len(flow.remote) > 3 else ())
+    return f"only called{how} ({', '.join(places)})"
 
 
 def _constructions(context: ModuleContext, ref: ChainRef) -> tuple[list[str], str | None, str | None] | None:
