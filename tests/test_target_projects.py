@@ -461,6 +461,10 @@ UNSAFE = " (an unsafe fix exists: --unsafe-fixes); suggested: torch.amp.GradScal
     ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import S as Scaler\n\nt = Scaler(2.0)\n"},
      f'{DERIVES}`S(...)` at pkg/t.py:3 passes an argument by position, which would bind to `device` of '
      '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS + "\n\ndef scaler_class():\n    return S\n",
+      "pkg/t.py": "from .s import scaler_class\n\nt = scaler_class()(2.0)\n"},
+     f'{DERIVES}`S(...)` at pkg/t.py:3 passes an argument by position, which would bind to `device` of '
+     '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)'),
     ({"pkg/s.py": SUBCLASS},
      f"{DEVICE}; no construction of `S` is seen in the project{UNSAFE}"),
     ({"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": SUBCLASS + "s = S(enabled=False)\n"},
@@ -563,3 +567,24 @@ def test_references_read_through_other_modules_of_the_project(tmp_path: Path, mo
     outcomes = json.loads(ran.stdout)
     assert [len(tests) for tests in outcomes.values()] == [2, 2, 2, 2]
     assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {r: [] for r in copies}
+
+
+GET_AUTOCAST = ("import contextlib\n\nimport torch\n\n\ndef get_autocast(precision):\n    if precision:\n"
+                "        return torch.cuda.amp.autocast\n    return contextlib.nullcontext\n")
+LEFT = ("pkg/utils.py:8:16: AMP001 [unsafe] `torch.cuda.amp.autocast` is referenced without a call; its calls cannot be "
+        "given the device here; ")
+
+
+@pytest.mark.parametrize(("caller", "said"), [
+    ("from .utils import get_autocast\n\n\ndef f(p):\n    with get_autocast(p)(True):\n        pass\n",
+     "the call at pkg/train.py:5 passes an argument by position"),
+    ("from . import utils\n\n\ndef f(p):\n    return utils.get_autocast(p)\n",
+     "it is returned on line 8, by `get_autocast`; in pkg/train.py, it is returned on line 5"),
+    ("from .utils import get_autocast\n\nhandlers = [get_autocast]\n",
+     "it is returned on line 8, by `get_autocast`; in pkg/train.py, `get_autocast` on line 3 is read, not called"),
+])
+def test_a_reference_returned_to_another_module_is_left_where_a_call_there_is_positional_or_it_escapes(
+        tmp_path: Path, monkeypatch, caller: str, said: str):
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/utils.py": GET_AUTOCAST, "pkg/train.py": caller})
+    lines = run(root, monkeypatch, "check", "pkg/utils.py").stdout.splitlines()
+    assert lines[0].startswith(LEFT + said + "; functools.partial(torch.amp.autocast, "), lines[0]

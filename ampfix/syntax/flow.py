@@ -109,16 +109,13 @@ class ModuleFlows:
         named = self._named(name)
         if named is not None:
             return named
-        calls: list[ast.Call] = []
+        flows: list[Flow] = []
         for ref, length in reads:
             call = self._module.parent_of(ref.node)
             if len(ref.parts) != length or not (isinstance(call, ast.Call) and call.func is ref.node):
-                return Flow(tuple(calls), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} is read, not called")
-            flow = self.follow(call, ref.scope)
-            calls += flow.calls
-            if flow.escape is not None:
-                return Flow(tuple(calls), flow.escape)
-        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} is read, not called")
+            flows.append(self.follow(call, ref.scope))
+        return _merged(flows)
 
     def constructions(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
         """Where a class's value goes from each of `reads` (a chain and how many of its parts name the class: 1 for
@@ -128,19 +125,16 @@ class ModuleFlows:
         named = self._named(name)
         if named is not None:
             return named
-        calls: list[ast.Call] = []
+        flows: list[Flow] = []
         for ref, length in reads:
             if len(ref.parts) > length:
-                return Flow(tuple(calls), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it")
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it")
             if ref.role in ("type", "none_test"):
                 continue
             if ref.role == "base":
-                return Flow(tuple(calls), f"a class on line {ref.node.lineno} derives from it")
-            flow = self.follow(ref.node, ref.scope)
-            calls += flow.calls
-            if flow.escape is not None:
-                return Flow(tuple(calls), flow.escape)
-        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
+                return Flow((), f"a class on line {ref.node.lineno} derives from it")
+            flows.append(self.follow(ref.node, ref.scope))
+        return _merged(flows)
 
     def _step(self, node: ast.expr, scope: Scope) -> ast.Call | _Returned | list[tuple[ast.expr, Scope]] | str:
         """Where the value of `node` goes next: a call of it, the places it reaches, or the escape."""
@@ -257,6 +251,14 @@ class ModuleFlows:
         if inner is None or param is None:
             return f"it is passed to `{name}` on line {call.lineno} where no parameter of it is known to take it"
         return self._name_loads(param, inner, call.lineno)
+
+
+def _merged(flows: list[Flow]) -> Flow:
+    """The flows of several reads as one: every call, here and elsewhere; the first escape."""
+    calls = sorted((call for flow in flows for call in flow.calls), key=lambda c: (c.lineno, c.col_offset))
+    escape = next((flow.escape for flow in flows if flow.escape is not None), None)
+    return Flow(tuple(calls), escape, tuple(where for flow in flows for where in flow.remote),
+                next((flow.remote_positional for flow in flows if flow.remote_positional), None))
 
 
 _CONTAINERS = {ast.Dict: "a dict", ast.List: "a list", ast.Tuple: "a tuple", ast.Set: "a set"}

@@ -352,8 +352,9 @@ def _constructions(context: ModuleContext, ref: ChainRef) -> tuple[list[str], st
     reads = [(chain, 1) for chain in context.walker.chains if chain.parts[0] == cls.name and chain.role != "store"
              and chain.scope.lookup(cls.name)[0] is scope]
     flow = context.fact(module_flows).constructions(reads, cls.name)
-    places = [f"line {call.lineno}" for call in flow.calls]
-    positional = next((f"on line {call.lineno}" for call in flow.calls if call.args), None)
+    places = [f"line {call.lineno}" for call in flow.calls] + list(flow.remote)
+    positional = next((f"on line {call.lineno}" for call in flow.calls if call.args), None) or (
+        flow.remote_positional and f"at {flow.remote_positional}")
     if positional is not None or flow.escape is not None:
         return places, positional, flow.escape
     elsewhere = context.project.constructions(cls.name)
