@@ -530,18 +530,22 @@ def _rewritten_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, 
     return result.stdout.splitlines()
 
 
-# What a function of the project returns, called in other modules (fixtures/projects/returned_reference): utils.py's
-# `get_autocast(precision)` returns `torch.cuda.amp.autocast`, and train.py and evaluate.py call what it returns,
-# without positional arguments: the partial with the old defaults is a default fix. Beside it, a keyword `partial`
-# (`from functools import partial`) kept in `self` and entered in another method.
+# References whose calls are in other modules (fixtures/projects/references_across_modules): utils.py's
+# `get_autocast(precision)` returns `torch.cuda.amp.autocast`, and train.py and evaluate.py call what it returns;
+# config.py's module-level `amp_autocast = torch.cuda.amp.autocast if ... else nullcontext` is entered there and in
+# evaluate.py; none passes a positional argument: the partial with the old defaults is a default fix. Beside them, a
+# keyword `partial` (`from functools import partial`) kept in `self` and entered in another method.
 RETURNED = [
+    "pkg/config.py:7:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
+    'positional arguments (line 11, pkg/evaluate.py:9): functools.partial(torch.amp.autocast, "cuda", '
+    "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
     'pkg/trainer.py:10:37: AMP001 fixed: `functools.partial(torch.cuda.amp.autocast, ...)` -> '
     '`functools.partial(torch.amp.autocast, "cuda", ...)` (keywords only); every call of it passes keywords only, and '
     "the old defaults it lacks are written (cache_enabled=True)",
     "pkg/utils.py:10:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
-    'positional arguments (pkg/evaluate.py:5, pkg/train.py:6): functools.partial(torch.amp.autocast, "cuda", '
+    'positional arguments (pkg/evaluate.py:7, pkg/train.py:6): functools.partial(torch.amp.autocast, "cuda", '
     "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
-    SUMMARY.format(files="2 files", fixes="2 fixes", left="0 findings"),
+    SUMMARY.format(files="3 files", fixes="3 fixes", left="0 findings"),
 ]
 
 
@@ -559,13 +563,13 @@ def test_references_read_through_other_modules_of_the_project(tmp_path: Path, mo
         'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
         SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
     ]
-    assert _rewritten_copy(tmp_path, monkeypatch, "returned_reference") == RETURNED
+    assert _rewritten_copy(tmp_path, monkeypatch, "references_across_modules") == RETURNED
 
-    copies = [str(p) for name in ("module_attributes", "returned_reference") for p in (PROJECTS / name, tmp_path / name)]
+    copies = [str(p) for name in ("module_attributes", "references_across_modules") for p in (PROJECTS / name, tmp_path / name)]
     ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
                          text=True)
     outcomes = json.loads(ran.stdout)
-    assert [len(tests) for tests in outcomes.values()] == [2, 2, 2, 2]
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 3, 3]
     assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {r: [] for r in copies}
 
 
@@ -588,3 +592,18 @@ def test_a_reference_returned_to_another_module_is_left_where_a_call_there_is_po
     root = project(tmp_path, {"pkg/__init__.py": "", "pkg/utils.py": GET_AUTOCAST, "pkg/train.py": caller})
     lines = run(root, monkeypatch, "check", "pkg/utils.py").stdout.splitlines()
     assert lines[0].startswith(LEFT + said + "; functools.partial(torch.amp.autocast, "), lines[0]
+
+
+@pytest.mark.parametrize(("reader", "said"), [
+    ("from .config import ctx\n\nwith ctx(True):\n    pass\n",
+     "the call at pkg/train.py:3 passes an argument by position"),
+    ("from . import config\n\nhooks = {\"amp\": config.ctx}\n",
+     "`ctx` is bound at the top of the module on line 3; in pkg/train.py, it is put in a dict on line 3"),
+    ("x = 1\n", "`ctx` is bound at the top of a module or class on line 3, where another module may read it"),
+])
+def test_a_module_level_reference_read_elsewhere_is_left_where_a_call_there_is_positional_or_it_escapes(
+        tmp_path: Path, monkeypatch, reader: str, said: str):
+    config = "import torch\n\nctx = torch.cuda.amp.autocast\n"
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/config.py": config, "pkg/train.py": reader})
+    lines = run(root, monkeypatch, "check", "pkg/config.py").stdout.splitlines()
+    assert lines[0].startswith(LEFT.replace("utils.py:8:16", "config.py:3:7") + said + "; functools.partial("), lines[0]

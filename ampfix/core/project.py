@@ -51,3 +51,9 @@ class ProjectModules(Protocol):
         read of the function a call, whose value is followed), or where it escapes them; None where the project
         cannot be read."""
         ...
+
+    def value_calls(self, name: str) -> Calls | None:
+        """Where the other files of the project call the value of the top-level variable `name` of the file asked
+        about (`from .config import amp_autocast`, then `with amp_autocast():`), or where it escapes them (a type
+        position among them); None where the project cannot be read."""
+        ...

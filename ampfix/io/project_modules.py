@@ -41,7 +41,7 @@ _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {
 # project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
 _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 # (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
-_constructed: dict[tuple[Path, Path, str, bool], Calls] = {}
+_constructed: dict[tuple[Path, Path, str, str], Calls] = {}
 
 
 class FileModules:
@@ -63,12 +63,15 @@ class FileModules:
         return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
 
     def constructions(self, name: str) -> Calls | None:
-        return self._calls(name, False)
+        return self._calls(name, "construct")
 
     def result_calls(self, name: str) -> Calls | None:
-        return self._calls(name, True)
+        return self._calls(name, "results")
 
-    def _calls(self, name: str, results: bool) -> Calls | None:
+    def value_calls(self, name: str) -> Calls | None:
+        return self._calls(name, "value")
+
+    def _calls(self, name: str, results: str) -> Calls | None:
         try:
             me = self.path.resolve()
         except OSError:
@@ -319,15 +322,16 @@ def _project_files(root: Path):
                 yield Path(folder, name)  # below the resolved root: an absolute path
 
 
-def _calls(root: Path, defined_in: Path, name: str, results: bool) -> Calls:
-    """The constructions of the class `name` of `defined_in` in the project's other files, or (`results`) the calls
-    of what the function `name` returns, followed as its own module's are (`ampfix.syntax.flow.ModuleFlows`). The
-    bytes pick the files that spell the name; the parse decides which reads are it. Code outside the project may
-    call it where the project is a distribution (`_distributed`) and the name a public one of a module it ships."""
+def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
+    """The constructions of the class `name` of `defined_in` in the project's other files (`results` "construct"),
+    the calls of what the function `name` returns ("results"), or of the variable's value ("value"), followed as
+    its own module's are (`ampfix.syntax.flow.ModuleFlows`). The bytes pick the files that spell the name; the
+    parse decides which reads are it. Code outside the project may call it where the project is a distribution
+    (`_distributed`) and the name a public one of a module it ships."""
     shipped = _distributed(root)
     if shipped is not None and not name.startswith("_") and _importable(defined_in, root):
         return Calls((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
-                     f"code outside the project may {'call' if results else 'construct'} it")
+                     f"code outside the project may {'construct' if results == 'construct' else 'call'} it")
     spelled = name.encode()
     word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
     seen: list[str] = []
@@ -353,7 +357,7 @@ def _calls(root: Path, defined_in: Path, name: str, results: bool) -> Calls:
     return Calls(tuple(seen))
 
 
-def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, results: bool) -> list[ast.Call] | str:
+def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, results: str) -> list[ast.Call] | str:
     """The constructions of the class (or the calls of what the function returns) in one file of the project, or
     where it escapes there."""
     from ampfix.syntax.bindings import Walker, resolve
@@ -390,7 +394,8 @@ def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, resul
         reads.append((chain, length))
     flows = ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
         resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
-    flow = flows.results(reads, name) if results else flows.constructions(reads, name)
+    flow = flows.results(reads, name) if results == "results" else \
+        flows.constructions(reads, name, types=results == "construct")
     return flow.escape if flow.escape is not None else list(flow.calls)
 
 

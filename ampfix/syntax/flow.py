@@ -15,7 +15,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ampfix.core.project import Calls
+from ampfix.core.project import Calls, ProjectModules
 from ampfix.syntax.bindings import ChainRef, Scope, Walker
 from ampfix.syntax.parents import Parents
 
@@ -61,13 +61,12 @@ class ModuleFlows:
     callee is `functools.partial` (resolved by the caller, through the file's imports)."""
 
     def __init__(self, tree: ast.Module, walker: Walker, parents: Parents,
-                 is_partial: Callable[[ast.expr, Scope], bool],
-                 elsewhere: Callable[[str], Calls | None] | None = None) -> None:
+                 is_partial: Callable[[ast.expr, Scope], bool], project: ProjectModules | None = None) -> None:
         self._module = _Module(tree, walker, parents)
         self._is_partial = is_partial
-        # The calls the project's other modules make of what a top-level function of this module returns
-        # (`ProjectModules.result_calls`); None: no project to ask, so a value returned there escapes.
-        self._elsewhere = elsewhere
+        # Asked for the calls the project's other modules make of a top-level name of this module (a variable, or
+        # what a function returns); None: no project to ask, so a value bound or returned there escapes.
+        self._project = project
 
     def follow(self, node: ast.expr, scope: Scope) -> Flow:
         work: list[tuple[ast.expr, Scope]] = [(node, scope)]
@@ -117,11 +116,12 @@ class ModuleFlows:
             flows.append(self.follow(call, ref.scope))
         return _merged(flows)
 
-    def constructions(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
+    def constructions(self, reads: list[tuple[ChainRef, int]], name: str, types: bool = True) -> Flow:
         """Where a class's value goes from each of `reads` (a chain and how many of its parts name the class: 1 for
         `S`, 2 for `mod.S`): its calls (the constructions), or the first read that is neither a construction nor a
         type (`isinstance`, an annotation, a test against None). A string that is the class's name (`__all__`,
-        `getattr(mod, "S")`), an attribute of the class, a subclass: escapes."""
+        `getattr(mod, "S")`), an attribute of the class, a subclass: escapes; and a type, where not `types` (a
+        variable's value, which a partial will stand in for)."""
         named = self._named(name)
         if named is not None:
             return named
@@ -129,8 +129,10 @@ class ModuleFlows:
         for ref, length in reads:
             if len(ref.parts) > length:
                 return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it")
-            if ref.role in ("type", "none_test"):
+            if ref.role == "none_test" or ref.role == "type" and types:
                 continue
+            if ref.role == "type":  # a value a partial stands in for: no type
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} stands where a type is read")
             if ref.role == "base":
                 return Flow((), f"a class on line {ref.node.lineno} derives from it")
             flows.append(self.follow(ref.node, ref.scope))
@@ -153,12 +155,17 @@ class ModuleFlows:
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             places: list[tuple[ast.expr, Scope]] = []
+            remote: Calls | None = None
             for target in targets:
                 reached = self._stored(target, scope)
                 if isinstance(reached, str):
                     return reached
-                places += reached
-            return places
+                if isinstance(reached, tuple):  # a variable of the module: read here and in other modules
+                    places += reached[0]
+                    remote = _joined(remote, reached[1])
+                else:
+                    places += reached
+            return (places, remote) if remote is not None else places
         if isinstance(parent, ast.Return):
             return self._returned(scope, line)
         return f"it is {_said(parent)} on line {line}"
@@ -171,7 +178,7 @@ class ModuleFlows:
         said = f"it is returned on line {line}"
         if not isinstance(function, ast.FunctionDef) or function.decorator_list or outer is None \
                 or outer.kind == "class" or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(function)) \
-                or outer.kind == "module" and self._elsewhere is None:  # no project: another module may call it
+                or outer.kind == "module" and self._project is None:  # no project: another module may call it
             return said
         name = function.name
         bindings = outer.bindings.get(name, [])
@@ -189,19 +196,48 @@ class ModuleFlows:
             return places, None
         if name in self._module.strings:
             return f"{said}, by `{name}`, which a string on line {self._module.strings[name]} names"
-        remote = self._elsewhere(name) if self._elsewhere is not None else None
+        remote = self._project.result_calls(name) if self._project is not None else None
         if remote is None:  # the project cannot be read
             return f"{said}, by `{name}`, which another module may import"
         if remote.escape is not None:
             return f"{said}, by `{name}`; {remote.escape}"
+        if not places and not remote.seen:  # called nowhere in the project: by code it does not hold, if at all
+            return f"{said}, by `{name}`, which no module of the project calls"
         return places, remote
 
-    def _stored(self, target: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+    def _stored(self, target: ast.expr, scope: Scope) -> _Returned | list[tuple[ast.expr, Scope]] | str:
         if isinstance(target, ast.Name):
+            if scope.kind == "module" or target.id in scope.global_names:
+                return self._module_variable(target.id, target.lineno)
             return self._name_loads(target.id, scope, target.lineno)
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
             return self._attribute_loads(target, scope)
         return f"it is stored in `{ast.unparse(target)}` on line {target.lineno}, which is not followed"
+
+    def _module_variable(self, name: str, line: int) -> _Returned | str:
+        """A variable of the module (`amp_autocast = torch.cuda.amp.autocast` at its top): its reads in the module,
+        and, asked of the project, in the modules that import it (`from .config import amp_autocast`)."""
+        said = f"`{name}` is bound at the top of a module or class on line {line}, where another module may read it"
+        if self._project is None:
+            return said
+        module = self._module.walker.module_scope
+        places: list[tuple[ast.expr, Scope]] = []
+        for ref in self._module.loads.get(name, ()):
+            if ref.scope.lookup(name)[0] is not module:
+                continue
+            if len(ref.parts) > 1 or ref.in_string:
+                return f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it"
+            places.append((ref.node, ref.scope))
+        if name in self._module.strings:
+            return f"`{name}`, bound on line {line}, is named by a string on line {self._module.strings[name]}"
+        remote = self._project.value_calls(name)
+        if remote is None:  # the project cannot be read
+            return said
+        if remote.escape is not None:
+            return f"`{name}` is bound at the top of the module on line {line}; {remote.escape}"
+        if not places and not remote.seen:  # read nowhere in the project: by code it does not hold, if at all
+            return said
+        return places, remote
 
     def _name_loads(self, name: str, scope: Scope, line: int) -> list[tuple[ast.expr, Scope]] | str:
         """Every read of the variable `name` bound in `scope` (or the scope its `global` names)."""
@@ -251,6 +287,12 @@ class ModuleFlows:
         if inner is None or param is None:
             return f"it is passed to `{name}` on line {call.lineno} where no parameter of it is known to take it"
         return self._name_loads(param, inner, call.lineno)
+
+
+def _joined(first: Calls | None, second: Calls | None) -> Calls | None:
+    if first is None or second is None:
+        return first or second
+    return Calls(first.seen + second.seen, first.positional or second.positional, first.escape or second.escape)
 
 
 def _merged(flows: list[Flow]) -> Flow:

@@ -308,10 +308,8 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, ne
 
 def module_flows(context: ModuleContext) -> ModuleFlows:
     """Where the module's values go (`ampfix.syntax.flow`): a fact of the module, read by each reference."""
-    project = context.project
     return ModuleFlows(context.tree, context.walker, context.parents,
-                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial",
-                       project.result_calls if project is not None else None)
+                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial", context.project)
 
 
 def _left(flow: Flow) -> str | None:
