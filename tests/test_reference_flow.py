@@ -42,3 +42,16 @@ def test_a_read_the_walk_cannot_follow_keeps_the_report():
     # Passed by position to a function of the module and only called there: fixed, by default.
     fixed = check_source(head + "    run(cm)\n\n\ndef run(fn):\n    with fn(enabled=False):\n        pass\n")
     assert [(f.line, f.fixable, f.unsafe) for f in fixed.findings] == [(5, True, False)]
+
+
+def test_a_value_a_nested_function_returns_is_followed_to_the_calls_of_what_it_returns():
+    head = "import torch\n\n\ndef main(p):\n    def get():\n        return torch.cuda.amp.autocast\n\n"
+    fixed = check_source(head + "    with get()(enabled=p):\n        pass\n").findings
+    assert [(f.line, f.fixable, f.unsafe) for f in fixed] == [(6, True, False)]
+    assert "only called without positional arguments (line 8)" in fixed[0].message
+    assert _reasons(head + "    with get()(p):\n        pass\n") == {6: "the call on line 8 passes an argument by position"}
+    assert _reasons(head + "    return get\n") == {
+        6: "it is returned on line 6, by `get`, which is read, not called, on line 8"}
+    # At the top of a module, without a project to read: another module may call it.
+    assert _reasons("import torch\n\n\ndef get():\n    return torch.cuda.amp.autocast\n") == {
+        5: "it is returned on line 5"}

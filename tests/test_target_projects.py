@@ -409,3 +409,201 @@ def test_stdin_reads_the_project_of_its_file_name_and_none_without_one(tmp_path:
         'pkg/x.py:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"')
     unnamed = CliRunner().invoke(app, ["check", "-"], input=source)
     assert unnamed.stdout.splitlines()[0].startswith("-:2:6: AMP013 ")
+
+
+# A GradScaler subclass constructed in the project's other modules (fixtures/projects/subclass_keywords,
+# subclass_positional): rebased where every construction passes keywords only or nothing, left where one passes an
+# argument by position (named, with its file and line; --unsafe-fixes leaves it too). The projects' tests pass after.
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
+REBASED = ("pkg/scaling.py:4:22: AMP002 fixed: class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: "
+           "every construction of `CountingScaler` in the project passes keywords only or nothing (line 13, "
+           "pkg/evaluate.py:6, pkg/evaluate.py:10 and 2 more), so none binds `device`")
+NOT_REBASED = ("pkg/scaling.py:4:22: AMP002 left: class derives from `torch.cuda.amp.GradScaler`: `CountingScaler(...)` "
+               "at pkg/train.py:8 passes an argument by position, which would bind to `device` of "
+               '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)')
+
+
+def test_a_scaler_subclass_is_rebased_where_every_construction_in_the_project_passes_keywords(tmp_path: Path,
+                                                                                            monkeypatch):
+    import subprocess
+    import sys
+
+    outputs = {name: _rewritten_copy(tmp_path, monkeypatch, name, *flags)
+               for name, flags in (("subclass_keywords", ()), ("subclass_positional", ("--unsafe-fixes",)))}
+    assert outputs == {
+        "subclass_keywords": [REBASED, SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings")],
+        "subclass_positional": [
+            NOT_REBASED,
+            'pkg/train.py:7:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
+            '"cuda"',
+            SUMMARY.format(files="1 file", fixes="1 fix", left="1 finding"),
+        ],
+    }
+    copies = [str(p) for name in outputs for p in (PROJECTS / name, tmp_path / name)]
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
+                         text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 1, 1]
+    assert {root: [t for t, error in tests.items() if error] for root, tests in outcomes.items()} == {
+        root: [] for root in copies}
+
+
+SUBCLASS = "import torch\n\n\nclass S(torch.cuda.amp.GradScaler):\n    pass\n"
+DERIVES = "class derives from `torch.cuda.amp.GradScaler`: "
+DEVICE = f"[unsafe] {DERIVES}a positional construction of the subclass would bind to `device` of `torch.amp.GradScaler`"
+UNSAFE = " (an unsafe fix exists: --unsafe-fixes); suggested: torch.amp.GradScaler(\"cuda\", ...)"
+
+
+@pytest.mark.parametrize(("files", "said"), [
+    ({"pkg/s.py": SUBCLASS + "s = S(2.0)\n"},
+     f'{DERIVES}`S(...)` on line 6 passes an argument by position, which would bind to `device` of `torch.amp.GradScaler`; '
+     'suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import S as Scaler\n\nt = Scaler(2.0)\n"},
+     f'{DERIVES}`S(...)` at pkg/t.py:3 passes an argument by position, which would bind to `device` of '
+     '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS + "\n\ndef scaler_class():\n    return S\n",
+      "pkg/t.py": "from .s import scaler_class\n\nt = scaler_class()(2.0)\n"},
+     f'{DERIVES}`S(...)` at pkg/t.py:3 passes an argument by position, which would bind to `device` of '
+     '`torch.amp.GradScaler`; suggested: torch.amp.GradScaler("cuda", ...)'),
+    ({"pkg/s.py": SUBCLASS},
+     f"{DEVICE}; no construction of `S` is seen in the project{UNSAFE}"),
+    ({"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": SUBCLASS + "s = S(enabled=False)\n"},
+     f"{DEVICE}; `S` is a public name of a module the project ships (setup.py): code outside the project may "
+     f"construct it{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "__all__ = [\"S\"]\ns = S(enabled=False)\n"},
+     f"{DEVICE}; a string on line 6 names `S` (`__all__`, `getattr`), which is not followed{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS.replace("pass", "@classmethod\n    def make(cls, scale):\n        return cls(scale)")},
+     f"{DEVICE}; it is constructed through `cls` on line 7{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import S\n\n\nclass T(S):\n    pass\n"},
+     f"{DEVICE}; in pkg/t.py, a class on line 4 derives from it{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from .s import *\n\nt = S(2.0)\n"},
+     f"{DEVICE}; in pkg/t.py, `S` on line 3 may be the star import's on line 1, which is not followed{UNSAFE}"),
+    ({"pkg/s.py": SUBCLASS + "s = S()\n", "pkg/t.py": "from . import s\n\nREGISTRY = {\"amp\": s.S}\n"},
+     f"{DEVICE}; in pkg/t.py, it is put in a dict on line 3{UNSAFE}"),
+])
+def test_a_scaler_subclass_is_left_where_a_construction_passes_a_position_or_the_class_escapes(
+        tmp_path: Path, monkeypatch, files: dict[str, str], said: str):
+    root = project(tmp_path, files)
+    lines = run(root, monkeypatch, "check", "pkg/s.py").stdout.splitlines()
+    assert lines[0] == f"pkg/s.py:4:9: AMP002 {said}"
+
+
+def test_a_private_scaler_subclass_of_a_shipped_package_is_rebased_and_a_cpu_one_never(tmp_path: Path, monkeypatch):
+    private = SUBCLASS.replace("class S(", "class _S(") + "s = _S(enabled=False)\n"
+    cpu = SUBCLASS.replace("cuda", "cpu") + "s = S(enabled=False)\n"
+    root = project(tmp_path, {"setup.py": "", "pkg/__init__.py": "", "pkg/s.py": private, "pkg/c.py": cpu})
+    lines = run(root, monkeypatch, "check", "pkg/s.py", "pkg/c.py").stdout.splitlines()
+    assert lines[:2] == [
+        "pkg/s.py:4:10: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: every "
+        "construction of `_S` in the project passes keywords only or nothing (line 6), so none binds `device`",
+        "pkg/c.py:4:9: AMP002 class derives from `torch.cpu.amp.GradScaler`: `torch.amp.GradScaler` builds on 'cuda' "
+        "by default where `torch.cpu.amp.GradScaler` built on 'cpu'; suggested: torch.amp.GradScaler(\"cpu\", ...)",
+    ]
+
+
+# A project module taken whole (fixtures/projects/module_attributes): `from pkg import utils`, `import pkg.utils`,
+# `from . import utils`, then `utils.autocast(...)`, where utils.py says `from torch.cuda.amp import autocast`. The
+# reads are reported where the file is read (train.py; evaluate.py spells no `amp`, so the check never opens it), and
+# utils.py keeps its import and its use for all three, naming each read: rewritten alone, it would hand the readers
+# `torch.amp.autocast` without a device. The project's tests pass after.
+ATTRIBUTE_READ = ("`{chain}` is the deprecated `torch.cuda.amp.autocast`: `autocast` is read from the project's module "
+                  "`pkg.utils`, which binds it to `torch.cuda.amp.autocast` (pkg/utils.py:1); it moves with that "
+                  "import, so migrate the two modules together; suggested: torch.amp.autocast")
+READERS = ("`autocast` is imported from this module by pkg/evaluate.py:5 (`utils.autocast`), pkg/train.py:9 "
+           "(`utils.autocast`), pkg/train.py:11 (`pkg.utils.autocast`), whose uses move with this import: migrate them "
+           "together")
+
+
+def _rewritten_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *flags: str) -> list[str]:
+    """`ampfix rewrite FLAGS .` on a copy of the fixture project `name` (a repository root), whose files must then be
+    its `<name>.expected` files where one exists and its own elsewhere; the lines it printed."""
+    import shutil
+
+    root = tmp_path / name
+    shutil.copytree(PROJECTS / name, root)
+    (root / ".git").mkdir()
+    result = run(root, monkeypatch, "rewrite", *flags, ".")
+    assert result.exit_code == 1
+    for path in sorted(p.relative_to(PROJECTS / name) for p in (PROJECTS / name).rglob("*.py")):
+        expected = PROJECTS / f"{name}.expected" / path
+        assert (root / path).read_bytes() == (expected if expected.exists() else PROJECTS / name / path).read_bytes(), path
+    return result.stdout.splitlines()
+
+
+# References whose calls are in other modules (fixtures/projects/references_across_modules): utils.py's
+# `get_autocast(precision)` returns `torch.cuda.amp.autocast`, and train.py and evaluate.py call what it returns;
+# config.py's module-level `amp_autocast = torch.cuda.amp.autocast if ... else nullcontext` is entered there and in
+# evaluate.py; none passes a positional argument: the partial with the old defaults is a default fix. Beside them, a
+# keyword `partial` (`from functools import partial`) kept in `self` and entered in another method.
+RETURNED = [
+    "pkg/config.py:7:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
+    'positional arguments (line 11, pkg/evaluate.py:9): functools.partial(torch.amp.autocast, "cuda", '
+    "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
+    'pkg/trainer.py:10:37: AMP001 fixed: `functools.partial(torch.cuda.amp.autocast, ...)` -> '
+    '`functools.partial(torch.amp.autocast, "cuda", ...)` (keywords only); every call of it passes keywords only, and '
+    "the old defaults it lacks are written (cache_enabled=True)",
+    "pkg/utils.py:10:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
+    'positional arguments (pkg/evaluate.py:7, pkg/train.py:6): functools.partial(torch.amp.autocast, "cuda", '
+    "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
+    SUMMARY.format(files="3 files", fixes="3 fixes", left="0 findings"),
+]
+
+
+def test_references_read_through_other_modules_of_the_project(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    assert _rewritten_copy(tmp_path, monkeypatch, "module_attributes") == [
+        'pkg/train.py:8:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
+        '"cuda"',
+        "pkg/train.py:9:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="utils.autocast"),
+        "pkg/train.py:11:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="pkg.utils.autocast"),
+        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {READERS}",
+        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {READERS}; suggested: "
+        'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
+    ]
+    assert _rewritten_copy(tmp_path, monkeypatch, "references_across_modules") == RETURNED
+
+    copies = [str(p) for name in ("module_attributes", "references_across_modules") for p in (PROJECTS / name, tmp_path / name)]
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
+                         text=True)
+    outcomes = json.loads(ran.stdout)
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 3, 3]
+    assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {r: [] for r in copies}
+
+
+GET_AUTOCAST = ("import contextlib\n\nimport torch\n\n\ndef get_autocast(precision):\n    if precision:\n"
+                "        return torch.cuda.amp.autocast\n    return contextlib.nullcontext\n")
+LEFT = ("pkg/utils.py:8:16: AMP001 [unsafe] `torch.cuda.amp.autocast` is referenced without a call; its calls cannot be "
+        "given the device here; ")
+
+
+@pytest.mark.parametrize(("caller", "said"), [
+    ("from .utils import get_autocast\n\n\ndef f(p):\n    with get_autocast(p)(True):\n        pass\n",
+     "the call at pkg/train.py:5 passes an argument by position"),
+    ("from . import utils\n\n\ndef f(p):\n    return utils.get_autocast(p)\n",
+     "it is returned on line 8, by `get_autocast`; in pkg/train.py, it is returned on line 5"),
+    ("from .utils import get_autocast\n\nhandlers = [get_autocast]\n",
+     "it is returned on line 8, by `get_autocast`; in pkg/train.py, `get_autocast` on line 3 is read, not called"),
+])
+def test_a_reference_returned_to_another_module_is_left_where_a_call_there_is_positional_or_it_escapes(
+        tmp_path: Path, monkeypatch, caller: str, said: str):
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/utils.py": GET_AUTOCAST, "pkg/train.py": caller})
+    lines = run(root, monkeypatch, "check", "pkg/utils.py").stdout.splitlines()
+    assert lines[0].startswith(LEFT + said + "; functools.partial(torch.amp.autocast, "), lines[0]
+
+
+@pytest.mark.parametrize(("reader", "said"), [
+    ("from .config import ctx\n\nwith ctx(True):\n    pass\n",
+     "the call at pkg/train.py:3 passes an argument by position"),
+    ("from . import config\n\nhooks = {\"amp\": config.ctx}\n",
+     "`ctx` is bound at the top of the module on line 3; in pkg/train.py, it is put in a dict on line 3"),
+    ("x = 1\n", "`ctx` is bound at the top of a module or class on line 3, where another module may read it"),
+])
+def test_a_module_level_reference_read_elsewhere_is_left_where_a_call_there_is_positional_or_it_escapes(
+        tmp_path: Path, monkeypatch, reader: str, said: str):
+    config = "import torch\n\nctx = torch.cuda.amp.autocast\n"
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/config.py": config, "pkg/train.py": reader})
+    lines = run(root, monkeypatch, "check", "pkg/config.py").stdout.splitlines()
+    assert lines[0].startswith(LEFT.replace("utils.py:8:16", "config.py:3:7") + said + "; functools.partial("), lines[0]

@@ -1,5 +1,5 @@
-"""What the engine may ask of the project around a file: what a module of the project binds a name to, and
-which modules of the project take a name from this file.
+"""What the engine may ask of the project around a file: what a module of the project binds a name to, which
+modules of the project take a name from this file, and where they construct a class of it.
 
 `from .compat import torch` or `from .utils import autocast` bind a name another module of the project binds;
 the engine reads one file, so it asks (`ProjectModules.exported`), and the io layer answers from the project's
@@ -18,6 +18,17 @@ from typing import Protocol
 class Export:
     qname: str  # the qualified name the module binds the name to, by an import (followed through the project)
     where: str  # the file and line of that import, for messages (`pkg/compat.py:1`)
+
+
+@dataclass(frozen=True)
+class Calls:
+    """How the project's other modules call something of the file asked about: a class (its constructions), or what
+    a function returns (`get_autocast(p)` then `autocast()`)."""
+
+    seen: tuple[str, ...]  # each call found there, as `path:line`
+    positional: str | None = None  # the first of them that passes an argument by position, `path:line`
+    # Where it goes that cannot be followed, or why code outside the project may call it (for a message).
+    escape: str | None = None
 
 
 class ProjectModules(Protocol):
@@ -62,4 +73,22 @@ class ProjectModules(Protocol):
 
     def tree_of(self, place: str) -> ast.Module | None:
         """The parsed file of `place`, as it is now (another worker of this run may have rewritten it), or None."""
+        ...
+
+    def constructions(self, name: str) -> Calls | None:
+        """Where the other files of the project construct the class `name` of the file asked about (taken by
+        `from <it> import <name>`, or read as an attribute of it as a module), or where it escapes them; None where
+        the project cannot be read."""
+        ...
+
+    def result_calls(self, name: str) -> Calls | None:
+        """Where the other files of the project call what the function `name` of the file asked about returns (each
+        read of the function a call, whose value is followed), or where it escapes them; None where the project
+        cannot be read."""
+        ...
+
+    def value_calls(self, name: str) -> Calls | None:
+        """Where the other files of the project call the value of the top-level variable `name` of the file asked
+        about (`from .config import amp_autocast`, then `with amp_autocast():`), or where it escapes them (a type
+        position among them); None where the project cannot be read."""
         ...

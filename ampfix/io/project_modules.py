@@ -7,6 +7,10 @@ each one small parse; a read module is kept for the run, keyed by its path and i
 changed during the run is read again. Nothing is kept between runs, so nothing can be stale (docs/design.md,
 "A name from another module of the project").
 
+A class of the file (a GradScaler subclass) is looked for in the project's other files: those whose bytes spell its
+name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
+followed in its file as the class's own module follows it (`ModuleFlows.constructions`).
+
 Absolute modules are looked up from the file's package root: the first folder above it without an `__init__.py`
 (where `python -m` or an installed package puts it on `sys.path`).
 """
@@ -20,11 +24,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampfix.core.project import Export
+from ampfix.core.project import Calls, Export
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
-    from ampfix.syntax.bindings import Binding
+    from ampfix.syntax.bindings import Binding, ChainRef
 
 _DEPTH = 4  # re-exports followed through at most this many modules
 # A `from M import names` statement, found in the bytes before any parse (the parse decides). No `^`: a pattern
@@ -39,6 +43,8 @@ _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {
 _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 # (project root, qualified name) -> [(where, the file)]: its uses in the project's files, one walk per question.
 _used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
+# (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
+_constructed: dict[tuple[Path, Path, str, str], Calls] = {}
 
 
 class FileModules:
@@ -73,6 +79,25 @@ class FileModules:
         nearest = sorted((-_shared(me, path), where) for where, path in found if path != me)
         return tuple(where for _, where in nearest)
 
+    def constructions(self, name: str) -> Calls | None:
+        return self._calls(name, "construct")
+
+    def result_calls(self, name: str) -> Calls | None:
+        return self._calls(name, "results")
+
+    def value_calls(self, name: str) -> Calls | None:
+        return self._calls(name, "value")
+
+    def _calls(self, name: str, results: str) -> Calls | None:
+        try:
+            me = self.path.resolve()
+        except OSError:
+            return None
+        root = self.root or _project_root(me)
+        key = (root, me, name, results)
+        if key not in _constructed:
+            _constructed[key] = _calls(root, me, name, results)
+        return _constructed[key]
 
     def module(self) -> str | None:
         return _module_name(self.path.absolute())
@@ -298,13 +323,15 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
             data = path.read_bytes()
         except OSError:
             continue
-        if not any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data)):
+        takes = any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
+        reads = _may_read_attribute(data)
+        if not (takes or reads):
             continue
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError):
             continue
-        for node in ast.walk(tree):
+        for node in ast.walk(tree) if takes else ():
             if not isinstance(node, ast.ImportFrom):
                 continue
             for alias in node.names:
@@ -312,6 +339,8 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
                 if module is not None:
                     index.setdefault((module.resolve(), alias.name), []).append(
                         (f"{_shown(path)}:{node.lineno}", path))
+        for module, name, where in _attribute_reads(path, tree, names) if reads else ():
+            index.setdefault((module, name), []).append((where, path))
     return index
 
 
@@ -355,6 +384,60 @@ def _uses(root: Path, qname: str, below: bool = False) -> list[tuple[str, Path]]
                     resolved.qname == qname or below and resolved.qname.startswith(qname + ".")):
                 found.append((f"{_shown(path)}:{chain.node.lineno}", path))
     return found
+def _may_read_attribute(data: bytes) -> bool:
+    """May the file read an asked name as an attribute of a module of the project (`utils.autocast`, after `from pkg
+    import utils`)? Not where the name is read from torch (`torch.autocast`, `torch.cuda.amp.autocast`), nor from a
+    head no import line of the file names (`args.amp`)."""
+    for match in _attribute_pattern().finditer(data):
+        start = match.start()
+        prefix = _DOTTED_END.search(data, max(0, start - 200), start)
+        components = prefix.group().split(b".") if prefix is not None else [b""]
+        head, last = components[0], components[-1]
+        if not head or last in (b"torch", b"cuda", b"cpu") or (last == b"amp" and len(components) > 1):
+            continue
+        if any(head in _WORD.findall(line.group("names")) and not _from_package(line) for line in
+               _IMPORT_LINE.finditer(data)):
+            return True
+    return False
+
+
+def _from_package(line: re.Match[bytes]) -> bool:
+    """Is the import line the package's (`from torch.cuda import amp`, `import torch.cuda.amp as cuda_amp`)?"""
+    package = _package().encode()
+    spelled = line.group("module") or line.group("names").lstrip(b"( \t")
+    return spelled == package or spelled.startswith((package + b".", package + b" ", package + b","))
+
+
+_DOTTED_END = re.compile(rb"[A-Za-z_][\w.]*\Z")
+_IMPORT_LINE = re.compile(rb"(?m)^[ \t]*(?:from[ \t]+(?P<module>[\w.]+)[ \t]+)?import[ \t]+(?P<names>\([^)]*\)|[^\n]*)")
+
+
+@functools.cache
+def _attribute_pattern() -> re.Pattern[bytes]:
+    """`.<name>` for each asked name but `cuda` and `cpu`, which every torch file reads as attributes (`x.cuda()`):
+    a project module that binds them from torch binds no deprecated name."""
+    words = sorted((name for name in _asked() if name not in ("cuda", "cpu")), key=len, reverse=True)
+    return re.compile(rb"\.(?:" + b"|".join(re.escape(w.encode()) for w in words) + rb")\b")
+
+
+def _attribute_reads(path: Path, tree: ast.Module, names: frozenset[str]):
+    """Each asked name read as an attribute of a module of the project (`utils.autocast`, `pkg.utils.autocast`):
+    (that module's file, the name, where: `path:line (chain)`)."""
+    from ampfix.syntax.bindings import Walker, spelled_imports
+
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    for chain in walker.chains:
+        if len(chain.parts) < 2 or names.isdisjoint(chain.parts[1:]):
+            continue
+        bindings = chain.scope.lookup(chain.parts[0])[1]
+        imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+        if len(imports) != 1:
+            continue
+        for level, module, name, count in spelled_imports(next(iter(imports.values())).node, chain.parts):
+            found = _module_file(path, level, module or None) if count >= 2 and name in names else None
+            if found is not None:
+                yield found.resolve(), name, f"{_shown(path)}:{chain.node.lineno} (`{'.'.join(chain.parts[:count])}`)"
 
 
 def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool:
@@ -390,6 +473,7 @@ def forget() -> None:
     _indexed.clear()
     _used.clear()
     _run, _run_found = None, None  # a run that is not `process_paths`' (the codemod, flake8) has no file set
+    _constructed.clear()
 
 
 def _project_files(root: Path):
@@ -398,3 +482,133 @@ def _project_files(root: Path):
         for name in sorted(files):
             if name.endswith(".py"):
                 yield Path(folder, name)  # below the resolved root: an absolute path
+
+
+def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
+    """The constructions of the class `name` of `defined_in` in the project's other files (`results` "construct"),
+    the calls of what the function `name` returns ("results"), or of the variable's value ("value"), followed as
+    its own module's are (`ampfix.syntax.flow.ModuleFlows`). The bytes pick the files that spell the name; the
+    parse decides which reads are it. Code outside the project may call it where the project is a distribution
+    (`_distributed`) and the name a public one of a module it ships."""
+    shipped = _distributed(root)
+    if shipped is not None and not name.startswith("_") and _importable(defined_in, root):
+        return Calls((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
+                     f"code outside the project may {'construct' if results == 'construct' else 'call'} it")
+    spelled = name.encode()
+    word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
+    seen: list[str] = []
+    for path in _project_files(root):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if spelled not in data or not word.search(data) or path.resolve() == defined_in:  # a literal first: C speed
+            continue
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):
+            return Calls(tuple(seen), escape=f"{_shown(path)} names `{name}` and does not parse")
+        found = _file_calls(path, tree, defined_in, name, results)
+        if isinstance(found, str):
+            return Calls(tuple(seen), escape=f"in {_shown(path)}, {found}")
+        where = [f"{_shown(path)}:{call.lineno}" for call in found]
+        seen += where
+        positional = next((w for w, call in zip(where, found) if call.args), None)
+        if positional is not None:
+            return Calls(tuple(seen), positional=positional)
+    return Calls(tuple(seen))
+
+
+def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, results: str) -> list[ast.Call] | str:
+    """The constructions of the class (or the calls of what the function returns) in one file of the project, or
+    where it escapes there."""
+    from ampfix.syntax.bindings import Walker, resolve
+    from ampfix.syntax.flow import ModuleFlows
+    from ampfix.syntax.parents import Parents
+
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    reads: list[tuple[ChainRef, int]] = []
+    # The names the file binds it under (`from .scaling import S as Scaler`), beside chains that spell it.
+    renamed = {alias.asname for imp in walker.imports if isinstance(imp.node, ast.ImportFrom)
+               for alias in imp.node.names if alias.name == name and alias.asname}
+    for chain in walker.chains:
+        if name not in chain.parts and chain.parts[0] not in renamed or chain.role == "store" and len(chain.parts) == 1:
+            continue
+        scope, bindings = chain.scope.lookup(chain.parts[0])
+        if not bindings:
+            if chain.parts[0] == name and walker.module_scope.star_lines:
+                return (f"`{name}` on line {chain.node.lineno} may be the star import's on line "
+                        f"{walker.module_scope.star_lines[0]}, which is not followed")
+            continue
+        imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+        length = None
+        for imp in imports.values():
+            length = _reads_name(path, imp.node, chain.parts, defined_in, name)
+            if length is not None:
+                break
+        if length is None:
+            continue
+        if len(imports) != 1 or any(b.kind != "import" for b in bindings):
+            return f"`{chain.parts[0]}` on line {chain.node.lineno} is bound to several things"
+        if isinstance(length, str):
+            return f"{length} on line {chain.node.lineno}"
+        reads.append((chain, length))
+    flows = ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
+        resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
+    flow = flows.results(reads, name) if results == "results" else \
+        flows.constructions(reads, name, types=results == "construct")
+    return flow.escape if flow.escape is not None else list(flow.calls)
+
+
+def _reads_name(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str, ...], defined_in: Path,
+                name: str) -> int | str | None:
+    """How many of `parts`, a chain headed by a name `node` imports, name the class or function `name` of `defined_in`
+    (`S`: 1, `mod.S`: 2, `pkg.mod.S`: 3); a message where a module of the project binds it in a way not followed;
+    None: not that class."""
+    from ampfix.syntax.bindings import spelled_imports
+
+    for level, module, part, count in spelled_imports(node, parts):
+        holder = _module_file(path, level, module or None) if part == name else None
+        if holder is not None:
+            origin = _origin(holder, name, _DEPTH)
+            if origin == defined_in:
+                return count
+            if origin is None:
+                return f"`{'.'.join(parts[:count])}` (from {_shown(holder)}, which is not followed)"
+    return None
+
+
+def _origin(path: Path, name: str, depth: int) -> Path | None:
+    """The file that defines `name` (not by an import), where `path` binds it at its top level: itself, or the
+    module its one import of it takes it from, followed through the project; None where that is not one answer."""
+    bindings = _top_level_bindings(path)
+    found = bindings.get(name) if bindings is not None else None
+    if not found or depth == 0 or any(b.inferred or b.guards for b in found):
+        return None
+    if all(b.kind != "import" for b in found):
+        return path.resolve()
+    node = found[0].imported_by.node if found[0].imported_by is not None else None
+    if len(found) != 1 or not isinstance(node, ast.ImportFrom):
+        return None
+    target = _module_file(path, node.level, node.module)
+    return _origin(target, _imported_name(node, name), depth - 1) if target is not None else None
+
+
+def _distributed(root: Path) -> str | None:
+    """The file that makes the project a distribution others install and import (`setup.py`, `setup.cfg`, a
+    `pyproject.toml` with a `[project]` or `[tool.poetry]` table), or None."""
+    for marker in ("setup.py", "setup.cfg"):
+        if (root / marker).is_file():
+            return marker
+    from ampfix.io.formatter import _toml
+
+    table = _toml(root / "pyproject.toml")  # absent or not TOML: empty (pip cannot install from it either)
+    tool = table.get("tool")
+    return "pyproject.toml" if "project" in table or isinstance(tool, dict) and "poetry" in tool else None
+
+
+def _importable(path: Path, root: Path) -> bool:
+    """May an installed distribution ship the module: in a package, or a top-level module of the project's root or
+    its `src/` (a `py_modules` entry)."""
+    return (path.parent / "__init__.py").is_file() or path.parent in (root, root / "src")

@@ -518,6 +518,29 @@ def import_bindings(walker: Walker) -> Iterator[tuple[str, Binding]]:
                     yield name, binding
 
 
+def spelled_imports(node: ast.Import | ast.ImportFrom, parts: tuple[str, ...]) -> Iterator[tuple[int, str, str, int]]:
+    """What a chain headed by a name `node` binds spells, as `from` imports: each (level, module, name, count), where
+    the chain's first `count` parts read what `from <"." * level><module> import <name>` would bind. `import
+    pkg.utils` and `pkg.utils.autocast`: (0, "pkg", "utils", 2), (0, "pkg.utils", "autocast", 3); `from pkg import
+    utils` and `utils.autocast`: (0, "pkg", "utils", 1), (0, "pkg.utils", "autocast", 2)."""
+    for alias in node.names:
+        if (alias.asname or alias.name.partition(".")[0]) != parts[0]:
+            continue
+        # The dotted path the chain spells from the statement's module, and how many of its names the chain's head
+        # stands for beyond the first (`import a.b as x`: `x` is `a.b`).
+        if isinstance(node, ast.ImportFrom):
+            level, module, names, hidden = node.level, node.module or "", [alias.name, *parts[1:]], 0
+        elif alias.asname:
+            level, module, names, hidden = 0, "", [*alias.name.split("."), *parts[1:]], alias.name.count(".")
+        else:
+            level, module, names, hidden = 0, "", list(parts), 0
+        for i, part in enumerate(names):
+            if i >= hidden and (module or level):
+                yield level, module, part, i + 1 - hidden
+            module = f"{module}.{part}" if module else part
+        return
+
+
 def attribute_chain(node: ast.Attribute) -> tuple[tuple[str, ...], ast.expr]:
     """The attributes of `node` from the innermost, and the expression below them."""
     attributes: list[str] = []

@@ -1,11 +1,16 @@
 """Where a value goes in its module: a name referenced without a call (`amp_autocast = torch.cuda.amp.autocast`)
 followed through assignments, conditional expressions (`x if cond else nullcontext`), keyword `functools.partial`s,
-attributes of `self` read in the methods of its class, and arguments of the module's own functions (by keyword and
-by position), to every place it is called; or to the first place it goes that cannot be followed (an escape:
-returned, passed to a function not in the module, stored where it cannot be read back, bound at module level where
-another module may import it).
+attributes of `self` read in the methods of its class, arguments of the module's own functions (by keyword and
+by position), and returns of its plain functions (to the calls of what they return), to every place it is called;
+or to the first place it goes that cannot be followed (an escape: returned by a method, passed to a function not in
+the module, stored where it cannot be read back). And the reads of a class's name, each followed to the
+constructions it reaches (`constructions`): the question a GradScaler subclass asks of its module and of the
+project's other modules; and the reads of a function's name to the calls of what it returns (`results`).
 
-Read from the module's syntax only: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent.
+Read from the module's syntax: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent. A
+name at the top of the module (a variable, a function whose value it returns) is read by other modules too: given
+the project (`ampfix.core.project.ProjectModules`), their calls are asked of it, followed there the same way;
+without it, such a name is an escape.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ampfix.core.project import Calls, ProjectModules
 from ampfix.syntax.bindings import ChainRef, Scope, Walker
 from ampfix.syntax.parents import Parents
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# A value returned by a function: the calls of the function (each a place it reaches), and those of other modules.
+_Returned = tuple[list[tuple[ast.expr, "Scope"]], "Calls | None"]
 _LIMIT = 200  # places followed for one value: beyond, it is an escape (said so)
 
 
@@ -25,6 +33,10 @@ _LIMIT = 200  # places followed for one value: beyond, it is an escape (said so)
 class Flow:
     calls: tuple[ast.Call, ...]  # every call of the value found
     escape: str | None  # where the value goes that cannot be followed (for a message), or None: every use is a call
+    # Calls in the project's other modules, of what a function of this module returns (`get_autocast(p)()`), as
+    # `path:line`; and the first of them that passes an argument by position.
+    remote: tuple[str, ...] = ()
+    remote_positional: str | None = None
 
 
 class _Module:
@@ -53,13 +65,18 @@ class ModuleFlows:
     callee is `functools.partial` (resolved by the caller, through the file's imports)."""
 
     def __init__(self, tree: ast.Module, walker: Walker, parents: Parents,
-                 is_partial: Callable[[ast.expr, Scope], bool]) -> None:
+                 is_partial: Callable[[ast.expr, Scope], bool], project: ProjectModules | None = None) -> None:
         self._module = _Module(tree, walker, parents)
         self._is_partial = is_partial
+        # Asked for the calls the project's other modules make of a top-level name of this module (a variable, or
+        # what a function returns); None: no project to ask, so a value bound or returned there escapes.
+        self._project = project
 
     def follow(self, node: ast.expr, scope: Scope) -> Flow:
         work: list[tuple[ast.expr, Scope]] = [(node, scope)]
         calls: list[ast.Call] = []
+        remote: list[str] = []
+        positional: str | None = None
         seen: set[int] = set()
         while work:
             if len(seen) > _LIMIT:
@@ -73,11 +90,59 @@ class ModuleFlows:
                 return Flow(tuple(calls), step)
             if isinstance(step, ast.Call):
                 calls.append(step)
+            elif isinstance(step, tuple):  # returned: the calls of the function, here and in other modules
+                work += step[0]
+                if step[1] is not None:
+                    remote += step[1].seen
+                    positional = positional or step[1].positional
             else:
                 work += step
-        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None)
+        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None, tuple(remote), positional)
 
-    def _step(self, node: ast.expr, scope: Scope) -> ast.Call | list[tuple[ast.expr, Scope]] | str:
+    def _named(self, name: str) -> Flow | None:
+        named = self._module.strings.get(name)
+        if named is None:
+            return None
+        return Flow((), f"a string on line {named} names `{name}` (`__all__`, `getattr`), which is not followed")
+
+    def results(self, reads: list[tuple[ChainRef, int]], name: str) -> Flow:
+        """Where the values calls of a function return go, from each of `reads` of its name (a chain and how many of
+        its parts name it): each read must be a call, whose value is followed (`get_autocast(p)`, then `with
+        autocast():`); any other read, or a string that is its name, is an escape."""
+        named = self._named(name)
+        if named is not None:
+            return named
+        flows: list[Flow] = []
+        for ref, length in reads:
+            call = self._module.parent_of(ref.node)
+            if len(ref.parts) != length or not (isinstance(call, ast.Call) and call.func is ref.node):
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} is read, not called")
+            flows.append(self.follow(call, ref.scope))
+        return _merged(flows)
+
+    def constructions(self, reads: list[tuple[ChainRef, int]], name: str, types: bool = True) -> Flow:
+        """Where a class's value goes from each of `reads` (a chain and how many of its parts name the class: 1 for
+        `S`, 2 for `mod.S`): its calls (the constructions), or the first read that is neither a construction nor a
+        type (`isinstance`, an annotation, a test against None). A string that is the class's name (`__all__`,
+        `getattr(mod, "S")`), an attribute of the class, a subclass: escapes; and a type, where not `types` (a
+        variable's value, which a partial will stand in for)."""
+        named = self._named(name)
+        if named is not None:
+            return named
+        flows: list[Flow] = []
+        for ref, length in reads:
+            if len(ref.parts) > length:
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it")
+            if ref.role == "none_test" or ref.role == "type" and types:
+                continue
+            if ref.role == "type":  # a value a partial stands in for: no type
+                return Flow((), f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} stands where a type is read")
+            if ref.role == "base":
+                return Flow((), f"a class on line {ref.node.lineno} derives from it")
+            flows.append(self.follow(ref.node, ref.scope))
+        return _merged(flows)
+
+    def _step(self, node: ast.expr, scope: Scope) -> ast.Call | _Returned | list[tuple[ast.expr, Scope]] | str:
         """Where the value of `node` goes next: a call of it, the places it reaches, or the escape."""
         parent = self._module.parent_of(node)
         line = getattr(parent, "lineno", node.lineno)
@@ -94,22 +159,89 @@ class ModuleFlows:
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             places: list[tuple[ast.expr, Scope]] = []
+            remote: Calls | None = None
             for target in targets:
                 reached = self._stored(target, scope)
                 if isinstance(reached, str):
                     return reached
-                places += reached
-            return places
+                if isinstance(reached, tuple):  # a variable of the module: read here and in other modules
+                    places += reached[0]
+                    remote = _joined(remote, reached[1])
+                else:
+                    places += reached
+            return (places, remote) if remote is not None else places
         if isinstance(parent, ast.Return):
-            return f"it is returned on line {line}"
+            return self._returned(scope, line)
         return f"it is {_said(parent)} on line {line}"
 
-    def _stored(self, target: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+    def _returned(self, scope: Scope, line: int) -> _Returned | str:
+        """A value returned by a plain function (undecorated, no generator, not a method): the calls of the function,
+        each a place the value reaches; where the function is bound at the top of the module, with the calls the
+        project's other modules make of what it returns."""
+        function, outer = scope.node, scope.parent
+        said = f"it is returned on line {line}"
+        if not isinstance(function, ast.FunctionDef) or function.decorator_list or outer is None \
+                or outer.kind == "class" or any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in ast.walk(function)) \
+                or outer.kind == "module" and self._project is None:  # no project: another module may call it
+            return said
+        name = function.name
+        bindings = outer.bindings.get(name, [])
+        if len(bindings) != 1 or bindings[0].value is not function:
+            return f"{said}, by `{name}`, which is bound to several things"
+        places: list[tuple[ast.expr, Scope]] = []
+        for ref in self._module.loads.get(name, ()):
+            if ref.scope.lookup(name)[0] is not outer:
+                continue
+            call = self._module.parent_of(ref.node)
+            if len(ref.parts) > 1 or ref.in_string or not (isinstance(call, ast.Call) and call.func is ref.node):
+                return f"{said}, by `{name}`, which is read, not called, on line {ref.node.lineno}"
+            places.append((call, ref.scope))
+        if outer.kind != "module":
+            return places, None
+        if name in self._module.strings:
+            return f"{said}, by `{name}`, which a string on line {self._module.strings[name]} names"
+        remote = self._project.result_calls(name) if self._project is not None else None
+        if remote is None:  # the project cannot be read
+            return f"{said}, by `{name}`, which another module may import"
+        if remote.escape is not None:
+            return f"{said}, by `{name}`; {remote.escape}"
+        if not places and not remote.seen:  # called nowhere in the project: by code it does not hold, if at all
+            return f"{said}, by `{name}`, which no module of the project calls"
+        return places, remote
+
+    def _stored(self, target: ast.expr, scope: Scope) -> _Returned | list[tuple[ast.expr, Scope]] | str:
         if isinstance(target, ast.Name):
+            if scope.kind == "module" or target.id in scope.global_names:
+                return self._module_variable(target.id, target.lineno)
             return self._name_loads(target.id, scope, target.lineno)
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
             return self._attribute_loads(target, scope)
         return f"it is stored in `{ast.unparse(target)}` on line {target.lineno}, which is not followed"
+
+    def _module_variable(self, name: str, line: int) -> _Returned | str:
+        """A variable of the module (`amp_autocast = torch.cuda.amp.autocast` at its top): its reads in the module,
+        and, asked of the project, in the modules that import it (`from .config import amp_autocast`)."""
+        said = f"`{name}` is bound at the top of a module or class on line {line}, where another module may read it"
+        if self._project is None:
+            return said
+        module = self._module.walker.module_scope
+        places: list[tuple[ast.expr, Scope]] = []
+        for ref in self._module.loads.get(name, ()):
+            if ref.scope.lookup(name)[0] is not module:
+                continue
+            if len(ref.parts) > 1 or ref.in_string:
+                return f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it"
+            places.append((ref.node, ref.scope))
+        if name in self._module.strings:
+            return f"`{name}`, bound on line {line}, is named by a string on line {self._module.strings[name]}"
+        remote = self._project.value_calls(name)
+        if remote is None:  # the project cannot be read
+            return said
+        if remote.escape is not None:
+            return f"`{name}` is bound at the top of the module on line {line}; {remote.escape}"
+        if not places and not remote.seen:  # read nowhere in the project: by code it does not hold, if at all
+            return said
+        return places, remote
 
     def _name_loads(self, name: str, scope: Scope, line: int) -> list[tuple[ast.expr, Scope]] | str:
         """Every read of the variable `name` bound in `scope` (or the scope its `global` names)."""
@@ -159,6 +291,20 @@ class ModuleFlows:
         if inner is None or param is None:
             return f"it is passed to `{name}` on line {call.lineno} where no parameter of it is known to take it"
         return self._name_loads(param, inner, call.lineno)
+
+
+def _joined(first: Calls | None, second: Calls | None) -> Calls | None:
+    if first is None or second is None:
+        return first or second
+    return Calls(first.seen + second.seen, first.positional or second.positional, first.escape or second.escape)
+
+
+def _merged(flows: list[Flow]) -> Flow:
+    """The flows of several reads as one: every call, here and elsewhere; the first escape."""
+    calls = sorted((call for flow in flows for call in flow.calls), key=lambda c: (c.lineno, c.col_offset))
+    escape = next((flow.escape for flow in flows if flow.escape is not None), None)
+    return Flow(tuple(calls), escape, tuple(where for flow in flows for where in flow.remote),
+                next((flow.remote_positional for flow in flows if flow.remote_positional), None))
 
 
 _CONTAINERS = {ast.Dict: "a dict", ast.List: "a list", ast.Tuple: "a tuple", ast.Set: "a set"}

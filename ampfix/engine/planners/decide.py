@@ -7,6 +7,7 @@ around it. The device a moved call gets is the device policy's (`ampfix.families
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ampfix.core.plan import CallEdit, ChainEdit
@@ -219,18 +220,7 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
                         unsafe=True, suggestion=suggestion)
 
     if ref.role == "base":
-        symbol = context.family.symbol(full)
-        old_device = symbol[2].device if symbol is not None and symbol[2] is not None else None
-        if shape.device_default is not None and old_device != shape.device_default:
-            return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
-                            f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
-                            suggestion=suggestion)
-        if _keyword_only_init(ref):
-            return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: its `__init__` passes only "
-                            "keywords to `super().__init__`, so no construction binds `device`",
-                            ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
-        return unsafe(f"class derives from `{full}`: a positional construction of the subclass would "
-                      f"bind to `device` of `{new_name}`", ChainEdit(new_dotted=new_dotted))
+        return _decide_base(context, use, rule, new_name, new_dotted, suggestion, unsafe)
     flows = context.fact(module_flows)
     keyword_partial = _keyword_partial(context, use, rule)
     if keyword_partial is not None:
@@ -278,25 +268,110 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
     return Decision(rule.code, message, suggestion=suggestion)
 
 
+def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
+                 suggestion: str, unsafe: Callable[[str, ChainEdit], Decision]) -> Decision:
+    """A class deriving from the deprecated class: rebased where no construction of it can bind the new `device`."""
+    ref, full, shape = use.ref, use.full, rule.shape
+    assert shape is not None
+    symbol = context.family.symbol(full)
+    old_device = symbol[2].device if symbol is not None and symbol[2] is not None else None
+    if shape.device_default is not None and old_device != shape.device_default:
+        return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
+                        f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
+                        suggestion=suggestion)
+    if _keyword_only_init(ref):
+        return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: its `__init__` passes only "
+                        "keywords to `super().__init__`, so no construction binds `device`",
+                        ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
+    said = f"class derives from `{full}`: a positional construction of the subclass would bind to `device` of " \
+           f"`{new_name}`"
+    seen = _constructions(context, ref)
+    if seen is None:
+        return unsafe(said, ChainEdit(new_dotted=new_dotted))
+    places, positional, escape = seen
+    cls = ref.parent
+    assert isinstance(cls, ast.ClassDef)
+    if positional is not None:  # a construction that would bind `device`: no fix, unsafe or not
+        return Decision(rule.code, f"class derives from `{full}`: `{cls.name}(...)` {positional} passes an "
+                        f"argument by position, which would bind to `device` of `{new_name}`",
+                        suggestion=suggestion)
+    if escape is not None:
+        return unsafe(f"{said}; {escape}", ChainEdit(new_dotted=new_dotted))
+    if not places:
+        return unsafe(f"{said}; no construction of `{cls.name}` is seen in the project",
+                      ChainEdit(new_dotted=new_dotted))
+    shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+    return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: every construction of "
+                    f"`{cls.name}` in the project passes keywords only or nothing ({shown}), so none binds "
+                    "`device`", ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
+
+
 def module_flows(context: ModuleContext) -> ModuleFlows:
     """Where the module's values go (`ampfix.syntax.flow`): a fact of the module, read by each reference."""
     return ModuleFlows(context.tree, context.walker, context.parents,
-                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial")
+                       lambda func, scope: context.resolve_value(func, scope) == "functools.partial", context.project)
 
 
 def _left(flow: Flow) -> str | None:
     """Why the calls a value reaches may not all mean what they did through a partial: where it escapes, or the
     first call that passes an argument by position; None: every call is seen and passes none."""
     return flow.escape or next((f"the call on line {call.lineno} passes an argument by position"
-                                for call in flow.calls if call.args), None)
+                                for call in flow.calls if call.args), None) or (
+        flow.remote_positional and f"the call at {flow.remote_positional} passes an argument by position")
 
 
 def _only_called(flow: Flow, how: str = "") -> str:
     """What the message says of a value followed to its calls, each by its line."""
-    if not flow.calls:
+    if not flow.calls and not flow.remote:
         return "its value is never read"
     lines = sorted({call.lineno for call in flow.calls})
-    return f"only called{how} ({'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))})"
+    places = [f"{'line' if len(lines) == 1 else 'lines'} {', '.join(map(str, lines))}"] if lines else []
+    places += flow.remote[:3] + ((f"{len(flow.remote) - 3} more",) if len(flow.remote) > 3 else ())
+    return f"only called{how} ({', '.join(places)})"
+
+
+def _constructions(context: ModuleContext, ref: ChainRef) -> tuple[list[str], str | None, str | None] | None:
+    """Every construction of the class `ref` is the one base of, in this module and the project's others: where each
+    is, the first that passes an argument by position (as `on line N` or `at path:line`), and where the class goes
+    that cannot be followed. None: not asked (no project to read, or a class whose constructions do not alone
+    decide what reaches the base's `__init__`: another base or a metaclass, a decorator, its own `__init__` or
+    `__new__`, not bound once at the top of the module)."""
+    cls, scope = ref.parent, context.walker.module_scope
+    if context.project is None or not (isinstance(cls, ast.ClassDef) and cls in context.tree.body
+                                       and cls.bases == [ref.node] and not cls.keywords and not cls.decorator_list
+                                       and len(scope.bindings.get(cls.name, ())) == 1):
+        return None
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__init__", "__new__") \
+                and node in cls.body:
+            return None
+        if isinstance(node, ast.Call) and _constructs_itself(node, cls):
+            return [], None, f"it is constructed through `{ast.unparse(node.func)}` on line {node.lineno}"
+    reads = [(chain, 1) for chain in context.walker.chains if chain.parts[0] == cls.name and chain.role != "store"
+             and chain.scope.lookup(cls.name)[0] is scope]
+    flow = context.fact(module_flows).constructions(reads, cls.name)
+    places = [f"line {call.lineno}" for call in flow.calls] + list(flow.remote)
+    positional = next((f"on line {call.lineno}" for call in flow.calls if call.args), None) or (
+        flow.remote_positional and f"at {flow.remote_positional}")
+    if positional is not None or flow.escape is not None:
+        return places, positional, flow.escape
+    elsewhere = context.project.constructions(cls.name)
+    if elsewhere is None:
+        return None
+    return places + list(elsewhere.seen), elsewhere.positional and f"at {elsewhere.positional}", elsewhere.escape
+
+
+def _constructs_itself(call: ast.Call, cls: ast.ClassDef) -> bool:
+    """`cls(...)`, `type(self)(...)`, `self.__class__(...)`, `super().__init__(...)` in the class's body: a
+    construction, or an `__init__` call, that no read of its name shows."""
+    func = call.func
+    if isinstance(func, (ast.Call, ast.Subscript)) or (isinstance(func, ast.Attribute)
+                                                       and func.attr in ("__class__", "__init__")):
+        return True
+    if not isinstance(func, ast.Name):
+        return False
+    return any(isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.args.args
+               and method.args.args[0].arg == func.id for method in cls.body)
 
 
 def _keyword_only_init(ref: ChainRef) -> bool:

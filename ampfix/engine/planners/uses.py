@@ -17,7 +17,7 @@ from ampfix.engine.planners.decide import Decision, Use, decide
 from ampfix.engine.planners.suppressed import suppress_uses
 from ampfix.families import UNRESOLVED_CODE
 from ampfix.families.torch_amp.device import module_device
-from ampfix.syntax.bindings import Binding, ChainRef, dotted_parts, import_bindings, module_scope
+from ampfix.syntax.bindings import Binding, ChainRef, dotted_parts, import_bindings, module_scope, spelled_imports
 from ampfix.syntax.context import ModuleContext, Sink
 
 FUNCTOOLS = "functools"
@@ -193,6 +193,7 @@ def record_uses(context: ModuleContext, sink: Sink) -> None:
         sink.add((finding,), edits, frozenset(needs))
     record_unresolved(context, sink)
     record_reexported(context, sink)
+    record_module_attributes(context, sink)
 
 
 def record_reexported(context: ModuleContext, sink: Sink) -> None:
@@ -210,6 +211,48 @@ def record_reexported(context: ModuleContext, sink: Sink) -> None:
         sink.add_finding(binding.imported_by.node, code,
                          f"`{name}` is the deprecated `{binding.qname}`: {binding.reexported}; its uses here move "
                          "with that import, so migrate the two modules together", fixable=False, suggestion=new)
+
+
+def record_module_attributes(context: ModuleContext, sink: Sink) -> None:
+    """`from pkg import utils`, then `utils.autocast(...)`, where pkg/utils.py binds `autocast` by `from torch.cuda.amp
+    import autocast`: the attribute is that import's, read through the project's module (`ProjectModules.exported`,
+    as `from pkg.utils import autocast` is), and moves with it, in another file. Reported at each use, never rewritten
+    here; the other file keeps its import for this one (`ProjectModules.importers`). A chain that spells `cuda.amp`
+    below the attribute is `record_unresolved`'s."""
+    project, family = context.project, context.family
+    if project is None:
+        return
+    parts_asked = family.name_parts
+    for ref in context.walker.chains:
+        if len(ref.parts) < 2 or ref.role == "store" or ref.in_string or parts_asked.isdisjoint(ref.parts[1:]):
+            continue
+        bindings = ref.scope.lookup(ref.parts[0])[1]
+        imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+        if len(imports) != 1 or len(bindings) != len([b for b in bindings if b.kind == "import"]):
+            continue
+        imp = next(iter(imports.values()))
+        node = imp.node
+        if family.owns(node.module if isinstance(node, ast.ImportFrom) and not node.level else
+                       next((a.name for a in node.names if (a.asname or a.name.partition(".")[0]) == ref.parts[0]),
+                            None)):
+            continue
+        for level, module, name, count in spelled_imports(node, ref.parts):
+            if count < 2 or name not in parts_asked:
+                continue
+            export = project.exported(level, module, name)
+            full = ".".join((export.qname, *ref.parts[count:])) if export is not None else ""
+            if export is None or family.deprecated_root(full) is None:
+                continue
+            if _deprecated_tail(context, ref) is not None:
+                break
+            symbol = family.symbol(full)
+            new = symbol[2].new if symbol is not None and symbol[2] is not None else None
+            spelled = "." * level + module
+            sink.add_finding(ref.node, symbol[1].code if symbol is not None else UNRESOLVED_CODE,
+                             f"`{'.'.join(ref.parts)}` is the deprecated `{full}`: `{name}` is read from the project's "
+                             f"module `{spelled}`, which binds it to `{export.qname}` ({export.where}); it moves "
+                             "with that import, so migrate the two modules together", fixable=False, suggestion=new)
+            break
 
 
 def record_unresolved(context: ModuleContext, sink: Sink) -> None:
