@@ -202,18 +202,22 @@ def measure(project: Project, tree: Path, details: bool) -> dict:
         paths = {row["path"] for row in newest}
         flows = {"default": elsewhere(plain, False, paths), "unsafe": elsewhere(plain, True, paths)}
 
-    by_key = {_key(r): r for r in newest}
-    fixed_default = {_key(r) for r in default["rows"] if r["fixed"]}
-    fixed_unsafe = {_key(r) for r in unsafe["rows"] if r["fixed"]}
-    namespace = [r for r in newest if not r["code"].startswith("AMP1")]  # torch's namespace; AMP1xx are apex's
+    def apex(row: dict) -> bool:  # AMP1xx are apex's; the rest torch's namespace
+        return row["code"].startswith("AMP1")
+
+    def counts(rows: list[dict]) -> tuple[int, int, int, int]:
+        """(findings, fixed, of the namespace: findings, fixed): a mode's own findings (under --unsafe-fixes an
+        import that moves whole is one finding, where the default mode reports the name it keeps apart)."""
+        space = [r for r in rows if not apex(r)]
+        return len(rows), sum(r["fixed"] for r in rows), len(space), sum(r["fixed"] for r in space)
+
+    namespace = [r for r in newest if not apex(r)]
+    in_default, in_unsafe = counts(default["rows"]), counts(unsafe["rows"])
     targets = Counter(f"{r.get('target_source') or 'the newest torch'} {r.get('target_torch') or ''}".strip()
                       for r in declared)
     summary = {
         "project": project.name, "rev": project.rev,
-        "findings": len(newest), "namespace": len(namespace),
-        "fixed_default": len(fixed_default), "fixed_unsafe": len(fixed_unsafe),
-        "namespace_fixed_default": sum(_key(r) in fixed_default for r in namespace),
-        "namespace_fixed_unsafe": sum(_key(r) in fixed_unsafe for r in namespace),
+        "findings": len(newest), "namespace": len(namespace), "default": in_default, "unsafe": in_unsafe,
         "declared": dict(targets), "declared_fixable": sum(r["fixable"] and not r["unsafe"] for r in declared),
         "changed_default": len(default["changed"]), "changed_unsafe": len(unsafe["changed"]),
         "problems": default["problems"] + unsafe["problems"],
@@ -221,9 +225,10 @@ def measure(project: Project, tree: Path, details: bool) -> dict:
     }
     print(f"\n## {project.name} ({project.source} {project.rev})\n{project.shape}")
     print(f"findings at --target-torch {TARGET}: {len(newest)} ({len(namespace)} of torch's namespace, "
-          f"{len(newest) - len(namespace)} apex); fixed by `rewrite`: {len(fixed_default)} "
-          f"({summary['namespace_fixed_default']} of the namespace's), with --unsafe-fixes: {len(fixed_unsafe)} "
-          f"({summary['namespace_fixed_unsafe']}); files changed: {len(default['changed'])} / {len(unsafe['changed'])}")
+          f"{len(newest) - len(namespace)} apex); `rewrite`: {in_default[1]} of {in_default[0]} fixed "
+          f"({in_default[3]} of the namespace's {in_default[2]}); `rewrite --unsafe-fixes`: {in_unsafe[1]} of "
+          f"{in_unsafe[0]} ({in_unsafe[3]} of {in_unsafe[2]}); files changed: {len(default['changed'])} / "
+          f"{len(unsafe['changed'])}")
     print(f"with no flag (the target the project declares: {', '.join(f'{n} findings at {t}' for t, n in targets.items()) or '-'}): "
           f"{summary['declared_fixable']} fixable")
     for mode, (decided, flow, modules) in flows.items():
@@ -239,10 +244,13 @@ def measure(project: Project, tree: Path, details: bool) -> dict:
     print("the namespace's findings (torch.cuda.amp / torch.cpu.amp / state functions), by outcome:"
           if not details else "every finding, by outcome:")
     for row in shown:
-        key = _key(row)
-        outcome = "fixed" if key in fixed_default else "fixed (--unsafe-fixes)" if key in fixed_unsafe else "left"
-        unsafe_row = next((r for r in unsafe["rows"] if _key(r) == key), by_key[key])
-        print(f"  {row['path']}:{row['line']} {row['code']} {outcome}: {_short(unsafe_row['message'])}")
+        where = (row["path"], row["line"], row["code"])
+        same = [r for r in unsafe["rows"] if (r["path"], r["line"], r["code"]) == where]
+        done = next((r for r in default["rows"] if _key(r) == _key(row) and r["message"] == row["message"]), row)
+        outcome = ("fixed" if done["fixed"] else "fixed (--unsafe-fixes)" if same and all(r["fixed"] for r in same)
+                   else "left")
+        shown_row = same[0] if outcome == "fixed (--unsafe-fixes)" else done
+        print(f"  {row['path']}:{row['line']} {row['code']} {outcome}: {_short(shown_row['message'])}")
     return summary
 
 
@@ -258,13 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     mirrors = dict(item.split("=", 1) for item in args.mirror)
     chosen = [p for p in PROJECTS if not args.only or p.name in args.only]
     summaries = [measure(p, tree_of(p, args.cache, args.offline, mirrors), args.details) for p in chosen]
-    print("\n| project | findings (namespace) | fixed, default | fixed, --unsafe-fixes | decided elsewhere, default "
-          "/ unsafe (fixed) | outputs |")
+    print("\n| project | findings (namespace) | fixed, default (namespace) | fixed, --unsafe-fixes (namespace) "
+          "| decided elsewhere, default / unsafe (fixed) | outputs |")
     print("|---|--:|--:|--:|--:|---|")
     for s in summaries:
         d, u = s["elsewhere"]["default"], s["elsewhere"]["unsafe"]
-        print(f"| {s['project']} {s['rev']} | {s['findings']} ({s['namespace']}) | {s['fixed_default']} "
-              f"({s['namespace_fixed_default']}) | {s['fixed_unsafe']} ({s['namespace_fixed_unsafe']}) "
+        (d_all, d_fixed, d_space, d_space_fixed), (u_all, u_fixed, u_space, u_space_fixed) = s["default"], s["unsafe"]
+        print(f"| {s['project']} {s['rev']} | {s['findings']} ({s['namespace']}) | {d_fixed} of {d_all} "
+              f"({d_space_fixed} of {d_space}) "
+              f"| {u_fixed} of {u_all} ({u_space_fixed} of {u_space}) "
               f"| {d[0]} ({d[3]}) / {u[0]} ({u[3]}) | {'ok' if not s['problems'] else 'PROBLEMS'} |")
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=1))
