@@ -22,6 +22,12 @@ given those modules:
 - **unreported**: lines of the output where the oracle finds a use of a removed apex module and `check_source` on
   the output gives no AMP1xx finding on that line. Target 0.
 - **AMP900** (internal errors) and **broken** outputs (`ast.parse` rejects them). Target 0.
+- **decided elsewhere**: findings whose outcome a fact from another function or module decides, told apart as
+  benchmarks/corpus.py tells them (`decided_elsewhere`: the file measured again with the project's other modules
+  withheld, and with every reference's flow cut at its first step), per mode.
+
+Each release's unpacked tree is its project: a file's questions about its other modules are answered from it
+(`ampfix.io.project_modules.FileModules`), as `ampfix check` answers them in a checkout.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corpus import DeprecatedUses, fetch
+from corpus import DeprecatedUses, decided_elsewhere, fetch
 
 # Beside benchmarks/corpus.py's cache (benchmarks/.corpus/, gitignored); `--cache DIR` for a shared one.
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".corpus" / "apex"
@@ -88,6 +94,8 @@ class Result:
     amp900: int = 0
     broken: int = 0
     reasons: dict[str, Counter] = field(default_factory=lambda: {"default": Counter(), "unsafe": Counter()})
+    # per mode: [findings decided elsewhere, by flow, by the project's modules, of them fixed]
+    elsewhere: dict[str, list[int]] = field(default_factory=lambda: {"default": [0] * 4, "unsafe": [0] * 4})
     details: list[str] = field(default_factory=list)
 
 
@@ -124,9 +132,12 @@ def _initialize_without_optimizer(source: str, uses: DeprecatedUses) -> bool:
     return bool(calls) and all(g is None or isinstance(g, ast.Constant) and g.value is None for g in given)
 
 
-def measure(path: Path, rel: str, result: Result) -> None:
+def measure(path: Path, rel: str, result: Result, root: Path | None = None) -> None:
     from ampfix.core.options import Options
     from ampfix.engine import INTERNAL_ERROR_CODE, check_source, fix_source
+    from ampfix.io.project_modules import FileModules
+
+    project = FileModules(path, root) if root is not None else None
 
     try:
         source = path.read_text(encoding="utf-8")
@@ -145,21 +156,26 @@ def measure(path: Path, rel: str, result: Result) -> None:
     result.inference += inference
     for mode, options in (("default", Options()), ("unsafe", Options(unsafe_fixes=True))):
         try:  # the CLI turns an exception into AMP900 per file; the engine called directly raises it
-            fixed = fix_source(source, options)
+            fixed = fix_source(source, options, project)
             internal = [f.message for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
+            decided, by_flow, by_modules = decided_elsewhere(source, options, project, fixed)
         except Exception as error:  # noqa: BLE001 - any internal error is what is counted
             internal = [f"{type(error).__name__}: {error}"]
         if internal:
             result.amp900 += 1
             result.details.append(f"AMP900 {rel} ({mode}): {internal[0]}")
             continue
+        for index, count in enumerate((len(decided), len(by_flow), len(by_modules), sum(f.fixed for f in decided))):
+            result.elsewhere[mode][index] += count
+        for f in decided:
+            result.details.append(f"decided elsewhere {rel}:{f.line} ({mode}): {f.code} fixed={f.fixed} {f.message[:200]}")
         output = fixed.new_source
         after = _uses(output, REMOVED)
         if after is None:
             result.broken += 1
             result.details.append(f"broken {rel} ({mode})")
             continue
-        open_lines = {f.line for f in check_source(output, options).findings if f.code.startswith("AMP1")}
+        open_lines = {f.line for f in check_source(output, options, project).findings if f.code.startswith("AMP1")}
         for line in sorted(after.lines - open_lines):
             result.unreported += 1
             result.details.append(f"unreported {rel}:{line} ({mode}): {output.splitlines()[line - 1].strip()}")
@@ -178,8 +194,9 @@ def measure(path: Path, rel: str, result: Result) -> None:
 
 def measure_tree(name: str, tree: Path) -> Result:
     result = Result(name)
+    root = tree.resolve()
     for path in sorted(tree.rglob("*.py")):
-        measure(path, str(path.relative_to(tree)), result)
+        measure(path, str(path.relative_to(tree)), result, root)
     return result
 
 
@@ -209,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 total.clean[mode] += r.clean[mode]
                 total.clean_whole[mode] += r.clean_whole[mode]
                 total.reasons[mode].update(r.reasons[mode])
+                total.elsewhere[mode] = [a + b for a, b in zip(total.elsewhere[mode], r.elsewhere[mode])]
             total.details.extend(f"{r.name}: {d}" for d in r.details)
         print(f"| {r.name} | {r.apex_files} | {r.training} | {_percent(r.clean['default'], r.training)} "
               f"| {_percent(r.clean['unsafe'], r.training)} | {r.unreported} | {r.amp900} | {r.broken} |")
@@ -220,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
           f"(default), {_percent(total.clean['unsafe'], trained)} (--unsafe-fixes)")
     print(f"no apex.amp left in the files holding both: {_percent(total.clean_whole['default'], total.whole)} (default), "
           f"{_percent(total.clean_whole['unsafe'], total.whole)} (--unsafe-fixes)")
+    for mode in ("default", "unsafe"):
+        decided, by_flow, by_modules, fixed = total.elsewhere[mode]
+        print(f"findings decided by a fact from another function or module ({mode}): {decided} (by flow {by_flow}, "
+              f"by the project's modules {by_modules}; {fixed} of them fixed)")
     for mode in ("default", "unsafe"):
         print(f"\nwhy apex.amp is left ({mode}), files:")
         for why, count in total.reasons[mode].most_common():

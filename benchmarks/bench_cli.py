@@ -16,6 +16,14 @@ baselines measured in the same rounds:
 - the LibCST floor (benchmarks/floors.py libcst): the same, then LibCST parse and print;
 - `python -c pass`: the interpreter's start-up, for the single-file (pre-commit) runs.
 
+One file in a project (the pre-commit shape): the tree copied into a project (a `pyproject.toml` at its root,
+no `[tool.ampfix]`), then `check` of one of its files: a module without AMP (no question is asked), and a module
+whose top-level `from torch.cuda.amp import ...` makes the engine ask which other modules of the project import
+those names (`ampfix/io/project_modules.py`: read when asked, no index kept between runs, so each run walks the
+project's files; "warm" is the page cache). `--cold` adds the same rows, and `check TREE` of the project, with the
+project's files evicted from the page cache before each run (posix_fadvise DONTNEED on each file: the interpreter
+and ampfix's own files stay cached).
+
 ampfix runs with its bytecode as an installed tool has it (pip compiles what it installs; the warm-up round
 writes a development install's), also where the environment sets PYTHONDONTWRITEBYTECODE; one more row runs
 `check TREE` with ampfix's bytecode moved aside: what a development install pays under that setting.
@@ -175,6 +183,44 @@ def single_files(workdir: Path) -> tuple[Path, Path]:
     return clean, used
 
 
+PROJECT_TOML = '[project]\nname = "bench-project"\n'
+
+
+def project_copy(tree: Path, workdir: Path) -> tuple[Path, Path, Path]:
+    """The tree copied into a project (a pyproject.toml at its root); (the project, a module without AMP, a module
+    whose top-level `from torch.cuda.amp import` asks which other modules import its names)."""
+    project = workdir / f"project-{tree.name}"
+    if not (project / "pyproject.toml").is_file():
+        if project.exists():
+            shutil.rmtree(project)
+        shutil.copytree(tree, project, symlinks=True)
+        (project / "pyproject.toml").write_text(PROJECT_TOML)
+    files = sorted(project.rglob("*.py"))
+    texts = ((path, path.read_text(errors="replace")) for path in files)
+    asking = next((path for path, text in texts if text.startswith("from torch.cuda.amp import", 0)
+                   or "\nfrom torch.cuda.amp import " in text), None)
+    plain = next((path for path in files if b"amp" not in path.read_bytes()), None)
+    if asking is None or plain is None:
+        raise SystemExit(f"{project}: no module with a top-level `from torch.cuda.amp import`, or none without amp")
+    return project, plain, asking
+
+
+def evict(tree: Path) -> Callable[[], None]:
+    """A setup that drops the tree's files from the page cache (their pages only)."""
+    def run() -> None:
+        for folder, _, names in os.walk(tree):
+            for name in names:
+                try:
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+    return run
+
+
 def check_counts(ampfix: list[str], tree: Path) -> tuple[int, int]:
     """(files with findings, findings) from one untimed `check --output-format json`."""
     _, _, _, stdout, _ = run_once([*ampfix, "check", "--output-format", "json", str(tree)])
@@ -252,7 +298,17 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     one_used = Timing("ampfix check amp_module.py", [*ampfix, "check", str(used)])
     m_clean = Timing("python -m ampfix check clean_module.py", [*module, "check", str(clean)])
     m_used = Timing("python -m ampfix check amp_module.py", [*module, "check", str(used)])
-    timings = [grep, floor, check, check_compiling, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used]
+    project, in_plain, in_asking = project_copy(tree, workdir)
+    p_plain = Timing("ampfix check PROJECT/plain_module.py", [*ampfix, "check", str(in_plain)])
+    p_asking = Timing("ampfix check PROJECT/module_asking.py (walks the project)", [*ampfix, "check", str(in_asking)])
+    timings = [grep, floor, check, check_compiling, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used,
+               p_plain, p_asking]
+    if args.cold:
+        timings += [Timing("cold: ampfix check PROJECT", [*ampfix, "check", str(project)], setup=evict(project)),
+                    Timing("cold: ampfix check PROJECT/plain_module.py", [*ampfix, "check", str(in_plain)],
+                           setup=evict(project)),
+                    Timing("cold: ampfix check PROJECT/module_asking.py", [*ampfix, "check", str(in_asking)],
+                           setup=evict(project))]
     if args.skip_libcst:
         timings.remove(cst_floor)
     load_before = os.getloadavg()[0]
@@ -278,6 +334,9 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
             problems.append(f"{candidates} candidates, the generator wrote {len(manifest['amp_token'])}")
         if with_findings != len(manifest["deprecated"]):
             problems.append(f"{with_findings} files with findings, the generator wrote {len(manifest['deprecated'])}")
+    if p_plain.last_code != 0 or p_asking.last_code != 1:
+        problems.append(f"one file in the project: exit {p_plain.last_code} without AMP (expected 0), "
+                        f"{p_asking.last_code} with its import (expected 1)")
     match = re.search(r"(\d+) findings? left", rewrote)
     if match and int(match.group(1)) != left_after[1]:
         problems.append(f"rewrite reported {match.group(1)} left, a check of the copy finds {left_after[1]}")
@@ -290,6 +349,8 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
           f"findings: {findings}")
     print(f"check:   {summary}")
     print(f"rewrite: {rewrote}; then a check of the copy: {left_after[1]} findings in {left_after[0]} files")
+    print(f"project: {project} (a pyproject.toml at its root); plain module {in_plain.relative_to(project)}, "
+          f"module asking {in_asking.relative_to(project)}")
     print(f"ampfix: {shlex.join(ampfix)} ({_commit()}); CPUs: {len(os.sched_getaffinity(0))}; "
           f"Python {sys.version.split()[0]}; median of {args.repeat} runs; "
           f"load average {load_before:.2f} before, {load_after:.2f} after")
@@ -307,6 +368,7 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     rows.append(row(bare))
     rows += [row(single, f"+{single.wall - bare.wall:.3f} s over python -c pass")
              for single in (one_clean, one_used, m_clean, m_used)]
+    rows += [row(t, f"{t.wall / bare.wall:.2f}x python -c pass") for t in timings[timings.index(p_plain):]]
     print_table(rows)
     if problems:
         print("\nSENSE CHECKS FAILED:\n  " + "\n  ".join(problems))
@@ -341,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ampfix-bench",
                         help="generated trees (kept and reused) and the rewrite copy")
     parser.add_argument("--skip-libcst", action="store_true", help="skip the (slow) LibCST floor")
+    parser.add_argument("--cold", action="store_true",
+                        help="also time the project rows with its files evicted from the page cache")
     parser.add_argument("--scaling", help="comma-separated file counts: peak memory of check on tiny-file trees")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,15 @@ What is measured, per package:
 - **findings**, **changed sites**, **followed**: the engine's own count: its findings (errors left
   out), the fixes a reviewer sees in the diff (fixed findings whose text changes: what the summary
   calls fixes), and the uses that only follow their moved import under their own word.
-- **elsewhere**: findings decided by a fact from another function or module: a reference fixed because every
-  place its module passes it to is a call (`ampfix/syntax/flow.py`), a name resolved through, or held for, another
-  module of the package (`ampfix/io/project_modules.py`; each package's unpacked tree is its project). Told apart
-  by their messages' words (`ELSEWHERE`), which the engine writes for them alone.
+- **elsewhere**: findings decided by a fact from another function or module, told apart by measuring again
+  without it (`decided_elsewhere`): once with the project's other modules withheld (`project=None`:
+  `ampfix/io/project_modules.py` answers nothing; each package's unpacked tree is its project), once with every
+  reference's flow cut at its first step (`ampfix/syntax/flow.py`'s `ModuleFlows.follow` answers "not followed":
+  what the engine decided before it followed references). A finding is counted where either run does not give it the same
+  outcome (its line, column, code, fixed, fixable, unsafe; the message may differ). **by flow** / **by modules**:
+  those each withholding alone changes (a finding may be in both); **elsewhere fixed**: the counted findings that
+  are fixed (the rest are held or left for a fact from elsewhere, e.g. an import other modules take, or now name
+  the call or escape that decides them). Only files with findings are measured again.
 - **fixed**: the same oracle on the output finds no deprecated use on the line(s) that line
   became (lines are mapped through a line diff; a line inside a changed block maps to the block).
 - **left, reported**: not fixed, and the engine gave a finding that is not marked fixed on that
@@ -478,7 +483,11 @@ class PackageResult:
     findings: int = 0  # the engine's findings, errors left out
     sites: int = 0  # fixed findings whose text changes: the summary's fixes
     followed: int = 0  # fixed uses that only follow their moved import (no text of their own)
-    elsewhere: int = 0  # findings decided by a fact from another function or module (`ELSEWHERE`)
+    elsewhere: int = 0  # findings decided by a fact from another function or module (`decided_elsewhere`)
+    by_flow: int = 0  # ... that a flow cut at its first step decides otherwise
+    by_modules: int = 0  # ... that withholding the project's other modules decides otherwise
+    elsewhere_fixed: int = 0  # ... of them fixed
+    elsewhere_lines: int = 0  # deprecated lines (the oracle's) fixed, with such a fixed finding on them
     found: int = 0
     fixed: int = 0
     left: int = 0
@@ -512,9 +521,47 @@ class PackageResult:
     nb_cells_unparsable: int = 0  # cells that may hold a use and do not parse (AMP901 findings)
 
 
-# The words of the messages of findings decided by a fact from another function or module.
-ELSEWHERE = ("and only called", "its value is never read", "every call of it passes keywords only", "which binds it to",
-             "is imported from this module by")
+def _outcomes(result) -> set[tuple]:
+    return {(f.line, f.col, f.code, f.fixed, f.fixable, f.unsafe) for f in result.findings}
+
+
+class _FlowWithheld:
+    """Every reference's flow cut at its first step, as if the engine did not follow references
+    (`ampfix.syntax.flow`): patched on the class for the duration, so every planner asking sees it."""
+
+    def __enter__(self):
+        from ampfix.syntax import flow
+
+        self._flow, self._follow = flow, flow.ModuleFlows.follow
+        flow.ModuleFlows.follow = lambda _self, node, scope: flow.Flow(calls=(), escape="not followed")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._flow.ModuleFlows.follow = self._follow
+
+
+def decided_elsewhere(source: str, options, project, fixed) -> tuple[list, set, set]:
+    """The findings of `fixed` (the engine's result on `source` with `project`) whose outcome a fact from another
+    function or module decides: (those findings, the ones only the flow decides otherwise, the ones only the
+    project's modules do). The engine is run again without each fact; nothing in it is changed."""
+    from ampfix.engine import fix_source
+
+    if not fixed.findings:
+        return [], set(), set()
+    with _FlowWithheld():
+        no_flow = _outcomes(fix_source(source, options, project))
+    no_modules = _outcomes(fix_source(source, options, None)) if project is not None else None
+    flow_decided, module_decided, decided = set(), set(), []
+    for index, f in enumerate(fixed.findings):
+        key = (f.line, f.col, f.code, f.fixed, f.fixable, f.unsafe)
+        by_flow, by_modules = key not in no_flow, no_modules is not None and key not in no_modules
+        if by_flow:
+            flow_decided.add(index)
+        if by_modules:
+            module_decided.add(index)
+        if by_flow or by_modules:
+            decided.append(f)
+    return decided, flow_decided, module_decided
 
 
 def measure_file(path: Path, rel: str, result: PackageResult, options, root: Path | None = None) -> None:
@@ -624,7 +671,12 @@ def measure_source(source: str, rel: str, result: PackageResult, options, notebo
     result.findings += len(engine)
     result.sites += sum(1 for f in engine if f.fixed and not f.follows)
     result.followed += sum(1 for f in engine if f.fixed and f.follows)
-    result.elsewhere += sum(1 for f in engine if any(words in f.message for words in ELSEWHERE))
+    elsewhere, by_flow, by_modules = decided_elsewhere(source, options, project, fixed)
+    result.elsewhere += len(elsewhere)
+    result.by_flow += len(by_flow)
+    result.by_modules += len(by_modules)
+    result.elsewhere_fixed += sum(1 for f in elsewhere if f.fixed)
+    owed = {f.line for f in elsewhere if f.fixed}
     if any(f.code == SYNTAX_ERROR_CODE for f in fixed.findings):
         return  # counted above as unparsable (the oracle cannot parse it either)
     internal = [f for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
@@ -667,6 +719,7 @@ def measure_source(source: str, rel: str, result: PackageResult, options, notebo
         at_import = [f for i in sorted(uses.via_import.get(line, ())) for f in open_findings.get(i, ())]
         if not any(n in after for n in mapping.get(line, ())):
             result.fixed += 1
+            result.elsewhere_lines += line in owed
             result.state_fixed += line in state
             continue
         claimed = [f for f in fixed.findings if f.line == line and f.fixed]
@@ -720,7 +773,8 @@ def measure_package(name: str, tree: Path, options) -> PackageResult:
 COLUMNS = (("package", "name", "<"), ("target", "floor", ">"), ("files", "files", ">"),
            ("w/ findings", "candidates", ">"),
            ("findings", "findings", ">"), ("changed sites", "sites", ">"), ("followed", "followed", ">"),
-           ("elsewhere", "elsewhere", ">"),
+           ("elsewhere", "elsewhere", ">"), ("by flow", "by_flow", ">"), ("by modules", "by_modules", ">"),
+           ("elsewhere fixed", "elsewhere_fixed", ">"), ("lines owed", "elsewhere_lines", ">"),
            ("found", "found", ">"), ("fixed", "fixed", ">"), ("fixed %", None, ">"),
            ("left+rep.", "left", ">"), ("held (floor)", "held", ">"), ("unrep.", "unreported", ">"),
            ("AMP900 files/lines", None, ">"), ("broken", "broken", ">"),

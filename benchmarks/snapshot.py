@@ -11,7 +11,10 @@ where nothing is found and nothing changes are left out (absent means empty). `c
 difference, one per line, and exits 1 when there is any.
 
 Files are decoded as UTF-8 (undecodable bytes replaced), so every file gives the engine the same text in
-every run. To snapshot another checkout, run this script with PYTHONPATH pointing at it.
+every run. Each file's questions about the other modules of its project are answered as the CLI answers them
+(`ampfix.io.project_modules`): a corpus file's project is its release's folder (the first folder below a corpus
+root), any other file's the nearest folder with a project file; `--no-project` withholds them (`project=None`, as
+this script ran before issue 29). To snapshot another checkout, run this script with PYTHONPATH pointing at it.
 """
 
 from __future__ import annotations
@@ -64,21 +67,39 @@ def _record(result) -> dict | None:
     return {"out": out, "error": result.error, "findings": findings}
 
 
-def snapshot_file(path: str) -> dict[str, dict]:
+def _project_root(path: Path, extra: list[str]) -> Path | None:
+    """A corpus file's project: its release's folder (the first folder below a corpus root); else None (the
+    nearest folder with a project file, as the CLI finds it)."""
+    for root in (ROOT / "benchmarks" / ".corpus" / "src", Path("/work/cache/corpus"), *map(Path, extra)):
+        try:
+            first = path.relative_to(root).parts[0]
+        except (ValueError, IndexError):
+            continue
+        return (root / first).resolve()
+    return None
+
+
+def snapshot_file(task: tuple[str, str | None, bool]) -> dict[str, dict]:
     from ampfix.engine import Options, check_source, fix_source
 
+    path, root, with_project = task
+    project = None
+    if with_project:
+        from ampfix.io.project_modules import FileModules
+
+        project = FileModules(Path(path).absolute(), Path(root) if root is not None else None)
     source = Path(path).read_bytes().decode("utf-8", "replace")
     entries: dict[str, dict] = {}
     for name, kwargs in OPTION_SETS.items():
         options = Options(**kwargs)
         for mode, run in (("check", check_source), ("fix", fix_source)):
-            record = _record(run(source, options))
+            record = _record(run(source, options, project))
             if record is not None:
                 entries[f"{name}|{mode}|{path}"] = record
     return entries
 
 
-def write(out: str, quick: bool, jobs: int, extra: list[str], like: str | None) -> None:
+def write(out: str, quick: bool, jobs: int, extra: list[str], like: str | None, with_project: bool = True) -> None:
     import ampfix
 
     if like is not None:  # the very files another snapshot read (a corpus may have grown since)
@@ -86,10 +107,13 @@ def write(out: str, quick: bool, jobs: int, extra: list[str], like: str | None) 
     else:
         files = [str(p) for p in inputs(quick, extra)]
     entries: dict[str, dict] = {}
+    roots = {path: _project_root(Path(path), extra) for path in files}
+    tasks = [(path, str(root) if root is not None else None, with_project) for path, root in roots.items()]
     with ProcessPoolExecutor(jobs) as pool:
-        for found in pool.map(snapshot_file, files, chunksize=16):
+        for found in pool.map(snapshot_file, tasks, chunksize=16):
             entries.update(found)
-    meta = {"files": len(files), "paths": files, "option_sets": list(OPTION_SETS), "ampfix": str(Path(ampfix.__file__).parent)}
+    meta = {"files": len(files), "paths": files, "option_sets": list(OPTION_SETS), "project": with_project,
+            "ampfix": str(Path(ampfix.__file__).parent)}
     Path(out).write_text(json.dumps({"meta": meta, "entries": entries}, sort_keys=True, indent=0))
     print(f"{len(files)} files, {len(entries)} non-empty entries -> {out} (ampfix from {meta['ampfix']})")
 
@@ -97,6 +121,8 @@ def write(out: str, quick: bool, jobs: int, extra: list[str], like: str | None) 
 def compare(before_path: str, after_path: str) -> int:
     before = json.loads(Path(before_path).read_text())
     after = json.loads(Path(after_path).read_text())
+    if before["meta"].get("project") != after["meta"].get("project"):
+        print(f"project facts: {before['meta'].get('project')} -> {after['meta'].get('project')}")
     if before["meta"]["files"] != after["meta"]["files"]:
         print(f"file count: {before['meta']['files']} -> {after['meta']['files']}")
     a, b = before["entries"], after["entries"]
@@ -134,12 +160,13 @@ def main() -> int:
     w.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     w.add_argument("--corpus", action="append", default=[], help="another directory of .py files")
     w.add_argument("--like", help="read exactly the files this earlier snapshot read")
+    w.add_argument("--no-project", action="store_true", help="withhold the project's other modules (project=None)")
     c = sub.add_parser("compare")
     c.add_argument("before")
     c.add_argument("after")
     args = parser.parse_args()
     if args.command == "write":
-        write(args.out, args.quick, args.jobs, args.corpus, args.like)
+        write(args.out, args.quick, args.jobs, args.corpus, args.like, not args.no_project)
         return 0
     return compare(args.before, args.after)
 
