@@ -124,6 +124,10 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "unsafe_fixes/apex_parallel_import_where_functools_goes",
                 "apex/o1_plain_backward_in_a_nested_helper", "apex/o1_gradients_read_by_a_nested_helper",
                 "apex/trainer_gradients_read_by_an_inherited_method", "apex/o1_step_on_an_unended_last_line",
+                "apex/condition_module_import", "apex/condition_module_import_trainer",
+                "apex/condition_module_import_other_flag", "apex/condition_module_import_changed_by_a_helper",
+                "apex/condition_module_import_global_rebound", "apex/condition_module_import_scale_loss_unguarded",
+                "unsafe_fixes/apex_condition_module_import_opt_level_argument",
                 "roots/star_import_torch"}
 
 

@@ -19,7 +19,7 @@ from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, Sourc
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
-from ampfix.io.project_modules import begin_run, project_modules, run_state
+from ampfix.io.project_modules import FileModules, begin_run, project_modules, run_state
 
 if TYPE_CHECKING:
     from ampfix.io.codec import Codec
@@ -191,7 +191,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     except DecodeError as error:
         return _error(path, error.message, error.code), data
     inferred = options.target_torch is None
-    project = project_modules(path, options)  # the run's options: another half of an apex set-up is planned with them
+    project = project_modules(path, options, _plans_half)  # another half of an apex set-up is planned as this file
     options, target = targeted(path, options)
     if mode != "check":  # only a rewrite lays out lines
         from ampfix.io.formatter import formatter_of_file
@@ -213,6 +213,22 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         if problem is not None:
             return dataclasses.replace(_not_written(path, findings, problem), target=target), data
     return FileResult(str(path), findings, diff, changed=True, error=converted.error, target=target), new_data
+
+
+_HALVES = frozenset({"AMP101", "AMP102"})  # apex's initialize and scale_loss: the halves of a set-up
+
+
+def _plans_half(path: Path, project: FileModules) -> bool:
+    """Whether `path`, planned as this run plans it (rewrite, the run's options and the file's own target), with a
+    project that answers True to its own questions about the other halves, rewrites its half of an apex set-up."""
+    assert project.options is not None
+    try:
+        decoded = codec_for(path).decode(path.read_bytes(), project.options.retargets)
+    except Exception:  # noqa: BLE001 - a file that cannot be read or decoded plans nothing
+        return False
+    options, _ = targeted(path, project.options)
+    result = fix_source(decoded.source, options, project)
+    return any(f.fixed and f.code in _HALVES for f in result.findings)
 
 
 def targeted(path: Path, options: Options) -> tuple[Options, Target]:
@@ -348,7 +364,7 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     jobs = jobs or default_jobs()
     settings = (options, mode)
     given = tuple(str(p) for p in paths)
-    begin_run(given, exclusions, force_exclude)  # what a half of an apex set-up asks: is the other half in this run
+    begin_run(given, exclusions, force_exclude, discover)  # a half of an apex set-up asks: is the other half in it
     found = discover(given, exclusions, force_exclude)
     if on_discovered is not None:  # the CLI counts files for its progress line and summary
         found = _observed(found, on_discovered)
@@ -450,7 +466,7 @@ def _lost(item: Path | FileResult) -> FileResult:
     return FileResult(str(item), (Finding(1, 1, INTERNAL_ERROR_CODE, message, False),), error=message)
 
 
-def _start_worker(parent: int, direct_child: bool, run: tuple | None = None) -> None:
+def _start_worker(parent: int, direct_child: bool, run: tuple[tuple[str, ...], object, bool] | None = None) -> None:
     """A pool worker ends with the process that started the pool, and leaves Ctrl-C to it.
 
     A terminal sends Ctrl-C to the whole process group: the parent decides (it stops handing
@@ -458,7 +474,7 @@ def _start_worker(parent: int, direct_child: bool, run: tuple | None = None) -> 
     death signal a worker whose parent is killed waits for work forever.
     """
     if run is not None:  # the run's files, as the parent found them (`in_run`)
-        begin_run(*run)
+        begin_run(*run, discover)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _end_worker)
     watched = parent if direct_child else os.getppid()

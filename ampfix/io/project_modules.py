@@ -22,6 +22,7 @@ import functools
 import os
 import re
 from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ampfix.core.project import Calls, Export
@@ -51,11 +52,12 @@ class FileModules:
     """The questions of one file (`path`)."""
 
     def __init__(self, path: Path, root: Path | None = None, options: Options | None = None,
-                 asks_halves: bool = True) -> None:
+                 asks_halves: bool = True, plans_half: PlansHalf | None = None) -> None:
         self.path = path
         self.root = root  # the project's folder, where it is known (else: the nearest with a project file)
         self.options = options  # the run's (before the file's own target), for `half_planned`
         self.asks_halves = asks_halves  # False in `half_planned`'s own run of another file: no further asking
+        self.plans_half = plans_half  # the run's planner of another file (the io layer's, which reads and decodes)
 
     def exported(self, level: int, module: str | None, name: str) -> Export | None:
         return _exported(self.path, level, module, name, _DEPTH)
@@ -124,32 +126,26 @@ class FileModules:
         a project that answers True here: the other file's own half decides, from the same facts."""
         if not self.asks_halves:
             return True
+        if self.options is None or self.plans_half is None:
+            return False
         path = _place_path(place)
-        if self.options is None:
-            return False
-        from ampfix.engine import fix_source
-        from ampfix.io.files import codec_for, targeted
-
-        try:
-            decoded = codec_for(path).decode(path.read_bytes(), self.options.retargets)
-        except Exception:  # noqa: BLE001 - a file that cannot be read or decoded plans nothing
-            return False
-        options, _ = targeted(path, self.options)
-        result = fix_source(decoded.source, options, FileModules(path, self.root, self.options, asks_halves=False))
-        return any(f.fixed and f.code in _HALVES for f in result.findings)
+        return self.plans_half(path, FileModules(path, self.root, self.options, asks_halves=False))
 
 
-_HALVES = frozenset({"AMP101", "AMP102"})  # apex's initialize and scale_loss: the halves of a set-up
+# Whether the file `path`, planned with the project `project` (the run's options), rewrites its half of a set-up.
+PlansHalf = Callable[[Path, "FileModules"], bool]
 # The run's files, as `discover` finds them (the paths given, the excludes, --force-exclude), found when first asked:
 # only a half of a set-up split across modules asks.
 _run: tuple[tuple[str, ...], object, bool] | None = None
 _run_found: frozenset[Path] | None = None
+_discover: Callable[..., Iterable[object]] | None = None  # the io layer's walk of a run's paths
 
 
-def begin_run(paths: tuple[str, ...], exclusions: object, force_exclude: bool) -> None:
+def begin_run(paths: tuple[str, ...], exclusions: object, force_exclude: bool,
+              discover: Callable[..., Iterable[object]]) -> None:
     """The files of this run are those `discover(paths, exclusions, force_exclude)` finds (`in_run`)."""
-    global _run, _run_found
-    _run, _run_found = (paths, exclusions, force_exclude), None
+    global _run, _run_found, _discover
+    _run, _run_found, _discover = (paths, exclusions, force_exclude), None, discover
 
 
 def run_state() -> tuple[tuple[str, ...], object, bool] | None:
@@ -159,16 +155,11 @@ def run_state() -> tuple[tuple[str, ...], object, bool] | None:
 
 def _run_files() -> frozenset[Path] | None:
     global _run_found
-    if _run is None:
+    if _run is None or _discover is None:
         return None
     if _run_found is None:
-        from ampfix.io.exclusion import Exclusions
-        from ampfix.io.files import discover
-
-        paths, exclusions, force_exclude = _run
-        assert exclusions is None or isinstance(exclusions, Exclusions)
         found = set()
-        for path in discover(paths, exclusions, force_exclude):
+        for path in _discover(*_run):
             if isinstance(path, Path):
                 try:
                     found.add(path.resolve())
@@ -202,9 +193,10 @@ def _module_name(path: Path) -> str | None:
     return ".".join(parts) if parts and all(p.isidentifier() for p in parts) else None
 
 
-def project_modules(path: Path, options: Options | None = None) -> FileModules | None:
+def project_modules(path: Path, options: Options | None = None,
+                    plans_half: PlansHalf | None = None) -> FileModules | None:
     """The questions of the file `path`; None for stdin without a file name (`-`), which is in no project."""
-    return None if str(path) == "-" else FileModules(path.absolute(), options=options)
+    return None if str(path) == "-" else FileModules(path.absolute(), options=options, plans_half=plans_half)
 
 
 def _exported(path: Path, level: int, module: str | None, name: str, depth: int) -> Export | None:

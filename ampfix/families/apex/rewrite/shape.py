@@ -129,31 +129,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     local = optional is None and import_node not in tree.engine.tree.body and conditional is None
     import_statement = _local_import_statement(tree, import_node) if local else (
         optional.statement if optional is not None else conditional or import_node)
-    condition = None
     checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
-    flags: tuple[str, ...] = ()
-    conditional_beside_import = False
-    import_statement_kept: ast.stmt | None = import_statement
-    if conditional is not None:
-        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
-    elif local:
-        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
-        if tree.parent(import_statement) is init_statement:
-            import_statement_kept = None  # it goes with initialize's `if`
-        elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
-            import_statement_kept = import_statement
-        else:
-            raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
-                                "nor in the `if` that guards initialize")
-    else:
-        init_statement, enabled, flags, condition = _initialize_guard(tree, site, init_use, enabled, optional,
-                                                                      checks)
-        import_statement_kept = import_statement
-        conditional_beside_import = optional is None and condition is not None and not (
-            isinstance(init_statement, ast.If) and _branch_flag(init_statement, init) is not None)
-        if conditional_beside_import:  # `if args.fp16: initialize` beside the module's import
-            assert condition is not None
-            _stable_in_callees(tree, condition, tree.function_of(init_statement))
+    init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import = _guard(
+        tree, site, init, init_use, import_statement, enabled, optional, checks, conditional is not None, local)
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
@@ -196,6 +174,39 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
                   conditional_beside_import)
+
+
+def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
+           enabled: ast.expr | None, optional: OptionalImport | None, checks: _ApexChecks, conditional: bool,
+           local: bool) -> tuple[ast.stmt, ast.expr | None, tuple[str, ...], ast.expr | None, ast.stmt | None, bool]:
+    """The statement initialize's rewrite replaces and what guards it: (that statement, `enabled=`, the optional
+    import's flags, the condition, the import statement that stays, whether it is an `if COND:` beside the module's
+    import)."""
+    condition = None
+    flags: tuple[str, ...] = ()
+    conditional_beside_import = False
+    import_statement_kept: ast.stmt | None = import_statement
+    if conditional:
+        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
+    elif local:
+        init_statement, enabled, condition = _local_guard(tree, site, import_statement, enabled, checks)
+        if tree.parent(import_statement) is init_statement:
+            import_statement_kept = None  # it goes with initialize's `if`
+        elif tree.parent(import_statement) is tree.parent(init_statement) and import_statement.lineno < init.lineno:
+            import_statement_kept = import_statement
+        else:
+            raise NotMechanical("the local `from apex import amp` is neither in initialize's function body before it "
+                                "nor in the `if` that guards initialize")
+    else:
+        init_statement, enabled, flags, condition = _initialize_guard(tree, site, init_use, enabled, optional,
+                                                                      checks)
+        import_statement_kept = import_statement
+        conditional_beside_import = optional is None and condition is not None and not (
+            isinstance(init_statement, ast.If) and _branch_flag(init_statement, init) is not None)
+        if conditional_beside_import:  # `if args.fp16: initialize` beside the module's import
+            assert condition is not None
+            _stable_in_callees(tree, condition, tree.function_of(init_statement))
+    return init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import
 
 
 def _split_shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
