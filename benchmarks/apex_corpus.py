@@ -40,7 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corpus import DeprecatedUses, decided_elsewhere, fetch
+from corpus import DeprecatedUses, decided_elsewhere, fetch, project_root
 
 # Beside benchmarks/corpus.py's cache (benchmarks/.corpus/, gitignored); `--cache DIR` for a shared one.
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".corpus" / "apex"
@@ -137,7 +137,7 @@ def measure(path: Path, rel: str, result: Result, root: Path | None = None) -> N
     from ampfix.engine import INTERNAL_ERROR_CODE, check_source, fix_source
     from ampfix.io.project_modules import FileModules
 
-    project = FileModules(path, root) if root is not None else None
+    project = FileModules(path, project_root(path, root)) if root is not None else None
 
     try:
         source = path.read_text(encoding="utf-8")

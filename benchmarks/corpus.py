@@ -564,6 +564,22 @@ def decided_elsewhere(source: str, options, project, fixed) -> tuple[list, set, 
     return decided, flow_decided, module_decided
 
 
+_PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")  # ampfix.io.project_modules' markers
+
+
+def project_root(path: Path, release: Path) -> Path:
+    """The project a file of an unpacked release belongs to, as the CLI finds it (the nearest folder with a project
+    file), but never above the release's folder: the cache lies inside this checkout, whose own pyproject.toml the
+    CLI's walk would reach. An sdist's files are under its `name-version/` folder, next to its setup.py, which
+    says the project ships its modules (a public GradScaler subclass may be constructed by code outside it)."""
+    for folder in path.parents:
+        if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
+            return folder
+        if folder == release:
+            break
+    return release
+
+
 def measure_file(path: Path, rel: str, result: PackageResult, options, root: Path | None = None) -> None:
     from ampfix.io.codec import NOTEBOOK_SUFFIX
     from ampfix.syntax.encoding import DECODE_ERRORS, decode_source  # the CLI's decoding: BOM, coding cookie
@@ -580,7 +596,8 @@ def measure_file(path: Path, rel: str, result: PackageResult, options, root: Pat
     result.files += 1
     from ampfix.io.project_modules import FileModules
 
-    measure_source(source, rel, result, options, project=FileModules(path, root) if root is not None else None)
+    project = FileModules(path, project_root(path, root)) if root is not None else None
+    measure_source(source, rel, result, options, project=project)
 
 
 def measure_notebook(path: Path, rel: str, result: PackageResult, options) -> None:
