@@ -224,14 +224,9 @@ class ModuleFlows:
         said = f"`{name}` is bound at the top of a module or class on line {line}, where another module may read it"
         if self._project is None:
             return said
-        module = self._module.walker.module_scope
-        places: list[tuple[ast.expr, Scope]] = []
-        for ref in self._module.loads.get(name, ()):
-            if ref.scope.lookup(name)[0] is not module:
-                continue
-            if len(ref.parts) > 1 or ref.in_string:
-                return f"`{'.'.join(ref.parts)}` on line {ref.node.lineno} reads an attribute of it"
-            places.append((ref.node, ref.scope))
+        places = self._reads(name, self._module.walker.module_scope)
+        if isinstance(places, str):
+            return places
         if name in self._module.strings:
             return f"`{name}`, bound on line {line}, is named by a string on line {self._module.strings[name]}"
         remote = self._project.value_calls(name)
@@ -249,6 +244,10 @@ class ModuleFlows:
             return f"`{name}` is bound at the top of a module or class on line {line}, where another module may read it"
         if name in self._module.nonlocal_names:
             return f"`{name}` is named by a `nonlocal`, which is not followed"
+        return self._reads(name, scope)
+
+    def _reads(self, name: str, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
+        """The reads of `name` that resolve to its binding in `scope`; why not, where one reads an attribute of it."""
         places: list[tuple[ast.expr, Scope]] = []
         for ref in self._module.loads.get(name, ()):
             if ref.scope.lookup(name)[0] is not scope:
