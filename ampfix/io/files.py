@@ -215,9 +215,6 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     return FileResult(str(path), findings, diff, changed=True, error=converted.error, target=target), new_data
 
 
-_HALVES = frozenset({"AMP101", "AMP102"})  # apex's initialize and scale_loss: the halves of a set-up
-
-
 def _plans_half(path: Path, project: FileModules) -> bool:
     """Whether `path`, planned as this run plans it (rewrite, the run's options and the file's own target), with a
     project that answers True to its own questions about the other halves, rewrites its half of an apex set-up."""
@@ -227,8 +224,11 @@ def _plans_half(path: Path, project: FileModules) -> bool:
     except Exception:  # noqa: BLE001 - a file that cannot be read or decoded plans nothing
         return False
     options, _ = targeted(path, project.options)
+    from ampfix.families.apex import rules  # asked only by a half of a split apex set-up, under --unsafe-fixes
+
+    halves = {rules.INITIALIZE.code, rules.SCALE_LOSS.code}
     result = fix_source(decoded.source, options, project)
-    return any(f.fixed and f.code in _HALVES for f in result.findings)
+    return any(f.fixed and f.code in halves for f in result.findings)
 
 
 def targeted(path: Path, options: Options) -> tuple[Options, Target]:

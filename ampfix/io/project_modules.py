@@ -22,7 +22,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ampfix.core.project import Calls, Export
@@ -310,11 +310,7 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
     index = _indexed[root] = {}
     names, package = _asked(), _package().encode()
     asked = {name.encode() for name in names}
-    for path in _project_files(root):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+    for path, data in _project_sources(root):
         takes = any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
         reads = _may_read_attribute(data)
         if not (takes or reads):
@@ -357,11 +353,7 @@ def _uses(root: Path, qname: str, below: bool = False) -> list[tuple[str, Path]]
     package, last = qname.split(".")[0].encode(), qname.rsplit(".", 1)[-1].encode()
     from ampfix.syntax.bindings import Walker, resolve
 
-    for path in _project_files(root):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+    for path, data in _project_sources(root):
         if package not in data or last not in data:
             continue
         try:
@@ -468,6 +460,15 @@ def forget() -> None:
     _constructed.clear()
 
 
+def _project_sources(root: Path) -> Iterator[tuple[Path, bytes]]:
+    """Each file of the project with its bytes; one that cannot be read is skipped."""
+    for path in _project_files(root):
+        try:
+            yield path, path.read_bytes()
+        except OSError:
+            continue
+
+
 def _project_files(root: Path):
     for folder, folders, files in os.walk(root):
         folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_FOLDERS)
@@ -489,11 +490,7 @@ def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
     spelled = name.encode()
     word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
     seen: list[str] = []
-    for path in _project_files(root):
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+    for path, data in _project_sources(root):
         if spelled not in data or not word.search(data) or path.resolve() == defined_in:  # a literal first: C speed
             continue
         try:
