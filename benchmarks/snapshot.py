@@ -68,14 +68,16 @@ def _record(result) -> dict | None:
 
 
 def _project_root(path: Path, extra: list[str]) -> Path | None:
-    """A corpus file's project: its release's folder (the first folder below a corpus root); else None (the
-    nearest folder with a project file, as the CLI finds it)."""
+    """A corpus file's project: as the CLI finds it, bounded by its release's folder (the first folder below a
+    corpus root; `corpus.project_root`); else None (the nearest folder with a project file, as the CLI finds it)."""
+    from corpus import project_root  # benchmarks/, this script's folder
+
     for root in (ROOT / "benchmarks" / ".corpus" / "src", Path("/work/cache/corpus"), *map(Path, extra)):
         try:
             first = path.relative_to(root).parts[0]
         except (ValueError, IndexError):
             continue
-        return (root / first).resolve()
+        return project_root(path.resolve(), (root / first).resolve())
     return None
 
 
