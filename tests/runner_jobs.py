@@ -1,8 +1,11 @@
 """Runs the `ampfix run` / `ampfix verify` jobs of the runner test modules.
 
 Every CLI invocation is one *job*. Starting a child Python with torch costs seconds, so each job
-runs once per module (a module-scoped fixture per job) and the jobs the selected tests need are
-started together up front, two at a time, to use both cores while pytest walks the tests.
+runs once per session (a module-scoped fixture per job, answered from the job's one run). The jobs
+the selected tests need are queued when collection ends (`prepare_in_background`, called by
+conftest.py), module by module in the order pytest runs the modules, and run two at a time on one
+queue for the whole session: the jobs of the runner modules run while pytest walks the modules
+before them on one core, and the queue never drains between modules.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def _command(arguments: list[str], json_path: Path) -> list[str]:
     return [*command[:separator], "--json", str(json_path), *command[separator:]]
 
 
-def _invoke(arguments: list[str], folder: Path, make_cwd: Callable[[Path], Path] | None) -> Job:
+def _invoke(arguments: list[str], folder: Path, make_cwd: Callable[[Path], Path] | None, session_cwd: Path,
+            environ: dict[str, str]) -> Job:
     folder.mkdir()
     tmpdir = folder / "tmp"
     tmpdir.mkdir()
@@ -58,11 +62,29 @@ def _invoke(arguments: list[str], folder: Path, make_cwd: Callable[[Path], Path]
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT_S,
-        cwd=cwd,
-        env={**os.environ, "TMPDIR": str(tmpdir)},
+        cwd=cwd or session_cwd,
+        env={**environ, "TMPDIR": str(tmpdir)},
     )
     report = json.loads(json_path.read_text()) if json_path.exists() else {}
     return Job(completed.returncode, completed.stdout, completed.stderr, report, time.monotonic() - started, cwd, tmpdir)
+
+
+_queue: ThreadPoolExecutor | None = None  # the session's one queue of jobs (`shutdown` at the session's end)
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _queue
+    if _queue is None:
+        _queue = ThreadPoolExecutor(max_workers=2)
+    return _queue
+
+
+def shutdown() -> None:
+    """End the queue: the jobs not started are dropped (an interrupted or failed-fast session), those running end."""
+    global _queue
+    if _queue is not None:
+        _queue.shutdown(wait=True, cancel_futures=True)
+        _queue = None
 
 
 class JobPool:
@@ -72,13 +94,18 @@ class JobPool:
         self._folder = folder
         self._commands = commands
         self._working_directories = working_directories or {}
-        self._executor = ThreadPoolExecutor(max_workers=2)
+        self._executor = _executor()
         self._futures: dict[str, Future[Job]] = {}
+        # The tests' working directory and environment as the pool is made (before any test runs): a job started
+        # while a test has changed them (monkeypatch.chdir, setenv) must not run in that test's.
+        self._cwd = Path.cwd()
+        self._environ = dict(os.environ)
 
     def submit(self, name: str) -> None:
         if name not in self._futures:
             self._futures[name] = self._executor.submit(
-                _invoke, self._commands[name], self._folder / name, self._working_directories.get(name)
+                _invoke, self._commands[name], self._folder / name, self._working_directories.get(name), self._cwd,
+                self._environ,
             )
 
     def result(self, name: str) -> Job:
@@ -86,7 +113,10 @@ class JobPool:
         return self._futures[name].result()
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        """Wait for this pool's jobs (none is left running into the next module's tests)."""
+        for future in self._futures.values():
+            if not future.cancelled():
+                future.exception()
 
 
 def define_job_fixtures(
@@ -95,11 +125,12 @@ def define_job_fixtures(
     """Give a test module a `jobs` pool and one fixture per job, named as in ``commands``
     (job name -> the ampfix command line; a fixture script name is made a path under FIXTURES)."""
 
-    @pytest.fixture(scope="module")
-    def jobs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-        pool = JobPool(tmp_path_factory.mktemp("runner-jobs"), commands, working_directories)
+    queued: list[JobPool] = []  # the pool `prepare_in_background` filled, if it ran
+
+    def prepare_in_background(session: pytest.Session) -> None:
+        pool = JobPool(session.config._tmp_path_factory.mktemp("runner-jobs"), commands, working_directories)
         selected = set()
-        for item in request.session.items:
+        for item in session.items:
             selected.update(getattr(item, "fixturenames", ()))
             callspec = getattr(item, "callspec", None)
             if callspec is not None and "job_name" in callspec.params:
@@ -107,9 +138,17 @@ def define_job_fixtures(
         for name in commands:
             if name in selected:
                 pool.submit(name)
+        queued.append(pool)
+
+    @pytest.fixture(scope="module")
+    def jobs(request: pytest.FixtureRequest):
+        if not queued:  # collected without conftest.py's hook (a plugin-less run): queue them now
+            prepare_in_background(request.session)
+        pool = queued[0]
         yield pool
         pool.close()
 
+    namespace["prepare_in_background"] = prepare_in_background
     namespace["jobs"] = jobs
     for name in commands:
         namespace[f"_{name}_fixture"] = _job_fixture(name)

@@ -1,11 +1,12 @@
-"""The hooks of .pre-commit-hooks.yaml, run by the real pre-commit (`try-repo`) in a temporary git
-repository.
+"""The hooks of .pre-commit-hooks.yaml, run by the real pre-commit in a temporary git repository whose
+`.pre-commit-config.yaml` names this checkout as its hook repository, as a user's config names ampfix's.
 
 pre-commit builds the hooks' environment by pip-installing the hook repository: here a snapshot
 of this checkout (its tracked files and its untracked, not ignored ones, so the work in progress
-is what runs), with the pip settings of the environment the tests run in. Each `try-repo` builds
-a fresh environment (~10 s): one test, three runs. pre-commit itself says whether a hook modified
-files.
+is what runs), with the pip settings of the environment the tests run in. The environment is built
+once, in a PRE_COMMIT_HOME of the tests', from the end of collection on (`prepare_in_background`), and
+reused by the three runs, as it is between a user's commits. pre-commit itself says whether a hook
+modified files.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,9 +35,7 @@ def git(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    snapshot = tmp_path_factory.mktemp("hook-repo")
+def _snapshot(snapshot: Path) -> Path:
     listed = git("ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=ROOT).split("\0")
     for name in filter(None, listed):
         source = ROOT / name
@@ -48,15 +48,45 @@ def hook_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return snapshot
 
 
-def try_repo(hook_repo: Path, cwd: Path, *hook: str) -> tuple[int, dict[str, str]]:
-    """Run the hook (or every hook) of `hook_repo` on all files of `cwd`: the exit code, and each
-    hook's report (its name -> the lines pre-commit printed for it, status first)."""
-    done = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), *hook, "--all-files",
-                           "--color", "never"], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    report = done.stdout.split("=" * 79)[-1]  # after the configuration try-repo prints
+def _build(base: Path) -> tuple[Path, Path]:
+    """The hook repository's snapshot, and a PRE_COMMIT_HOME holding its hooks' environment."""
+    hook_repo, home, user = _snapshot(base / "hook-repo"), base / "home", base / "user"
+    user.mkdir()
+    (user / ".pre-commit-config.yaml").write_text(config(hook_repo))
+    git("init", "-q", cwd=user)
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "install-hooks"], cwd=user,
+                          env={**ENV, "PRE_COMMIT_HOME": str(home)}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return hook_repo, home
+
+
+_built: Future[tuple[Path, Path]] | None = None
+
+
+def prepare_in_background(session: pytest.Session) -> None:
+    """Start building the hooks' environment (conftest.py calls this once the test is collected): pip spends most
+    of its ~50 s waiting on the package indexes, so the build overlaps the tests that run before this one."""
+    global _built
+    if _built is None:
+        _built = ThreadPoolExecutor(max_workers=1).submit(_build, session.config._tmp_path_factory.mktemp("pre-commit"))
+
+
+@pytest.fixture(scope="module")
+def hook_environment(request: pytest.FixtureRequest) -> tuple[Path, Path]:
+    prepare_in_background(request.session)
+    assert _built is not None
+    return _built.result()
+
+
+def pre_commit_run(cwd: Path, home: Path, *hook: str) -> tuple[int, dict[str, str]]:
+    """Run the hook (or every hook) of the config in `cwd` on all its files: the exit code, and each hook's
+    report (its name -> the lines pre-commit printed for it, status first)."""
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "run", *hook, "--all-files", "--color", "never"],
+                          cwd=cwd, env={**ENV, "PRE_COMMIT_HOME": str(home)}, capture_output=True, text=True,
+                          timeout=600)
     sections: dict[str, str] = {}
     name = None
-    for line in report.splitlines():
+    for line in done.stdout.splitlines():
         header = re.fullmatch(r"(.+?)\.{3,}(Passed|Failed)", line)
         if header:
             name = header.group(1)
@@ -67,7 +97,15 @@ def try_repo(hook_repo: Path, cwd: Path, *hook: str) -> tuple[int, dict[str, str
     return done.returncode, sections
 
 
-def test_the_hooks_in_pre_commit(hook_repo: Path, tmp_path: Path):
+def config(hook_repo: Path) -> str:
+    """A user's `.pre-commit-config.yaml` taking both hooks of the hook repository at its commit."""
+    rev = git("rev-parse", "HEAD", cwd=hook_repo).strip()
+    return (f"repos:\n- repo: {hook_repo}\n  rev: {rev}\n  hooks:\n  - id: ampfix-check\n  - id: ampfix\n")
+
+
+def test_the_hooks_in_pre_commit(hook_environment: tuple[Path, Path], tmp_path: Path):
+    hook_repo, home = hook_environment
+    (tmp_path / ".pre-commit-config.yaml").write_text(config(hook_repo))
     (tmp_path / "old.py").write_text(DEPRECATED)
     (tmp_path / "clean.py").write_text("import os\n")
     (tmp_path / "legacy").mkdir()
@@ -77,7 +115,7 @@ def test_the_hooks_in_pre_commit(hook_repo: Path, tmp_path: Path):
     git("init", "-q", cwd=tmp_path)
     git("add", "-A", cwd=tmp_path)
 
-    code, hooks = try_repo(hook_repo, tmp_path, "ampfix-check")
+    code, hooks = pre_commit_run(tmp_path, home, "ampfix-check")
     assert code == 1
     assert hooks == {"ampfix (check only)": (
         "Failed\n- hook id: ampfix-check\n- exit code: 1\n\n"
@@ -87,7 +125,7 @@ def test_the_hooks_in_pre_commit(hook_repo: Path, tmp_path: Path):
     )}
     assert (tmp_path / "old.py").read_text() == DEPRECATED
 
-    code, hooks = try_repo(hook_repo, tmp_path, "ampfix")
+    code, hooks = pre_commit_run(tmp_path, home, "ampfix")
     assert code == 1
     assert hooks["ampfix"] == (
         "Failed\n- hook id: ampfix\n- exit code: 1\n- files were modified by this hook\n\n"
@@ -98,6 +136,6 @@ def test_the_hooks_in_pre_commit(hook_repo: Path, tmp_path: Path):
     assert (tmp_path / "old.py").read_text() == MIGRATED
     assert (tmp_path / "legacy" / "vendored.py").read_text() == DEPRECATED
 
-    code, hooks = try_repo(hook_repo, tmp_path)  # both hooks
+    code, hooks = pre_commit_run(tmp_path, home)  # both hooks
     assert (code, hooks) == (0, {"ampfix (check only)": "Passed\n", "ampfix": "Passed\n"})
     assert (tmp_path / "old.py").read_text() == MIGRATED

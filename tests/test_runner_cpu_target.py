@@ -1,7 +1,7 @@
 """`ampfix verify --device cpu`: the runner agrees with `ampfix rewrite --device cpu` (issue 8).
 
-Each verify starts two torch processes (seconds each on 2 loaded cores): five jobs, run together
-up front, two at a time.
+Each verify starts two torch processes (seconds each on 2 loaded cores): five jobs, queued on the
+session's job queue when collection ends (tests/runner_jobs.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ def _cpu_rewrite(script: Path, folder: Path) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("verify-cpu")
+_queued: list[JobPool] = []
+
+
+def prepare_in_background(session: pytest.Session) -> None:
+    """Queue the jobs when collection ends (conftest.py; tests/runner_jobs.py's queue)."""
+    folder = session.config._tmp_path_factory.mktemp("verify-cpu")
     cnn_rewrite = _cpu_rewrite(FIXTURES / "cnn_amp.py", folder)
     float16_to_bfloat16 = _cpu_rewrite(FIXTURES / "explicit_float16.py", folder)
     commands = {
@@ -47,8 +50,15 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):
     pool = JobPool(folder, commands)
     for name in commands:
         pool.submit(name)
-    yield pool
-    pool.close()
+    _queued.append(pool)
+
+
+@pytest.fixture(scope="module")
+def jobs(request: pytest.FixtureRequest):
+    if not _queued:
+        prepare_in_background(request.session)
+    yield _queued[0]
+    _queued[0].close()
 
 
 def _requested_devices(report: dict) -> set[str]:
