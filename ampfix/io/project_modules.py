@@ -4,8 +4,9 @@ A name imported from a module of the project (`from .compat import torch`, `from
 what that module binds it to at its top level by imports, followed through the project's own modules. Read when
 asked, not indexed: a file's questions are few (only names that can lead to the family's, `Family.name_parts`),
 each one small parse; a read module is kept for the run, keyed by its path and its stat (mtime, size), so a file
-changed during the run is read again. Nothing is kept between runs, so nothing can be stale (docs/design.md,
-"A name from another module of the project").
+changed during the run is read again. Between runs, only the answers of the walks' byte filters are kept, each
+by its file's stat (`ampfix.io.project_index`), so nothing can be stale (docs/design.md, "A name from another
+module of the project").
 
 A class of the file (a GradScaler subclass) is looked for in the project's other files: those whose bytes spell its
 name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
