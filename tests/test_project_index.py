@@ -174,3 +174,16 @@ def test_the_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not absolute: ignored, as the XDG spec says
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert project_index.cache_folder() == tmp_path / "home" / ".cache" / "ampfix"
+
+
+def test_the_walk_goes_as_os_walk_with_sorted_names_and_the_same_folders_skipped(tmp_path: Path):
+    for name in ["b.py", "a.py", "notes.txt", "z/y.py", "z/a/x.py", "m/n.py", ".hidden/h.py", "venv/v.py",
+                 "__pycache__/c.py", "build/b.py", "pkg.py/inside.py"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "z", target_is_directory=True)  # not walked into
+    (tmp_path / "link.py").symlink_to(tmp_path / "a.py")  # read through
+    (tmp_path / "broken.py").symlink_to(tmp_path / "missing.py")  # no file: skipped
+    os.mkfifo(tmp_path / "fifo.py")  # not a regular file: skipped (reading it would block)
+    walked = [Path(path).relative_to(tmp_path).as_posix() for path, _ in project_index._stat_walk(str(tmp_path))]
+    assert walked == ["a.py", "b.py", "link.py", "m/n.py", "pkg.py/inside.py", "z/y.py", "z/a/x.py"]

@@ -208,26 +208,27 @@ def _read(path: str) -> bytes:
 def _stat_walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
     """Each regular `.py` file below `root` (through a symlink to a file; not into a linked folder), with its stat:
     a folder's files by name, then its folders by name (hidden ones and `_SKIPPED_FOLDERS` skipped), as `os.walk`
-    top-down with sorted names goes."""
-    try:
-        with os.scandir(root) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
-    except OSError:
-        return
-    folders = []
-    for entry in entries:
-        name = entry.name
+    top-down with sorted names goes (a stack, not nested generators: a file costs one `yield`, whatever its depth)."""
+    stack = [root]
+    while stack:
         try:
-            if entry.is_dir():
-                if not entry.is_symlink() and not name.startswith(".") and name not in _SKIPPED_FOLDERS:
-                    folders.append(entry.path)
-                continue
-            if not name.endswith(".py"):
-                continue
-            info = entry.stat()
+            with os.scandir(stack.pop()) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
         except OSError:
             continue
-        if stat.S_ISREG(info.st_mode):
-            yield entry.path, info
-    for folder in folders:
-        yield from _stat_walk(folder)
+        folders = []
+        for entry in entries:
+            name = entry.name
+            try:
+                if entry.is_dir():
+                    if not entry.is_symlink() and not name.startswith(".") and name not in _SKIPPED_FOLDERS:
+                        folders.append(entry.path)
+                    continue
+                if not name.endswith(".py"):
+                    continue
+                info = entry.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield entry.path, info
+        stack += reversed(folders)
