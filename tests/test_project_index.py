@@ -154,7 +154,7 @@ def test_no_cache_writes_nothing_and_a_cache_folder_that_cannot_be_made_is_no_er
     assert check("--no-cache", "pkg/utils.py") == (1, findings("pkg/train.py:2"))
     assert check("--no-cache", ".")[0] == 1
     diff = CliRunner().invoke(app, ["rewrite", "--no-cache", "--diff", "pkg/utils.py"])
-    assert (diff.exit_code, diff.stdout.splitlines()[-1]) == (
+    assert (diff.exit_code, diff.output.splitlines()[-1]) == (  # a diff: the findings on stderr
         1, "would rewrite 0 files (0 fixes); 2 findings left.")
     assert list(cache.iterdir()) == []
     # A folder below a regular file cannot be made (whoever runs: chmod does not stop root).
