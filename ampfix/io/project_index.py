@@ -18,13 +18,11 @@ cache, silently. Pool workers each load and write it: the last writer wins, and 
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import stat
 import sys
 import time
-import zlib
 from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 
@@ -64,6 +62,8 @@ class Index:
 
     def _load(self) -> None:
         assert self.file is not None
+        import zlib  # only a run that asks of the project's files
+
         try:
             data = self.file.read_bytes()
         except OSError:
@@ -88,7 +88,7 @@ class Index:
         began = time.time_ns()
         if self.began is None:
             self.began = began
-        prefix = len(str(self.root)) + 1
+        prefix = len(os.path.join(str(self.root), ""))
         columns = [(self.answers.setdefault(question, bytearray(len(self.rels))), test) for question, test in tests]
         at, stats = self.at, self.stats
         seen = bytearray(len(self.rels))
@@ -150,6 +150,8 @@ class Index:
             self.dirty = True
         if not self.dirty or self.file is None:
             return
+        import zlib
+
         self.dirty = False
         assert self.began is not None
         fresh, stats = self.began - _RACY_NS, self.stats
@@ -176,6 +178,8 @@ def _cache_file(root: Path) -> Path | None:
         folder = cache_folder()
     except RuntimeError:  # no home folder to be found
         return None
+    import hashlib  # only a run that asks of the project's files (the check of most files asks nothing)
+
     named = f"{root}\0{FORMAT}\0{sys.implementation.cache_tag}".encode("utf-8", "surrogateescape")
     return folder / f"project-{hashlib.sha256(named).hexdigest()[:24]}.index"
 
