@@ -10,10 +10,11 @@ began is not saved (the file could change again within the same timestamp tick);
 
 The cache lives in a user cache folder, never in the project: `$AMPFIX_CACHE_DIR`, else `$XDG_CACHE_HOME/ampfix`,
 else `~/.cache/ampfix`; one file per project root, named by a hash of the resolved root, the format and the
-interpreter. Its header (ampfix's version, the format, the rule data's hash, the root) must match, and its payload
-its checksum, or the cache is empty and rebuilt. Written atomically (a temporary file in the same folder, then
-`os.replace`), when a walk ends having answered something new; a folder that cannot be made or written means no
-cache, silently. Pool workers each load and write it: the last writer wins, and every entry is validated by stat.
+interpreter. Its header (ampfix's version, the format, a hash of the rule data and the filters' code, the root)
+must match, and its payload its checksum, or the cache is empty and rebuilt. Written atomically (a temporary file
+in the same folder, then `os.replace`), when a walk ends having answered something new; a folder that cannot be
+made or written means no cache, silently. Pool workers each load and write it: the last writer wins, and every
+entry is validated by stat.
 """
 
 from __future__ import annotations

@@ -490,10 +490,15 @@ def _spells(word: bytes) -> Callable[[bytes], bool]:
 
 @functools.cache
 def _rules_hash() -> str:
-    """What the `importer` answers depend on: the names asked about and the package."""
+    """What the answers depend on: the names asked about and the package, and the filters' code (this module's
+    bytes: a development install keeps its version while the filters change)."""
     import hashlib
 
-    return hashlib.sha256("\0".join((_package(), *sorted(_asked()))).encode()).hexdigest()[:16]
+    try:
+        code = Path(__file__).read_bytes()
+    except OSError:  # not a file (a zip): the version in the header decides
+        code = b""
+    return hashlib.sha256("\0".join((_package(), *sorted(_asked()))).encode() + b"\0" + code).hexdigest()[:16]
 
 
 def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
