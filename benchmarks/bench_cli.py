@@ -19,10 +19,13 @@ baselines measured in the same rounds:
 One file in a project (the pre-commit shape): the tree copied into a project (a `pyproject.toml` at its root,
 no `[tool.ampfix]`), then `check` of one of its files: a module without AMP (no question is asked), and a module
 whose top-level `from torch.cuda.amp import ...` makes the engine ask which other modules of the project import
-those names (`ampfix/io/project_modules.py`: read when asked, no index kept between runs, so each run walks the
-project's files; "warm" is the page cache). `--cold` adds the same rows, and `check TREE` of the project, with the
-project's files evicted from the page cache before each run (posix_fadvise DONTNEED on each file: the interpreter
-and ampfix's own files stay cached).
+those names (`ampfix/io/project_modules.py`: each run walks the project's files, stats each, and reads those whose
+byte answers ampfix's cache does not hold: `ampfix/io/project_index.py`). Every ampfix command runs with
+AMPFIX_CACHE_DIR pointed at a folder of the bench (WORKDIR/ampfix-cache, emptied when the bench starts), so
+"warm" is the page cache and ampfix's cache, both filled by the untimed warm-up round. `--cold` adds the same
+rows, and `check TREE` of the project, with ampfix's cache emptied and the project's files evicted from the page
+cache before each run (posix_fadvise DONTNEED on each file: the interpreter and ampfix's own files stay cached):
+what a first run pays.
 
 ampfix runs with its bytecode as an installed tool has it (pip compiles what it installs; the warm-up round
 writes a development install's), also where the environment sets PYTHONDONTWRITEBYTECODE; one more row runs
@@ -205,9 +208,11 @@ def project_copy(tree: Path, workdir: Path) -> tuple[Path, Path, Path]:
     return project, plain, asking
 
 
-def evict(tree: Path) -> Callable[[], None]:
-    """A setup that drops the tree's files from the page cache (their pages only)."""
+def evict(tree: Path, cache: Path | None = None) -> Callable[[], None]:
+    """A setup that drops the tree's files from the page cache (their pages only), and empties ampfix's `cache`."""
     def run() -> None:
+        if cache is not None and cache.exists():
+            shutil.rmtree(cache)
         for folder, _, names in os.walk(tree):
             for name in names:
                 try:
@@ -223,7 +228,7 @@ def evict(tree: Path) -> Callable[[], None]:
 
 def check_counts(ampfix: list[str], tree: Path) -> tuple[int, int]:
     """(files with findings, findings) from one untimed `check --output-format json`."""
-    _, _, _, stdout, _ = run_once([*ampfix, "check", "--output-format", "json", str(tree)])
+    _, _, _, stdout, _ = run_once([*ampfix, "check", "--output-format", "json", str(tree)], CACHED)
     rows = json.loads(stdout)
     return len({row["path"] for row in rows}), len(rows)
 
@@ -282,6 +287,11 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
         shutil.copytree(tree, copy, symlinks=True)
 
     clean, used = single_files(workdir)
+    cache = workdir / "ampfix-cache"  # ampfix's cache of the project walks' answers, the bench's own
+    if cache.exists():
+        shutil.rmtree(cache)
+    for env in (CACHED, NOT_WRITING):
+        env["AMPFIX_CACHE_DIR"] = str(cache)
     module = [python, "-m", "ampfix"]
     grep = Timing("grep -rlE 'amp|autocast|GradScaler' TREE", [*GREP, str(tree)])
     floor = Timing("Python floor: walk, read, \\bamp\\b, ast.parse",
@@ -304,11 +314,11 @@ def bench_tree(args: argparse.Namespace, workdir: Path, ampfix: list[str]) -> No
     timings = [grep, floor, check, check_compiling, cst_floor, rewrite, bare, one_clean, one_used, m_clean, m_used,
                p_plain, p_asking]
     if args.cold:
-        timings += [Timing("cold: ampfix check PROJECT", [*ampfix, "check", str(project)], setup=evict(project)),
+        timings += [Timing("cold: ampfix check PROJECT", [*ampfix, "check", str(project)], setup=evict(project, cache)),
                     Timing("cold: ampfix check PROJECT/plain_module.py", [*ampfix, "check", str(in_plain)],
-                           setup=evict(project)),
+                           setup=evict(project, cache)),
                     Timing("cold: ampfix check PROJECT/module_asking.py", [*ampfix, "check", str(in_asking)],
-                           setup=evict(project))]
+                           setup=evict(project, cache))]
     if args.skip_libcst:
         timings.remove(cst_floor)
     load_before = os.getloadavg()[0]

@@ -1,10 +1,33 @@
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 # Let test modules import the helpers that live next to them (fixture_cases, ...) in any import mode.
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite never touches the developer's ~/.cache: ampfix's cache of the project walks' answers goes to a
+    folder of the session. Set before collection, so that an environment a test module copies when imported
+    (test_precommit's `ENV`, for the hooks pre-commit runs) holds it too, as every CLI subprocess does; a test of
+    the cache points it elsewhere (monkeypatch)."""
+    import tempfile
+
+    config.stash[_CACHE] = os.environ["AMPFIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ampfix-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = config.stash.get(_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_finish(session) -> None:

@@ -104,6 +104,9 @@ ForceExcludeOpt = Annotated[bool, typer.Option(
     "--force-exclude", help="Apply the configured excludes to files named on the command line too.")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Read and keep no answers about the project's files between runs (kept in the user cache "
+                       "folder, $AMPFIX_CACHE_DIR or ~/.cache/ampfix, each checked against its file's stat).")]
 StdinNameOpt = Annotated[str | None, typer.Option(
     "--stdin-filename", metavar="PATH",
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
@@ -130,13 +133,13 @@ def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
           stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
           device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
-          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None, no_cache: NoCacheOpt = False) -> None:
     """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
     flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
                    target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
                    explicit_autocast_defaults=explicit_autocast_defaults)
     raise typer.Exit(run_files(paths, "check", flags, output_format.value, force_exclude=force_exclude,
-                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet, cache=not no_cache))
 
 
 @app.command()
@@ -146,14 +149,14 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
             stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
             device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
-          explicit_autocast_defaults: ExplicitDefaultsOpt = None) -> None:
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None, no_cache: NoCacheOpt = False) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
     flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
                    target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
                    explicit_autocast_defaults=explicit_autocast_defaults)
     raise typer.Exit(run_files(paths, mode, flags, output_format.value, force_exclude=force_exclude,
-                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet))
+                               exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet, cache=not no_cache))
 
 
 class TableFormat(str, enum.Enum):

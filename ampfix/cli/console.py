@@ -31,21 +31,22 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells and click report it
 
 def run_files(paths: Sequence[Path], mode: str, flags: Mapping[str, Any] = {},
               output_format: str = "text", *, force_exclude: bool = False, exit_zero: bool = False,
-              stdin_filename: str | None = None, quiet: bool = False) -> int:
+              stdin_filename: str | None = None, quiet: bool = False, cache: bool = True) -> int:
     """Check, diff or rewrite `paths` (or stdin, as `-`), write the report, return the exit code.
 
     `flags`: the settings given as flags (`config.parse_flags`), which win over `[tool.ampfix]`. Ctrl-C stops the run
     after the files in progress (a second one stops it at once); what was done until then is
     reported all the same, then the exit code is 130. Output never fails on the stream's
-    encoding: what it cannot take is written backslash-escaped.
+    encoding: what it cannot take is written backslash-escaped. `cache`: False (`--no-cache`) reads and keeps no
+    answer about the project's files between runs (`ampfix.io.project_index`).
     """
     with _EscapedOutput():
         return _run(paths, mode, flags, output_format, force_exclude=force_exclude, exit_zero=exit_zero,
-                    stdin_filename=stdin_filename, quiet=quiet)
+                    stdin_filename=stdin_filename, quiet=quiet, cache=cache)
 
 
 def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_format: str, *,
-         force_exclude: bool, exit_zero: bool, stdin_filename: str | None, quiet: bool) -> int:
+         force_exclude: bool, exit_zero: bool, stdin_filename: str | None, quiet: bool, cache: bool) -> int:
     reading_stdin = STDIN in paths
     if reading_stdin and len(paths) > 1:
         return _usage_error("`-` (stdin) cannot be mixed with other paths")
@@ -63,7 +64,7 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
 
     declared_torch.forget()  # project metadata and formatter settings are read afresh by each run
     formatter.forget()
-    forget_importers()  # and which of its modules import which names
+    forget_importers(cache)  # and which of its modules import which names (kept between runs unless --no-cache)
     if reading_stdin:
         results = _run_stdin(stdin_filename or "-", mode, options, settings, force_exclude, targets)
         terminal.scanned = 1

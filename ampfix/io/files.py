@@ -19,7 +19,7 @@ from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, Sourc
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
-from ampfix.io.project_modules import FileModules, begin_run, project_modules, run_state
+from ampfix.io.project_modules import FileModules, begin_run, cache_state, forget, project_modules, run_state
 
 if TYPE_CHECKING:
     from ampfix.io.codec import Codec
@@ -450,7 +450,7 @@ def _start_pool(jobs: int):
     # Under forkserver the workers are the server's children; it ends when this process does.
     direct = context.get_start_method() != "forkserver"
     return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_start_worker,
-                               initargs=(os.getpid(), direct, run_state()))
+                               initargs=(os.getpid(), direct, run_state(), cache_state()))
 
 
 def _internal_error(path: Path, error: Exception) -> FileResult:
@@ -466,13 +466,15 @@ def _lost(item: Path | FileResult) -> FileResult:
     return FileResult(str(item), (Finding(1, 1, INTERNAL_ERROR_CODE, message, False),), error=message)
 
 
-def _start_worker(parent: int, direct_child: bool, run: tuple[tuple[str, ...], object, bool] | None = None) -> None:
+def _start_worker(parent: int, direct_child: bool, run: tuple[tuple[str, ...], object, bool] | None = None,
+                  cache: bool = True) -> None:
     """A pool worker ends with the process that started the pool, and leaves Ctrl-C to it.
 
     A terminal sends Ctrl-C to the whole process group: the parent decides (it stops handing
     out files, and waits for the chunks started), so a worker finishes what it has. Without a
     death signal a worker whose parent is killed waits for work forever.
     """
+    forget(cache)  # the project's byte answers kept between runs, or not (`--no-cache`), as in the parent
     if run is not None:  # the run's files, as the parent found them (`in_run`)
         begin_run(*run, discover)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -4,8 +4,9 @@ A name imported from a module of the project (`from .compat import torch`, `from
 what that module binds it to at its top level by imports, followed through the project's own modules. Read when
 asked, not indexed: a file's questions are few (only names that can lead to the family's, `Family.name_parts`),
 each one small parse; a read module is kept for the run, keyed by its path and its stat (mtime, size), so a file
-changed during the run is read again. Nothing is kept between runs, so nothing can be stale (docs/design.md,
-"A name from another module of the project").
+changed during the run is read again. Between runs, only the answers of the walks' byte filters are kept, each
+by its file's stat (`ampfix.io.project_index`), so nothing can be stale (docs/design.md, "A name from another
+module of the project").
 
 A class of the file (a GradScaler subclass) is looked for in the project's other files: those whose bytes spell its
 name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ampfix.core.project import Calls, Export
+from ampfix.io.project_index import Index, Test
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
@@ -37,7 +39,6 @@ _DEPTH = 4  # re-exports followed through at most this many modules
 # its file parsed.
 _FROM_IMPORT = re.compile(rb"from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)")
 _WORD = re.compile(rb"\w+")
-_SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
 # project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
@@ -46,6 +47,9 @@ _indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 _used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
 # (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
 _constructed: dict[tuple[Path, Path, str, str], Calls] = {}
+# project root -> its byte answers kept between runs (`ampfix.io.project_index`), loaded once per run and process.
+_indices: dict[Path, Index] = {}
+_cache = True  # whether this run reads and keeps them (`--no-cache`: not)
 
 
 class FileModules:
@@ -151,6 +155,11 @@ def begin_run(paths: tuple[str, ...], exclusions: object, force_exclude: bool,
 def run_state() -> tuple[tuple[str, ...], object, bool] | None:
     """What a pool worker is given to answer `in_run` as the parent does (`begin_run` there)."""
     return _run
+
+
+def cache_state() -> bool:
+    """Whether this run keeps the project's byte answers between runs: what a pool worker is given (`forget` there)."""
+    return _cache
 
 
 def _run_files() -> frozenset[Path] | None:
@@ -310,11 +319,13 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
     index = _indexed[root] = {}
     names, package = _asked(), _package().encode()
     asked = {name.encode() for name in names}
-    for path, data in _project_sources(root):
-        takes = any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
+
+    def may_take(data: bytes) -> bool:
+        return any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
+
+    for path, data in _project_sources(root, ((("importer",), lambda d: may_take(d) or _may_read_attribute(d)),)):
+        takes = may_take(data)
         reads = _may_read_attribute(data)
-        if not (takes or reads):
-            continue
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError):
@@ -353,9 +364,8 @@ def _uses(root: Path, qname: str, below: bool = False) -> list[tuple[str, Path]]
     package, last = qname.split(".")[0].encode(), qname.rsplit(".", 1)[-1].encode()
     from ampfix.syntax.bindings import Walker, resolve
 
-    for path, data in _project_sources(root):
-        if package not in data or last not in data:
-            continue
+    tests = tuple((("in", word.decode()), _spells(word)) for word in dict.fromkeys((package, last)))
+    for path, data in _project_sources(root, tests):
         try:
             tree = ast.parse(data)
             walker = Walker()
@@ -450,31 +460,45 @@ def _asked() -> frozenset[str]:
     return frozenset(part for part in TORCH_AMP.name_parts if part != TORCH_AMP.package)
 
 
-def forget() -> None:
+def forget(cache: bool = True) -> None:
     """Forget the index: each run (in a long-lived process too: tests, an editor) walks the project afresh, and so
-    sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change."""
-    global _run, _run_found
+    sees a changed, added or removed file. Parsed modules are kept by their stat, which says when they change; the
+    byte answers kept between runs are loaded again, and each is validated by its file's stat. `cache`: whether
+    the next run reads and keeps them (`--no-cache`: not)."""
+    global _run, _run_found, _cache
     _indexed.clear()
+    _indices.clear()
+    _cache = cache
     _used.clear()
     _run, _run_found = None, None  # a run that is not `process_paths`' (the codemod, flake8) has no file set
     _constructed.clear()
 
 
-def _project_sources(root: Path) -> Iterator[tuple[Path, bytes]]:
-    """Each file of the project with its bytes; one that cannot be read is skipped."""
-    for path in _project_files(root):
-        try:
-            yield path, path.read_bytes()
-        except OSError:
-            continue
+def _project_sources(root: Path, tests: tuple[Test, ...]) -> Iterator[tuple[Path, bytes]]:
+    """Each file of the project whose bytes answer True to every test, with its bytes; one that cannot be read is
+    skipped. The answers are kept between runs by each file's stat (`ampfix.io.project_index`), so a warm run reads
+    only the files it then parses, and those changed."""
+    index = _indices.get(root)
+    if index is None:
+        index = _indices[root] = Index(root, _rules_hash(), _cache)
+    return index.sources(tests)
 
 
-def _project_files(root: Path):
-    for folder, folders, files in os.walk(root):
-        folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_FOLDERS)
-        for name in sorted(files):
-            if name.endswith(".py"):
-                yield Path(folder, name)  # below the resolved root: an absolute path
+def _spells(word: bytes) -> Callable[[bytes], bool]:
+    return lambda data: word in data
+
+
+@functools.cache
+def _rules_hash() -> str:
+    """What the answers depend on: the names asked about and the package, and the filters' code (this module's
+    bytes: a development install keeps its version while the filters change)."""
+    import hashlib
+
+    try:
+        code = Path(__file__).read_bytes()
+    except OSError:  # not a file (a zip): the version in the header decides
+        code = b""
+    return hashlib.sha256("\0".join((_package(), *sorted(_asked()))).encode() + b"\0" + code).hexdigest()[:16]
 
 
 def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
@@ -490,8 +514,9 @@ def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
     spelled = name.encode()
     word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
     seen: list[str] = []
-    for path, data in _project_sources(root):
-        if spelled not in data or not word.search(data) or path.resolve() == defined_in:  # a literal first: C speed
+    test = (("word", name), lambda data: spelled in data and word.search(data) is not None)  # a literal first: C speed
+    for path, data in _project_sources(root, (test,)):
+        if path.resolve() == defined_in:
             continue
         try:
             tree = ast.parse(data)
