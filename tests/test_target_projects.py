@@ -550,8 +550,12 @@ RETURNED = [
 
 
 def test_references_read_through_other_modules_of_the_project(tmp_path: Path, monkeypatch):
+    import shutil
     import subprocess
     import sys
+
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
 
     assert _rewritten_copy(tmp_path, monkeypatch, "module_attributes") == [
         'pkg/train.py:8:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
@@ -564,13 +568,40 @@ def test_references_read_through_other_modules_of_the_project(tmp_path: Path, mo
         SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
     ]
     assert _rewritten_copy(tmp_path, monkeypatch, "references_across_modules") == RETURNED
+    assert _rewritten_copy(tmp_path, monkeypatch, "aliased_imports") == ALIASED
 
-    copies = [str(p) for name in ("module_attributes", "references_across_modules") for p in (PROJECTS / name, tmp_path / name)]
-    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies], check=True, timeout=300, capture_output=True,
-                         text=True)
+    # What the held-back imports prevent: utils.py rewritten as a file alone, its readers fail.
+    alone = tmp_path / "aliased_imports_alone"
+    shutil.copytree(PROJECTS / "aliased_imports", alone)
+    utils = alone / "pkg" / "utils.py"
+    rewritten = fix_source(utils.read_text(), Options())
+    assert rewritten.changed and all(finding.fixed for finding in rewritten.findings)
+    utils.write_text(rewritten.new_source)
+
+    copies = [str(p) for name in ("module_attributes", "references_across_modules", "aliased_imports")
+              for p in (PROJECTS / name, tmp_path / name)]
+    ran = subprocess.run([sys.executable, str(PROJECT_TESTS), *copies, str(alone)], check=True, timeout=300,
+                         capture_output=True, text=True)
     outcomes = json.loads(ran.stdout)
-    assert [len(tests) for tests in outcomes.values()] == [2, 2, 3, 3]
-    assert {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()} == {r: [] for r in copies}
+    assert [len(tests) for tests in outcomes.values()] == [2, 2, 3, 3, 2, 2, 2]
+    failed = {r: [t for t, error in tests.items() if error] for r, tests in outcomes.items()}
+    assert failed == {**{r: [] for r in copies}, str(alone): ["test_pkg.py::test_step_and_evaluate_run"]}
+    assert "device" in outcomes[str(alone)]["test_pkg.py::test_step_and_evaluate_run"]
+
+
+# A deprecated name bound under a name of its own (fixtures/projects/aliased_imports: `from torch.cuda.amp import
+# autocast as amp_autocast`), taken by that name by other modules (`from .utils import Scaler, amp_autocast`,
+# `utils.amp_autocast`): no rule names `amp_autocast`, so the project is searched for that one name.
+ALIASED_READERS = ("`amp_autocast` is imported from this module by pkg/evaluate.py:5 (`utils.amp_autocast`), "
+                   "pkg/train.py:1, whose uses move with this import: migrate them together")
+ALIASED = [
+    "pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.GradScaler` import left: `Scaler` is imported from this module by "
+    "pkg/train.py:1, whose uses move with this import: migrate them together",
+    f"pkg/utils.py:2:28: AMP010 left: `torch.cuda.amp.autocast` import left: {ALIASED_READERS}",
+    f"pkg/utils.py:10:12: AMP001 left: `torch.cuda.amp.autocast` left: {ALIASED_READERS}; suggested: "
+    'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+    SUMMARY.format(files="0 files", fixes="0 fixes", left="3 findings"),
+]
 
 
 GET_AUTOCAST = ("import contextlib\n\nimport torch\n\n\ndef get_autocast(precision):\n    if precision:\n"

@@ -41,8 +41,9 @@ _FROM_IMPORT = re.compile(rb"from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n
 _WORD = re.compile(rb"\w+")
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {}
-# project root -> (the module file, the name taken from it) -> [(where, the importing file)]: one walk per run.
-_indexed: dict[Path, dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
+# (project root, one name or None: the rules' names) -> (the module file, the name taken from it) -> [(where, the
+# importing file)]: one walk per run.
+_indexed: dict[tuple[Path, str | None], dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 # (project root, qualified name) -> [(where, the file)]: its uses in the project's files, one walk per question.
 _used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
 # (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
@@ -72,7 +73,8 @@ class FileModules:
         except OSError:
             return ()
         root = self.root or _project_root(me)
-        return tuple(where for where, path in _importers(root).get((me, name), ()) if path.resolve() != me)
+        index = _importers(root) if name in _asked() else _importers(root, name)
+        return tuple(where for where, path in index.get((me, name), ()) if path.resolve() != me)
 
     def uses(self, qname: str, below: bool = False) -> tuple[str, ...]:
         try:
@@ -310,27 +312,44 @@ def _project_root(path: Path) -> Path:
     return _package_root(path.parent)
 
 
-def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
+def _importers(root: Path, named: str | None = None) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
     """Every `from M import name` of the project's files, for the names asked about (`_asked`), by the module file
-    M resolves to. The bytes pick the files to parse; the parse decides."""
-    index = _indexed.get(root)
+    M resolves to; or, `named`, for that one name (a deprecated name bound under a name of its own, `from
+    torch.cuda.amp import autocast as amp_autocast`, which no rule names). The bytes pick the files to parse; the
+    parse decides."""
+    index = _indexed.get((root, named))
     if index is not None:
         return index
-    index = _indexed[root] = {}
+    index = _indexed[(root, named)] = {}
+    if named is not None:
+        _collect_importers(root, index, frozenset({named}), _word_test(named), takes=_parsed_decides,
+                           reads=_parsed_decides)
+        return index
     names, package = _asked(), _package().encode()
     asked = {name.encode() for name in names}
 
     def may_take(data: bytes) -> bool:
         return any(_may_take(m, asked, package) for m in _FROM_IMPORT.finditer(data))
 
-    for path, data in _project_sources(root, ((("importer",), lambda d: may_take(d) or _may_read_attribute(d)),)):
-        takes = may_take(data)
-        reads = _may_read_attribute(data)
+    _collect_importers(root, index, names, (("importer",), lambda d: may_take(d) or _may_read_attribute(d)),
+                       takes=may_take, reads=_may_read_attribute)
+    return index
+
+
+def _parsed_decides(data: bytes) -> bool:
+    return True
+
+
+def _collect_importers(root: Path, index: dict[tuple[Path, str], list[tuple[str, Path]]], names: frozenset[str],
+                       test: Test, takes: Callable[[bytes], bool], reads: Callable[[bytes], bool]) -> None:
+    """Index the `from M import <one of names>` statements and the reads `module.<one of names>` of the project's
+    files that pass `test`; `takes` and `reads` say which of the two a file's bytes may hold."""
+    for path, data in _project_sources(root, (test,)):
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError):
             continue
-        for node in ast.walk(tree) if takes else ():
+        for node in ast.walk(tree) if takes(data) else ():
             if not isinstance(node, ast.ImportFrom):
                 continue
             for alias in node.names:
@@ -338,9 +357,8 @@ def _importers(root: Path) -> dict[tuple[Path, str], list[tuple[str, Path]]]:
                 if module is not None:
                     index.setdefault((module.resolve(), alias.name), []).append(
                         (f"{_shown(path)}:{node.lineno}", path))
-        for module, name, where in _attribute_reads(path, tree, names) if reads else ():
+        for module, name, where in _attribute_reads(path, tree, names) if reads(data) else ():
             index.setdefault((module, name), []).append((where, path))
-    return index
 
 
 def _shared(one: Path, other: Path) -> int:
@@ -484,6 +502,13 @@ def _project_sources(root: Path, tests: tuple[Test, ...]) -> Iterator[tuple[Path
     return index.sources(tests)
 
 
+def _word_test(name: str) -> Test:
+    """Whether a file's bytes spell `name` as a word (`\\bname\\b`), a literal searched first (C speed)."""
+    spelled = name.encode()
+    word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
+    return ("word", name), lambda data: spelled in data and word.search(data) is not None
+
+
 def _spells(word: bytes) -> Callable[[bytes], bool]:
     return lambda data: word in data
 
@@ -511,11 +536,8 @@ def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
     if shipped is not None and not name.startswith("_") and _importable(defined_in, root):
         return Calls((), escape=f"`{name}` is a public name of a module the project ships ({shipped}): "
                      f"code outside the project may {'construct' if results == 'construct' else 'call'} it")
-    spelled = name.encode()
-    word = re.compile(rb"\b" + re.escape(spelled) + rb"\b")
     seen: list[str] = []
-    test = (("word", name), lambda data: spelled in data and word.search(data) is not None)  # a literal first: C speed
-    for path, data in _project_sources(root, (test,)):
+    for path, data in _project_sources(root, (_word_test(name),)):
         if path.resolve() == defined_in:
             continue
         try:
