@@ -57,9 +57,13 @@ class Index:
         self.began: int | None = None  # when this process's first walk began (ns), for the racy rule
 
     def header(self) -> tuple[str, int, str, str]:
-        from ampfix import __version__
+        import ampfix
 
-        return __version__, FORMAT, self.rules, str(self.root)
+        # Read, not imported by name: under an editable install, a folder named `ampfix` in the working directory
+        # (LibCST's codemod command puts it first on sys.path) makes `ampfix` a namespace package whose
+        # `__init__` never ran. The rules' hash, which covers the filters' code, still keys the cache then.
+        version = getattr(ampfix, "__version__", "")
+        return version, FORMAT, self.rules, str(self.root)
 
     def _load(self) -> None:
         assert self.file is not None
