@@ -38,8 +38,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, boundaries, cuda_autocast, device_mode, devices, fake_cuda, process_patches
-    from ampfix.runner import training_hooks
+    from ampfix.runner import amp_patches, boundaries, cuda_autocast, deferred_dynamo, device_mode, devices, fake_cuda
+    from ampfix.runner import process_patches, training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
@@ -63,6 +63,7 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
             mode.add_handlers(make(mode))
 
     steps = [
+        ("the compiler's import, deferred to its first use", lambda: deferred_dynamo.install(torch)),
         ("torch.cuda", lambda: fake_cuda.install(recorder, gpus)),
         ("torch.accelerator", lambda: fake_cuda.install_accelerator(recorder, gpus)),
         ("other accelerators' availability", lambda: fake_cuda.install_other_backend_queries(recorder)),
