@@ -20,6 +20,19 @@ def pytest_configure(config: pytest.Config) -> None:
     import tempfile
 
     config.stash[_CACHE] = os.environ["AMPFIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="ampfix-test-cache-")
+    _compile_ampfix()
+
+
+def _compile_ampfix() -> None:
+    """Writes the bytecode of ampfix's modules (those not current) before any test starts a Python that imports
+    them. The suite starts hundreds (the CLI, the runner's parents and children); where the environment sets
+    PYTHONDONTWRITEBYTECODE none of them writes it, and each compiled ampfix again: 0.6 s of CPU for a `check`
+    of one file, 0.2 s with the bytecode (an installed ampfix has it: pip compiles what it installs)."""
+    import compileall
+
+    import ampfix
+
+    compileall.compile_dir(Path(ampfix.__file__).resolve().parent, quiet=1, workers=1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
