@@ -228,3 +228,55 @@ def test_every_name_the_prefilter_searches_holds_the_part_the_codec_tests_first(
     assert PYTHON.could_hold(b"import torch\nok = torch.is_autocast_enabled()\n", True)
     assert not PYTHON.could_hold(b"import torch\nok = torch.is_autocast_enabled()\n", False)
     assert not PYTHON.could_hold(b"import torch\nx = torch.ones(1)\n", True)
+
+
+APEX_CODES = {rule.code for rule in apex_rules.APEX_RULES}
+
+
+def _apex_findings_ungated(source: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from ampfix.engine import pipeline
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pipeline, "may_hold_apex_use", lambda text: True)
+        return [f.code for options in (Options(), Options(unsafe_fixes=True))
+                for f in _analysed_findings(source, options) if f.code in APEX_CODES]
+
+
+def test_the_apex_planner_is_skipped_only_where_it_finds_nothing(monkeypatch: pytest.MonkeyPatch):
+    """Every fixture and rule example: where the apex planner, run on every module, reports something, the gate
+    (`apex.rules.may_hold_use`) lets it run."""
+    with_apex = 0
+    for source in [*_rule_examples(), *(p.read_bytes() for p in _fixture_inputs())]:
+        try:
+            source = source.decode("utf-8") if isinstance(source, bytes) else source
+            ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        if _apex_findings_ungated(source, monkeypatch):
+            with_apex += 1
+            assert apex_rules.may_hold_use(source), source
+    assert with_apex > 100
+
+
+@pytest.mark.parametrize("source, held", [
+    ("ds_config = {'amp': {'enabled': True}, 'train_batch_size': 8}\n", True),  # DeepSpeed's key, no `apex`
+    ("trainer = Trainer(amp_backend='apex')\n", True),
+    ("# ａｐｅｘ\nimport torch\n", True),  # not ASCII: read whatever it spells
+    ("import torch\nwith torch.cuda.amp.autocast():\n    pass\n", False),
+])
+def test_what_lets_the_apex_planner_run(source: str, held: bool, monkeypatch: pytest.MonkeyPatch):
+    assert apex_rules.may_hold_use(source) is held
+    if source.startswith("ds_config"):
+        assert _apex_findings_ungated(source, monkeypatch) == ["AMP109", "AMP109"]  # FRAMEWORK_CONFIG, under both options
+
+
+def test_a_check_of_a_module_without_apex_does_not_import_the_apex_planner(tmp_path: Path):
+    import subprocess
+    import sys
+
+    module = tmp_path / "train.py"
+    module.write_text("import torch\nwith torch.cuda.amp.autocast():\n    pass\n")
+    code = ("import sys\nfrom ampfix.cli.console import fast_path\ncode = fast_path(['check', sys.argv[1]])\n"
+            "print(code, sorted(m for m in sys.modules if m.startswith('ampfix.families.apex.')))")
+    completed = subprocess.run([sys.executable, "-c", code, str(module)], capture_output=True, text=True, check=True)
+    assert completed.stdout.splitlines()[-1] == "1 ['ampfix.families.apex.rules']"

@@ -20,9 +20,18 @@ from ampfix.engine.planners.imports import plan_imports, try_imports_move
 from ampfix.engine.planners.strings import plan_strings
 from ampfix.engine.planners.uses import record_uses
 from ampfix.families import TORCH_AMP
-from ampfix.families.apex.detect import plan_apex
+from ampfix.families.apex.rules import may_hold_use as may_hold_apex_use
 from ampfix.syntax.context import ModuleContext, Planner, Sink
 from ampfix.syntax.suppressions import NONE, Suppressions
+
+
+def plan_apex(context: ModuleContext, sink: Sink) -> None:
+    """The apex planner, imported for a module it can find something in (`apex.rules.may_hold_use`)."""
+    if may_hold_apex_use(context.index.text):
+        from ampfix.families.apex.detect import plan_apex as plan
+
+        plan(context, sink)
+
 
 PLANNERS: tuple[Planner, ...] = (
     # Imports, then the uses: both read the uses' settlement (`uses.settled_uses`, a fact of the module

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ampfix.core.rules import Example, Rule, longest_prefix
 from ampfix.families.torch_amp import grad_scaler
-from ampfix.syntax.prefilter import ApexSpellings
+from ampfix.syntax.prefilter import ApexSpellings, mentions_apex
 
 # What `rewrite` does with the names of the O1 training pattern (`ampfix.families.apex.rewrite`).
 PATTERN_FIX = "the O1 training pattern (README: leaving apex); else report only"
@@ -382,6 +382,7 @@ CONFIG_SETTINGS: dict[tuple[str, str], Advice] = {
 }
 # DeepSpeed's config key whose section runs apex.amp.
 DEEPSPEED_AMP_KEY = "amp"
+_DEEPSPEED_KEY_QUOTED = (f'"{DEEPSPEED_AMP_KEY}"', f"'{DEEPSPEED_AMP_KEY}'")
 DEEPSPEED_ADVICE = Advice("DeepSpeed's \"amp\" section runs apex.amp, " + REMOVED,
                           "\"fp16\": {\"enabled\": true} (or \"bf16\") in place of \"amp\"")
 
@@ -395,6 +396,17 @@ SPELLINGS = ApexSpellings(
                         if symbol.split(".")[0] != "apex"} | {AMP_STASH})),
     values=tuple(sorted({value for _, value in CONFIG_SETTINGS})),
 )
+
+
+
+def may_hold_use(text: str) -> bool:
+    """False only where the apex planner (`ampfix.families.apex.detect`) can find nothing in a module of this text,
+    so that `check` of a module without apex never imports it (a third of the modules a `check` imports). Every use
+    it reports is reached through a name, string or setting that spells `apex` or `Apex`, except DeepSpeed's
+    "amp" key (quoted); a text that is not ASCII is read whatever it spells (an identifier is compared as its NFKC
+    form, which the text need not spell)."""
+    return mentions_apex(text) or not text.isascii() or any(key in text for key in _DEEPSPEED_KEY_QUOTED)
+
 
 LOAD_STATE = "apex.amp.load_state_dict"
 # `amp.load_state_dict(state)` -> `scaler.load_state_dict(<helper>(state))`, the helper added once at module level
