@@ -54,7 +54,7 @@ class DeferredDynamo(ModuleType):
 
     def install(self) -> None:
         sys.modules[NAME] = self
-        self._torch._dynamo = self  # type: ignore[attr-defined]
+        self._torch._dynamo = self  # type: ignore[attr-defined]  # torch binds it lazily: not in its stubs
         sys.meta_path.insert(0, self._finder)
 
     def real(self) -> ModuleType:
