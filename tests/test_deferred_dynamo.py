@@ -30,6 +30,8 @@ CHILD = textwrap.dedent(
     state = optimizer.state_dict()
     optimizer.load_state_dict(state)
     add_param_group = torch.optim.Optimizer.add_param_group.__wrapped__
+    from ampfix.runner import child
+    child._local_modules()  # what the runner reads of every module at the script's exit: no reason to import it
     print("trained", sys.modules["torch._dynamo"] is stand_in, add_param_group.__dict__.get("__dynamo_disable")
           is add_param_group, round(model.weight.sum().item(), 4))
 

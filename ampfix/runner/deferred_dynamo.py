@@ -43,6 +43,9 @@ class DeferredDynamo(ModuleType):
         # Set, not looked up: `import torch._dynamo.X` reads the parent's __path__ before any finder runs, and
         # _Submodules must be the first to see it (it imports the real module, which imports its own X).
         self.__path__ = [folder]
+        # What code that walks sys.modules reads of each (the runner's own list of the script's modules at exit):
+        # no reason to import the compiler.
+        self.__file__ = os.path.join(folder, "__init__.py")
         self._torch = torch
         self._compile_file = os.path.abspath(torch._compile.__file__ or "")
         self._lock = threading.RLock()
