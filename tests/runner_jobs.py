@@ -119,24 +119,37 @@ class JobPool:
                 future.exception()
 
 
+def session_folder(session: pytest.Session, name: str) -> Path:
+    """A new folder under the session's base temporary folder, for work started by a collection hook, before any
+    fixture runs (pytest's `tmp_path_factory` is a fixture; the factory behind it lives on the config)."""
+    return session.config._tmp_path_factory.mktemp(name)
+
+
 def define_job_fixtures(
-    commands: dict[str, list[str]], namespace: dict[str, Any], working_directories: WorkingDirectories | None = None
+    commands: dict[str, list[str]] | Callable[[Path], dict[str, list[str]]],
+    namespace: dict[str, Any],
+    working_directories: WorkingDirectories | None = None,
 ) -> None:
-    """Give a test module a `jobs` pool and one fixture per job, named as in ``commands``
-    (job name -> the ampfix command line; a fixture script name is made a path under FIXTURES)."""
+    """Give a test module a `jobs` pool (and `prepare_in_background`, which conftest.py calls) and, where
+    ``commands`` is a dict, one fixture per job, named as in it (job name -> the ampfix command line; a fixture
+    script name is made a path under FIXTURES): the jobs queued are those whose fixture a selected test uses.
+    ``commands`` may instead make them in the pool's folder (files they need written first): then every job is
+    queued, and tests ask the pool by name (`jobs.result(name)`)."""
 
     queued: list[JobPool] = []  # the pool `prepare_in_background` filled, if it ran
 
     def prepare_in_background(session: pytest.Session) -> None:
-        pool = JobPool(session.config._tmp_path_factory.mktemp("runner-jobs"), commands, working_directories)
+        folder = session_folder(session, "runner-jobs")
+        made = commands(folder) if callable(commands) else commands
+        pool = JobPool(folder, made, working_directories)
         selected = set()
         for item in session.items:
             selected.update(getattr(item, "fixturenames", ()))
             callspec = getattr(item, "callspec", None)
             if callspec is not None and "job_name" in callspec.params:
                 selected.add(callspec.params["job_name"])
-        for name in commands:
-            if name in selected:
+        for name in made:
+            if callable(commands) or name in selected:
                 pool.submit(name)
         queued.append(pool)
 
@@ -150,8 +163,9 @@ def define_job_fixtures(
 
     namespace["prepare_in_background"] = prepare_in_background
     namespace["jobs"] = jobs
-    for name in commands:
-        namespace[f"_{name}_fixture"] = _job_fixture(name)
+    if not callable(commands):
+        for name in commands:
+            namespace[f"_{name}_fixture"] = _job_fixture(name)
 
 
 def _job_fixture(name: str):

@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from runner_jobs import session_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
@@ -68,7 +69,7 @@ def prepare_in_background(session: pytest.Session) -> None:
     of its ~50 s waiting on the package indexes, so the build overlaps the tests that run before this one."""
     global _built
     if _built is None:
-        _built = ThreadPoolExecutor(max_workers=1).submit(_build, session.config._tmp_path_factory.mktemp("pre-commit"))
+        _built = ThreadPoolExecutor(max_workers=1).submit(_build, session_folder(session, "pre-commit"))
 
 
 @pytest.fixture(scope="module")

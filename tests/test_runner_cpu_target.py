@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from runner_jobs import FIXTURES, Job, JobPool
+from runner_jobs import FIXTURES, Job, JobPool, define_job_fixtures
 
 from ampfix.engine import Options, fix_source
 
@@ -24,15 +23,10 @@ def _cpu_rewrite(script: Path, folder: Path) -> Path:
     return target
 
 
-_queued: list[JobPool] = []
-
-
-def prepare_in_background(session: pytest.Session) -> None:
-    """Queue the jobs when collection ends (conftest.py; tests/runner_jobs.py's queue)."""
-    folder = session.config._tmp_path_factory.mktemp("verify-cpu")
+def _commands(folder: Path) -> dict[str, list[str]]:
     cnn_rewrite = _cpu_rewrite(FIXTURES / "cnn_amp.py", folder)
     float16_to_bfloat16 = _cpu_rewrite(FIXTURES / "explicit_float16.py", folder)
-    commands = {
+    return {
         # The engine's rewrite, made here and handed over as a migration.
         "cnn": ["verify", "cnn_amp.py", "--rewritten", str(cnn_rewrite), "--device", "cpu", *CNN_STEPS],
         # verify makes the rewrite itself: float16 written for CUDA (autocast, custom_fwd's cast_inputs)
@@ -47,18 +41,9 @@ def prepare_in_background(session: pytest.Session) -> None:
             "verify", "explicit_float16.py", "--rewritten", str(float16_to_bfloat16), "--device", "cpu", "--keep-dtype",
         ],
     }
-    pool = JobPool(folder, commands)
-    for name in commands:
-        pool.submit(name)
-    _queued.append(pool)
 
 
-@pytest.fixture(scope="module")
-def jobs(request: pytest.FixtureRequest):
-    if not _queued:
-        prepare_in_background(request.session)
-    yield _queued[0]
-    _queued[0].close()
+define_job_fixtures(_commands, globals())
 
 
 def _requested_devices(report: dict) -> set[str]:
