@@ -10,6 +10,19 @@ import subprocess
 import sys
 import textwrap
 
+# Three steps of a small model: what the optimizer's calls into torch._dynamo are made by.
+TRAIN = textwrap.dedent(
+    """
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.ones(3, 4)).sum().backward()
+        optimizer.step()
+    """
+)
+
 CHILD = textwrap.dedent(
     """
     import sys
@@ -20,13 +33,7 @@ CHILD = textwrap.dedent(
     stand_in = sys.modules["torch._dynamo"]
     print("installed", type(stand_in).__name__, torch._dynamo is stand_in)
 
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(3):
-        optimizer.zero_grad()
-        model(torch.ones(3, 4)).sum().backward()
-        optimizer.step()
+    {train}
     state = optimizer.state_dict()
     optimizer.load_state_dict(state)
     add_param_group = torch.optim.Optimizer.add_param_group.__wrapped__
@@ -52,7 +59,7 @@ CHILD = textwrap.dedent(
     compiled = torch.compile(lambda x: x * 2 + 1, backend="eager")
     print("compiled", compiled(torch.ones(2)).tolist())
     """
-)
+).replace("{train}", TRAIN)
 
 BEFORE_ANY_USE = textwrap.dedent(
     """
@@ -87,21 +94,7 @@ def test_an_optimizer_trains_without_the_compiler_and_the_compiler_arrives_whole
 
 
 def _weights_with_the_compiler_imported() -> str:
-    code = textwrap.dedent(
-        """
-        import torch
-        import torch._dynamo
-        torch.manual_seed(0)
-        model = torch.nn.Linear(4, 2)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        for _ in range(3):
-            optimizer.zero_grad()
-            model(torch.ones(3, 4)).sum().backward()
-            optimizer.step()
-        print(round(model.weight.sum().item(), 4))
-        """
-    )
-    return _run(code)[0]
+    return _run("import torch\nimport torch._dynamo\n" + TRAIN + "print(round(model.weight.sum().item(), 4))\n")[0]
 
 
 def test_a_scripts_own_disable_imports_the_real_compiler() -> None:
