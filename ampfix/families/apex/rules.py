@@ -398,13 +398,13 @@ SPELLINGS = ApexSpellings(
 )
 
 
-
 def may_hold_use(text: str) -> bool:
     """False only where the apex planner (`ampfix.families.apex.detect`) can find nothing in a module of this text,
     so that `check` of a module without apex never imports it (a third of the modules a `check` imports). Every use
     it reports is reached through a name, string or setting that spells `apex` or `Apex`, except DeepSpeed's
     "amp" key (quoted); a text that is not ASCII is read whatever it spells (an identifier is compared as its NFKC
-    form, which the text need not spell)."""
+    form, which the text need not spell). A setting's value written with escapes (`"\\x61pex"`) is not read, as the
+    pre-filter (`ampfix.syntax.prefilter`) does not keep its file either."""
     return mentions_apex(text) or not text.isascii() or any(key in text for key in _DEEPSPEED_KEY_QUOTED)
 
 
