@@ -26,7 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _compile_ampfix() -> None:
     """Writes the bytecode of ampfix's modules (those not current) before any test starts a Python that imports
     them. The suite starts hundreds (the CLI, the runner's parents and children); where the environment sets
-    PYTHONDONTWRITEBYTECODE none of them writes it, and each compiled ampfix again: 0.6 s of CPU for a `check`
+    PYTHONDONTWRITEBYTECODE none of them writes it, and each compiled ampfix again: 0.8 s of CPU for a `check`
     of one file, 0.2 s with the bytecode (an installed ampfix has it: pip compiles what it installs)."""
     import compileall
 
