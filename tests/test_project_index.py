@@ -188,5 +188,5 @@ def test_the_walk_goes_as_os_walk_with_sorted_names_and_the_same_folders_skipped
     (tmp_path / "link.py").symlink_to(tmp_path / "a.py")  # read through
     (tmp_path / "broken.py").symlink_to(tmp_path / "missing.py")  # no file: skipped
     os.mkfifo(tmp_path / "fifo.py")  # not a regular file: skipped (reading it would block)
-    walked = [Path(path).relative_to(tmp_path).as_posix() for path, _ in project_index._stat_walk(str(tmp_path))]
+    walked = [Path(path).relative_to(tmp_path).as_posix() for path, _ in project_index.stat_walk(str(tmp_path))]
     assert walked == ["a.py", "b.py", "link.py", "m/n.py", "pkg.py/inside.py", "z/y.py", "z/a/x.py"]

@@ -1,14 +1,10 @@
 """The plan vocabulary: what the planners decide and the applier is handed (edits keyed by the character
-span of the `ast` node each was decided on, findings, the error codes). Imports nothing of ampfix's."""
+span of the `ast` node each was decided on, findings, the error codes of `ampfix.core.errors`)."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-
-# Not rules: an engine error is always reported, whatever the rule selection.
-INTERNAL_ERROR_CODE = "AMP900"
-SYNTAX_ERROR_CODE = "AMP901"
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from ampfix.core.errors import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.core.options import Options
-from ampfix.core.project import ProjectModules
-from ampfix.core.plan import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Plan, PlannedFinding
 from ampfix.syntax.prefilter import could_hold_use
+
+if TYPE_CHECKING:  # the plan's classes load with the planners, not where kept findings are replayed
+    from ampfix.core.plan import Plan, PlannedFinding
+    from ampfix.core.project import ProjectModules
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,12 @@ import sys
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+try:  # blake2 without OpenSSL: `hashlib` loads libcrypto, 5 ms of a pre-commit run's start
+    from _blake2 import blake2b
+except ImportError:  # not CPython
+    from hashlib import blake2b
 
 FORMAT = 1
 _MAGIC = b"ampfix-project-index\n"
@@ -67,18 +73,9 @@ class Index:
 
     def _load(self) -> None:
         assert self.file is not None
-        import zlib  # only a run that asks of the project's files
-
         try:
-            data = self.file.read_bytes()
-        except OSError:
-            return
-        body = data[len(_MAGIC) + 4:]
-        if not data.startswith(_MAGIC) or zlib.crc32(body).to_bytes(4, "big") != data[len(_MAGIC):len(_MAGIC) + 4]:
-            return  # another file, truncated or corrupt: marshal is not to be given bytes it did not write
-        try:
-            header, rels, stats, answers = marshal.loads(body)
-        except (ValueError, EOFError, TypeError):
+            header, rels, stats, answers = read_checked(self.file, _MAGIC)
+        except (TypeError, ValueError):  # None (no such file, another, corrupt), or not four values
             return
         if header != self.header():
             return
@@ -99,7 +96,7 @@ class Index:
         seen = bytearray(len(self.rels))
         complete = False
         try:
-            for path, info in _stat_walk(str(self.root)):
+            for path, info in stat_walk(str(self.root)):
                 rel = path[prefix:]
                 i = at.get(rel)
                 if i is None:
@@ -155,16 +152,14 @@ class Index:
             self.dirty = True
         if not self.dirty or self.file is None:
             return
-        import zlib
-
         self.dirty = False
         assert self.began is not None
         fresh, stats = self.began - _RACY_NS, self.stats
         kept = [i for i in range(len(self.rels)) if (seen is None or seen[i]) and stats[4 * i] < fresh]
-        body = marshal.dumps((self.header(), "\0".join(self.rels[i] for i in kept),
-                              [value for i in kept for value in stats[4 * i:4 * i + 4]],
-                              {question: bytes(column[i] for i in kept) for question, column in self.answers.items()}))
-        _write(self.file, _MAGIC + zlib.crc32(body).to_bytes(4, "big") + body)
+        write_checked(self.file, _MAGIC, (self.header(), "\0".join(self.rels[i] for i in kept),
+                                          [value for i in kept for value in stats[4 * i:4 * i + 4]],
+                                          {question: bytes(column[i] for i in kept)
+                                           for question, column in self.answers.items()}))
 
 
 def cache_folder() -> Path:
@@ -183,13 +178,47 @@ def _cache_file(root: Path) -> Path | None:
         folder = cache_folder()
     except RuntimeError:  # no home folder to be found
         return None
-    import hashlib  # only a run that asks of the project's files (the check of most files asks nothing)
-
-    named = f"{root}\0{FORMAT}\0{sys.implementation.cache_tag}".encode("utf-8", "surrogateescape")
-    return folder / f"project-{hashlib.sha256(named).hexdigest()[:24]}.index"
+    return folder / f"project-{digest(str(root), str(FORMAT), sys.implementation.cache_tag).hex()[:24]}.index"
 
 
-def _write(file: Path, data: bytes) -> None:
+def digest(*parts: bytes | str) -> bytes:
+    """A hash of `parts` (each length-prefixed, so no two lists of parts share one), for the caches' names and keys."""
+    hashed = blake2b(digest_size=16)
+    for part in parts:
+        data = part.encode("utf-8", "surrogateescape") if isinstance(part, str) else part
+        hashed.update(len(data).to_bytes(8, "big"))
+        hashed.update(data)
+    return hashed.digest()
+
+
+def write_checked(file: Path, magic: bytes, value: Any) -> None:
+    """`value` marshalled into `file` (atomically), after `magic` and a CRC-32 of the payload (`read_checked`)."""
+    import zlib
+
+    body = marshal.dumps(value)
+    write_atomically(file, magic + zlib.crc32(body).to_bytes(4, "big") + body)
+
+
+def read_checked(file: Path, magic: bytes) -> Any:
+    """What `write_checked` wrote in `file` with this `magic`; None where there is no such file, or another, or its
+    checksum does not match (truncated, corrupt): marshal is not to be given bytes it did not write."""
+    import zlib
+
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    body = data[len(magic) + 4:]
+    if not data.startswith(magic) or zlib.crc32(body).to_bytes(4, "big") != data[len(magic):len(magic) + 4]:
+        return None
+    try:
+        return marshal.loads(body)
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def write_atomically(file: Path, data: bytes) -> None:
     """Atomically, or not at all (an unwritable folder: no cache, no message)."""
     temp = file.with_name(f".{file.name}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
@@ -214,7 +243,7 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def _stat_walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
+def stat_walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
     """Each regular `.py` file below `root` (through a symlink to a file; not into a linked folder), with its stat:
     a folder's files by name, then its folders by name (hidden ones and `_SKIPPED_FOLDERS` skipped), as `os.walk`
     top-down with sorted names goes (a stack, not nested generators: a file costs one `yield`, whatever its depth)."""
