@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ampfix.core.project import Calls, Export
-from ampfix.io.project_index import Index, Test
+from ampfix.io import code_stamp
+from ampfix.io.project_index import Index, Test, digest
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
@@ -464,6 +465,10 @@ def _may_take(match: re.Match[bytes], asked: set[bytes], package: bytes) -> bool
 
 @functools.cache
 def _package() -> str:
+    return code_stamp.derived("torch_amp.package", _package_of_rules, kept=_cache)
+
+
+def _package_of_rules() -> str:
     from ampfix.families import TORCH_AMP
 
     return TORCH_AMP.package
@@ -472,7 +477,12 @@ def _package() -> str:
 @functools.cache
 def _asked() -> frozenset[str]:
     """The names a file's imports are indexed for: a deprecated name's components, not the package (`torch`
-    itself is no deprecated name to hold back). The rule data, loaded only once a question is asked."""
+    itself is no deprecated name to hold back). From the rule data, kept with ampfix's code (`code_stamp`): a warm
+    run that asks does not load it."""
+    return code_stamp.derived("torch_amp.asked", _asked_of_rules, kept=_cache)
+
+
+def _asked_of_rules() -> frozenset[str]:
     from ampfix.families import TORCH_AMP
 
     return frozenset(part for part in TORCH_AMP.name_parts if part != TORCH_AMP.package)
@@ -517,13 +527,11 @@ def _spells(word: bytes) -> Callable[[bytes], bool]:
 def _rules_hash() -> str:
     """What the answers depend on: the names asked about and the package, and the filters' code (this module's
     bytes: a development install keeps its version while the filters change)."""
-    import hashlib
-
     try:
         code = Path(__file__).read_bytes()
     except OSError:  # not a file (a zip): the version in the header decides
         code = b""
-    return hashlib.sha256("\0".join((_package(), *sorted(_asked()))).encode() + b"\0" + code).hexdigest()[:16]
+    return digest(_package(), *sorted(_asked()), code).hex()
 
 
 def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
