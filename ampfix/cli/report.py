@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from collections.abc import Iterable, Sequence
 
-from ampfix.core.rules import partial_with_defaults
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE
 from ampfix.io.files import READ_ERROR_CODE, WRITE_ERROR_CODE, shown_message
 
@@ -159,6 +158,8 @@ def _fix(rule: Rule, target: Target | None) -> str:
         return "safe; as a value report only"
     if rule.shape is None:
         return "safe"
+    from ampfix.core.rules import partial_with_defaults  # the rule pages only: a report of findings needs none
+
     partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
     return "safe; references " + ("unsafe" if partial else "report only")
 
@@ -196,6 +197,8 @@ def fix_label(rule: Rule, target: Target | None) -> str:
         return "safe; value report"
     if rule.shape is None:
         return "safe"
+    from ampfix.core.rules import partial_with_defaults  # the rule pages only: a report of findings needs none
+
     partial = rule.shape.partial_keeps_meaning or partial_with_defaults(rule.shape, target)
     return "safe; refs " + ("unsafe" if partial else "report")
 

@@ -12,12 +12,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ampfix.core.options import Options
 from ampfix.engine import INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, Finding, SourceResult, check_source, fix_source
 from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, WRITE_ERROR_CODE, DecodeError
 from ampfix.io.declared_torch import Target, declared_torch_of_file
+from ampfix.io import result_cache
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
 from ampfix.io.project_modules import FileModules, begin_run, cache_state, forget, project_modules, run_state
 
@@ -95,8 +96,9 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
             yield from _walk(subdir, skipped, below)
 
 
-def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileResult:
-    """The file's bytes if it could hold a use the run looks at, None if not, or a read error."""
+def read_candidate(path: Path, retargets: bool = False, kept: bool = False) -> bytes | None | FileResult:
+    """The file's bytes if it could hold a use the run looks at (or `kept`: a check of it is kept, whose replay
+    costs less than the byte filter's rule data), None if not, or a read error."""
     try:
         data = _read_regular_file(path)
     except _NotRegular as kind:
@@ -104,7 +106,7 @@ def read_candidate(path: Path, retargets: bool = False) -> bytes | None | FileRe
     except OSError as error:
         return _error(path, f"cannot read: {error.strerror or error}")
     # The engine's test, on the bytes: a file that cannot hold a use is never decoded.
-    return data if codec_for(path).could_hold(data, retargets) else None
+    return data if kept or codec_for(path).could_hold(data, retargets) else None
 
 
 def codec_for(path: Path) -> Codec:
@@ -186,11 +188,18 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     written back in "rewrite" mode. The result, and the file's new bytes (`data` when nothing
     changed or nothing was written). Where `options` set no target torch, the file's project
     metadata does (`targeted`)."""
+    inferred = options.target_torch is None
+    kept = result_cache.current() if mode == "check" else None
+    if kept is not None and kept.has_entry(path):
+        project = project_modules(path, options, _plans_half)
+        file_options, target = targeted(path, options)
+        found = kept.replay(path, kept.key(path, data, file_options, project is not None), project)
+        if found is not None:
+            return _checked(path, *found, target, inferred), data
     try:
         decoded = codec_for(path).decode(data, options.retargets)
     except DecodeError as error:
         return _error(path, error.message, error.code), data
-    inferred = options.target_torch is None
     project = project_modules(path, options, _plans_half)  # another half of an apex set-up is planned as this file
     options, target = targeted(path, options)
     if mode != "check":  # only a rewrite lays out lines
@@ -198,13 +207,18 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
 
         formatter = formatter_of_file(path)
         options = dataclasses.replace(options, line_length=formatter.line_length, formatted=formatter.declared)
-    engine = check_source if mode == "check" else fix_source
-    converted = decoded.converted(engine(decoded.source, options, project))
-    findings = converted.findings
-    if inferred and target.version is not None and findings:
-        findings = _with_raise_hint(findings, target)
+    if kept is not None:
+        recording = result_cache.Recording(project) if project is not None else None
+        asked = cast("FileModules", recording) if recording is not None else project
+        converted = decoded.converted(check_source(decoded.source, options, asked))
+        kept.keep(path, kept.key(path, data, options, project is not None), recording, converted.findings,
+                  converted.error)
+    else:
+        engine = check_source if mode == "check" else fix_source
+        converted = decoded.converted(engine(decoded.source, options, project))
     if converted.new_text is None or converted.new_text == decoded.text:
-        return FileResult(str(path), findings, error=converted.error, target=target), data
+        return _checked(path, converted.findings, converted.error, target, inferred), data
+    findings = _with_raise_hint(converted.findings, target) if inferred else converted.findings
     new_data = converted.new_text.encode(decoded.encoding)
     # Only --diff shows it; difflib costs more than the whole rewrite on a densely changed file.
     diff = "" if mode == "rewrite" else SourceResult(decoded.text, converted.new_text).diff(str(path))
@@ -213,6 +227,13 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         if problem is not None:
             return dataclasses.replace(_not_written(path, findings, problem), target=target), data
     return FileResult(str(path), findings, diff, changed=True, error=converted.error, target=target), new_data
+
+
+def _checked(path: Path, findings: tuple[Finding, ...], error: str | None, target: Target,
+             inferred: bool) -> FileResult:
+    """The result of a file whose text the engine left as it was."""
+    return FileResult(str(path), _with_raise_hint(findings, target) if inferred else findings, error=error,
+                      target=target)
 
 
 def _plans_half(path: Path, project: FileModules) -> bool:
@@ -251,7 +272,8 @@ def targeted(path: Path, options: Options) -> tuple[Options, Target]:
 
 def _with_raise_hint(findings: tuple[Finding, ...], target: Target) -> tuple[Finding, ...]:
     """A finding held back by a floor read from project metadata says how to raise it."""
-    assert target.version is not None
+    if target.version is None or not findings:
+        return findings
     held = held_back_at(target.version)
     hint = f"; raise the torch requirement in {target.source} or pass --target-torch"
     return tuple(dataclasses.replace(f, message=f.message + hint) if held(f) else f for f in findings)
@@ -368,7 +390,8 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     found = discover(given, exclusions, force_exclude)
     if on_discovered is not None:  # the CLI counts files for its progress line and summary
         found = _observed(found, on_discovered)
-    items = _candidates(found, options.retargets)
+    kept = result_cache.begin(cache_state()) if mode == "check" else None
+    items = _candidates(found, options.retargets, kept)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
@@ -475,6 +498,7 @@ def _start_worker(parent: int, direct_child: bool, run: tuple[tuple[str, ...], o
     death signal a worker whose parent is killed waits for work forever.
     """
     forget(cache)  # the project's byte answers kept between runs, or not (`--no-cache`), as in the parent
+    result_cache.begin(cache)  # and the checks kept between runs
     if run is not None:  # the run's files, as the parent found them (`in_run`)
         begin_run(*run, discover)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -526,13 +550,14 @@ def _observed(paths: Iterable[Path | FileResult],
         yield path
 
 
-def _candidates(paths: Iterable[Path | FileResult], retargets: bool) -> Iterator[_Candidate | FileResult]:
+def _candidates(paths: Iterable[Path | FileResult], retargets: bool,
+                kept: result_cache.ResultCache | None = None) -> Iterator[_Candidate | FileResult]:
     for path in paths:
         if isinstance(path, FileResult):  # a folder that cannot be read
             yield path
             continue
         try:
-            read = read_candidate(path, retargets)
+            read = read_candidate(path, retargets, kept is not None and kept.has_entry(path))
         except Exception as error:  # noqa: BLE001 - as in _process_item: that file's finding, not the run's end
             read = _internal_error(path, error)
         if isinstance(read, FileResult):
