@@ -22,7 +22,9 @@ whose top-level `from torch.cuda.amp import ...` makes the engine ask which othe
 those names (`ampfix/io/project_modules.py`: each run walks the project's files, stats each, and reads those whose
 byte answers ampfix's cache does not hold: `ampfix/io/project_index.py`). Every ampfix command runs with
 AMPFIX_CACHE_DIR pointed at a folder of the bench (WORKDIR/ampfix-cache, emptied when the bench starts), so
-"warm" is the page cache and ampfix's cache, both filled by the untimed warm-up round. `--cold` adds the same
+"warm" is the page cache and ampfix's cache, both filled by the untimed warm-up round: for `check` of one file that
+is the walks' answers and the file's kept check (`ampfix/io/result_cache.py`), which a warm run replays once the
+project has given the same answers, without the engine. `--cold` adds the same
 rows, and `check TREE` of the project, with ampfix's cache emptied and the project's files evicted from the page
 cache before each run (posix_fadvise DONTNEED on each file: the interpreter and ampfix's own files stay cached):
 what a first run pays.
