@@ -246,6 +246,10 @@ def test_timeout_ends_the_script_and_its_processes(timeout: Job) -> None:
     assert _ampfix_folders(job.tmpdir) == []
 
 
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("signal_name, expected_status", [("SIGTERM", 128 + 15), ("SIGINT", None)])
 def test_a_signal_to_ampfix_ends_the_script_and_cleans_up(tmp_path: Path, signal_name: str, expected_status) -> None:
@@ -257,6 +261,9 @@ def test_a_signal_to_ampfix_ends_the_script_and_cleans_up(tmp_path: Path, signal
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TMPDIR": str(tmpdir)},
+        # As a terminal starts it: a shell without job control starts a background job (`cmd &`, CI under nohup)
+        # with SIGINT ignored, which ampfix and the script would inherit, and Ctrl-C would reach neither.
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     try:
         pids = _started_pids(process.stdout.readline())
