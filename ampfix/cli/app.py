@@ -105,8 +105,8 @@ ForceExcludeOpt = Annotated[bool, typer.Option(
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print the findings only: no summary, no progress line.")]
 NoCacheOpt = Annotated[bool, typer.Option(
-    "--no-cache", help="Read and keep no answers about the project's files between runs (kept in the user cache "
-                       "folder, $AMPFIX_CACHE_DIR or ~/.cache/ampfix, each checked against its file's stat).")]
+    "--no-cache", help="Read and keep nothing between runs: neither the answers about the project's files nor "
+                       "a file's kept check (in the user cache folder, $AMPFIX_CACHE_DIR or ~/.cache/ampfix).")]
 StdinNameOpt = Annotated[str | None, typer.Option(
     "--stdin-filename", metavar="PATH",
     help="The name of the file read from stdin (`-`), for messages, configuration and excludes.")]
