@@ -5,7 +5,6 @@ and runs without one where its folder cannot be written."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -16,8 +15,8 @@ import ampfix
 from ampfix.cli.app import app
 from ampfix.io import project_index, project_modules
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "reexported_names"
-PAST = time.time() - 1000  # far from the racy window
+from cached_project import PAST, copied_project
+
 SOURCES = ["pkg/__init__.py", "pkg/compat.py", "pkg/scaling.py", "pkg/train.py", "pkg/utils.py", "tests/test_pkg.py"]
 SUMMARY = "2 findings (0 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes)."
 
@@ -31,16 +30,7 @@ def findings(importers: str) -> list[str]:
             'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)', SUMMARY]
 
 
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(FIXTURE, root)
-    (root / ".git").mkdir()
-    for path in root.rglob("*.py"):
-        os.utime(path, (PAST, PAST))
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("AMPFIX_CACHE_DIR", str(tmp_path / "cache"))
-    return root
+root = pytest.fixture(name="root")(copied_project)
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ AMP, a question whose answer cannot be compared are each handled; `--no-cache` k
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,8 @@ from ampfix.core.project import Calls, Export
 from ampfix.engine import Finding
 from ampfix.io import code_stamp, files, result_cache
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "reexported_names"
-PAST = time.time() - 1000  # far from the racy window
+from cached_project import PAST, copied_project
+
 ELSEWHERE = ("`autocast` is imported from this module by pkg/train.py:2, whose uses move with this import: migrate "
              "them together")
 HELD = [f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {ELSEWHERE}",
@@ -32,16 +30,7 @@ FIXED = ["pkg/utils.py:1:1: AMP010 [*] `from torch.cuda.amp import autocast` -> 
          "2 findings (2 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes)."]
 
 
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    shutil.copytree(FIXTURE, root)
-    (root / ".git").mkdir()
-    for path in root.rglob("*.py"):
-        os.utime(path, (PAST, PAST))
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("AMPFIX_CACHE_DIR", str(tmp_path / "cache"))
-    return root
+root = pytest.fixture(name="root")(copied_project)
 
 
 @pytest.fixture
