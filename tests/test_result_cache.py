@@ -120,6 +120,15 @@ def test_no_cache_keeps_and_reads_no_entry(root: Path, engine_runs: list[str]):
     assert len(engine_runs) == 3
 
 
+def test_stdin_keeps_and_replays_nothing(root: Path, engine_runs: list[str]):
+    assert check("pkg/utils.py") == (1, HELD)  # kept, and the run's cache still current in this process
+    utils = (root / "pkg" / "utils.py").read_text()
+    named = CliRunner().invoke(app, ["check", "-", "--stdin-filename", "pkg/utils.py"], input=utils)
+    assert (named.exit_code, named.stdout.splitlines()) == (1, HELD)
+    assert len(engine_runs) == 2  # the same bytes under the same name: checked, not replayed
+    assert len(entries(root)) == 1
+
+
 class _Project:
     """A project that answers each question with a fixed answer."""
 

@@ -179,7 +179,8 @@ def process_file(path: Path, options: Options, mode: str = "check", data: bytes 
 def process_stdin(name: str, data: bytes, options: Options, mode: str) -> tuple[FileResult, bytes]:
     """`ampfix check -` / `ampfix rewrite -`: the bytes read from stdin, named `name` in messages,
     through the engine; the result and the bytes to print (the input when nothing changed).
-    Nothing is written."""
+    Nothing is written, nor kept: an editor's buffer, not a file (and no earlier run's kept checks are read)."""
+    result_cache.begin(False)
     return process_data(Path(name), data, options, "check" if mode == "check" else "diff")
 
 

@@ -11,7 +11,8 @@ the key does (the file, the options, ampfix), the engine runs and the entry is r
 what a warm run saves is the engine itself: its rule data, its planners, the parse and the analysis (a pre-commit
 `check` of a module that asks the project loads about half of ampfix's modules less).
 
-Kept only for `check` (a rewrite's text depends on LibCST, whose version is not in the key), and only where every
+Kept only for `check` of files (a rewrite's text depends on LibCST, whose version is not in the key; stdin is an
+editor's buffer), and only where every
 question's answer can be compared: a file whose engine asked for another file's tree or planned another half of an
 apex set-up (`tree_of`, `half_planned`) is not kept.
 
