@@ -168,11 +168,15 @@ after = [error_of(call) for call in bad_calls]
 store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
 model = DDP(torch.nn.Linear(2, 2), device_ids=[0], output_device=0)
-print(json.dumps({
-    "before": before, "after": after, "backend": dist.get_backend(), "device_ids": model.device_ids,
-    "unemulated": [feature for feature, _, _ in recorder.unemulated],
-}))
+subgroup = dist.new_group([0])
+backend, device_ids = dist.get_backend(), model.device_ids
 dist.destroy_process_group()
+del model, subgroup  # their groups' last users: the groups stay until the process exits
+print(json.dumps({
+    "before": before, "after": after, "backend": backend, "device_ids": device_ids,
+    "unemulated": [feature for feature, _, _ in recorder.unemulated],
+    "groups_kept": len(process_patches._made_groups),
+}))
 """
 
 
@@ -187,6 +191,7 @@ def test_ddp_and_process_groups_run_on_the_cpu_and_a_bad_call_raises_torchs_own_
     assert result["after"][1].endswith("init_process_group() got an unexpected keyword argument 'no_such_option'")
     assert (result["backend"], result["device_ids"]) == ("gloo", None)
     assert result["unemulated"] == ["NCCL backend (ran with gloo on the CPU)"]
+    assert result["groups_kept"] == 2  # the default group and the subgroup (process_patches: a gloo hang at exit)
 
 
 # -- autocast, custom_fwd/custom_bwd, GradScaler and clipping: a bad call left to torch -----------------------

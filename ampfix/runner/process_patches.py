@@ -9,6 +9,7 @@ on ``PYTHONPATH``; forked workers inherit the patched interpreter.
 
 from __future__ import annotations
 
+import atexit
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,7 @@ def installers(recorder: Recorder, devices: DeviceModel) -> list[tuple[str, Call
     if torch.distributed.is_available():
         steps.append(("NCCL process groups", lambda: _nccl_runs_as_gloo(recorder, devices)))
         steps.append(("DistributedDataParallel device_ids", _ddp_device_ids_on_cpu))
+        steps.append(("process groups kept until exit", _process_groups_live_until_exit))
     return steps
 
 
@@ -148,6 +150,33 @@ def _nccl_runs_as_gloo(recorder: Recorder, devices: DeviceModel) -> None:
             arguments["device_id"] = None
 
     replace(distributed, "init_process_group", with_arguments_adjusted(distributed.init_process_group, gloo_for_nccl))
+
+
+# Every process group this process made, released at its exit (`_process_groups_live_until_exit`).
+_made_groups: list[Any] = []
+
+
+def _process_groups_live_until_exit() -> None:
+    """A process group is destroyed when the process exits, not when its last user (DDP's reducer) lets it go.
+
+    Destroying a gloo group joins its worker threads while holding the GIL. A worker that has just finished a
+    collective drops the work's last reference, whose captured thread-local state holds Python objects here (the
+    runner's TorchFunctionMode is on every thread's stack), and that needs the GIL: each waits on the other for
+    ever. Seen in `fixtures/run/spawn_ddp.py`: a rank hung in ``~ProcessGroupGloo`` under ``~Reducer`` as its
+    DDP model was freed after the last step (gdb), 1 run in 12 on a loaded 2-core machine. The GPU machine runs
+    NCCL with no mode on the stack: the hang is the runner's own. At exit the workers have long been idle. A group
+    is never used after its destruction, so keeping it changes nothing a script can see but its threads' lifetime."""
+    c10d = torch.distributed.distributed_c10d
+    original = c10d._new_process_group_helper  # what init_process_group, new_group and their kin all call
+
+    @functools.wraps(original)
+    def _new_process_group_helper(*args, **kwargs):
+        made = original(*args, **kwargs)
+        _made_groups.append(made)
+        return made
+
+    replace(c10d, "_new_process_group_helper", _new_process_group_helper)
+    atexit.register(_made_groups.clear)  # after the script's own handlers (registered later, run first)
 
 
 def _ddp_device_ids_on_cpu() -> None:
