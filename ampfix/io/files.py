@@ -190,19 +190,18 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
     changed or nothing was written). Where `options` set no target torch, the file's project
     metadata does (`targeted`)."""
     inferred = options.target_torch is None
+    project = project_modules(path, options, _plans_half)  # another half of an apex set-up is planned as this file
+    options, target = targeted(path, options)
     kept = result_cache.current() if mode == "check" else None
-    if kept is not None and kept.has_entry(path):
-        project = project_modules(path, options, _plans_half)
-        file_options, target = targeted(path, options)
-        found = kept.replay(path, kept.key(path, data, file_options, project is not None), project)
+    key = kept.key(path, data, options, project is not None) if kept is not None else b""
+    if kept is not None:
+        found = kept.replay(path, key, project)  # None where no entry is kept, or it no longer holds
         if found is not None:
             return _checked(path, *found, target, inferred), data
     try:
         decoded = codec_for(path).decode(data, options.retargets)
     except DecodeError as error:
         return _error(path, error.message, error.code), data
-    project = project_modules(path, options, _plans_half)  # another half of an apex set-up is planned as this file
-    options, target = targeted(path, options)
     if mode != "check":  # only a rewrite lays out lines
         from ampfix.io.formatter import formatter_of_file
 
@@ -212,8 +211,7 @@ def process_data(path: Path, data: bytes, options: Options, mode: str) -> tuple[
         recording = result_cache.Recording(project) if project is not None else None
         asked = cast("FileModules", recording) if recording is not None else project
         converted = decoded.converted(check_source(decoded.source, options, asked))
-        kept.keep(path, kept.key(path, data, options, project is not None), recording, converted.findings,
-                  converted.error)
+        kept.keep(path, key, recording, converted.findings, converted.error)
     else:
         engine = check_source if mode == "check" else fix_source
         converted = decoded.converted(engine(decoded.source, options, project))
