@@ -42,7 +42,8 @@ def main() -> int:
     parser.add_argument("--project", type=Path, required=True)
     parser.add_argument("--tests", default="tests/ignite/engine/test_create_supervised.py")
     args = parser.parse_args()
-    pytest_args = [args.tests, "-v", "-p", "no:cacheprovider"]
+    # --color=no: a project's own addopts may force colour, and the outcome lines would not match OUTCOME.
+    pytest_args = [args.tests, "-v", "-p", "no:cacheprovider", "--color=no"]
     plain = run([sys.executable, "-m", "pytest", *pytest_args], args.project)
     emulated = run([sys.executable, "-m", "ampfix", "run", "-m", "pytest", "--", *pytest_args], args.project)
     print(f"plain CPU:        {plain[0]}")
