@@ -140,7 +140,7 @@ import json, math, statistics, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from ampfix.runner.cuda_autocast import CudaPolicy
+from ampfix.runner.gpu.cuda_autocast import CudaPolicy
 
 {definition}
 torch.manual_seed(0)

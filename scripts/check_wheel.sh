@@ -20,7 +20,7 @@ import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 outside = [n for n in names if not n.startswith("ampfix/") and ".dist-info/" not in n]
 assert not outside, f"the wheel holds more than the package: {outside}"
-assert "ampfix/runner/bootstrap/sitecustomize.py" in names, "the runner's bootstrap is missing"
+assert "ampfix/runner/child/bootstrap/sitecustomize.py" in names, "the runner's bootstrap is missing"
 assert "ampfix/codemod.py" in names and "ampfix/flake8_plugin.py" in names
 entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
 text = zipfile.ZipFile(sys.argv[1]).read(entry_points).decode()

@@ -1,4 +1,4 @@
-"""torch._dynamo imported at the compiler's first use, not at the first optimizer (ampfix/runner/deferred_dynamo.py).
+"""torch._dynamo imported at the compiler's first use, not at the first optimizer (ampfix/runner/gpu/deferred_dynamo.py).
 
 One child Python runs every check in order (the stand-in changes sys.modules for good): a model trained with an
 optimizer while the stand-in holds, then the real compiler reached by each way a script can reach it.
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     import torch
-    from ampfix.runner import deferred_dynamo
+    from ampfix.runner.gpu import deferred_dynamo
 
     deferred_dynamo.install(torch)
     stand_in = sys.modules["torch._dynamo"]
@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(
     state = optimizer.state_dict()
     optimizer.load_state_dict(state)
     add_param_group = torch.optim.Optimizer.add_param_group.__wrapped__
-    from ampfix.runner import child
+    from ampfix.runner.child import process as child
     child._local_modules()  # what the runner reads of every module at the script's exit: no reason to import it
     print("trained", sys.modules["torch._dynamo"] is stand_in, add_param_group.__dict__.get("__dynamo_disable")
           is add_param_group, round(model.weight.sum().item(), 4))
@@ -65,7 +65,7 @@ BEFORE_ANY_USE = textwrap.dedent(
     """
     import sys
     import torch
-    from ampfix.runner import deferred_dynamo
+    from ampfix.runner.gpu import deferred_dynamo
 
     deferred_dynamo.install(torch)
     disabled = torch._dynamo.disable(lambda: 3)  # a script's own call: the real compiler's answer

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
 
-from ampfix.runner.apex_provider import ApexProvider
-from ampfix.runner.compare import first_difference
-from ampfix.runner.model import RunReport
-from ampfix.runner.observe import Recorder
+from ampfix.runner.apex.provider import ApexProvider
+from ampfix.runner.host.compare import first_difference
+from ampfix.runner.host.model import RunReport
+from ampfix.runner.trace.observe import Recorder
 
 JOBS: dict[str, list[str]] = {
     "apex_run": ["run", "apex_yolo.py"],
@@ -544,7 +544,7 @@ def test_against_apex_a_loss_one_bit_apart_is_a_difference() -> None:
 
 
 def test_dynamic_loss_scale_doubles_after_2000_clean_updates_and_halves_on_overflow() -> None:
-    from ampfix.runner.apex_amp import LossScaler
+    from ampfix.runner.apex.amp import LossScaler
 
     scaler = LossScaler("dynamic", None, 2.0**24)
     assert scaler.loss_scale() == 65536.0
@@ -559,7 +559,7 @@ def test_dynamic_loss_scale_doubles_after_2000_clean_updates_and_halves_on_overf
 
 
 def test_loss_scale_bounds_and_static_scaling() -> None:
-    from ampfix.runner.apex_amp import LossScaler
+    from ampfix.runner.apex.amp import LossScaler
 
     capped = LossScaler("dynamic", None, 2.0**10)
     assert capped.loss_scale() == 1024.0  # min(max_loss_scale, 2**16)
@@ -580,8 +580,8 @@ def test_an_optimizer_given_to_initialize_again_raises_as_apex_did() -> None:
     process-wide autocast region is entered in the test's own process."""
     import torch
 
-    from ampfix.runner.apex_amp import AmpState
-    from ampfix.runner.boundaries import FailsOnTheGpuToo
+    from ampfix.runner.apex.amp import AmpState
+    from ampfix.runner.gpu.boundaries import FailsOnTheGpuToo
 
     state = AmpState(Recorder("main"))
     model = torch.nn.Linear(2, 2)

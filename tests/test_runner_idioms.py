@@ -144,9 +144,9 @@ DDP_CALLS = """
 import json, os, sys, tempfile
 import torch
 import torch.distributed as dist
-from ampfix.runner import process_patches
-from ampfix.runner.devices import DeviceModel
-from ampfix.runner.observe import Recorder
+from ampfix.runner.gpu import process_patches
+from ampfix.runner.gpu.devices import DeviceModel
+from ampfix.runner.trace.observe import Recorder
 
 DDP = torch.nn.parallel.DistributedDataParallel
 
@@ -199,9 +199,9 @@ def test_ddp_and_process_groups_run_on_the_cpu_and_a_bad_call_raises_torchs_own_
 AMP_CALLS = """
 import json, tempfile
 import torch
-from ampfix.runner import harness
+from ampfix.runner.gpu import harness
 from ampfix.runner.config import RunnerConfig
-from ampfix.runner.observe import Recorder
+from ampfix.runner.trace.observe import Recorder
 
 def error_of(call):
     try:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from runner_jobs import FIXTURES, Job, define_job_fixtures
 
-from ampfix.runner import cuda_autocast
+from ampfix.runner.gpu import cuda_autocast
 
 AUTOCAST_HEADER = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
 
@@ -317,7 +317,7 @@ F16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
     ],
 )
 def test_a_cuda_custom_fwd_casts_a_low_precision_request_to_the_runs_amp_dtype(amp_dtype: str, expected: tuple) -> None:
-    from ampfix.runner.amp_patches import AmpPlan
+    from ampfix.runner.gpu.amp_patches import AmpPlan
 
     plan = AmpPlan(amp_dtype)
     assert tuple(plan.run_cast_inputs("cuda", dtype) for dtype in (F16, BF16, FP32, None)) == expected
@@ -331,9 +331,9 @@ WITHOUT_A_PRIVATE_NAME = """
 import json, sys, tempfile
 import torch
 del torch._C._dispatch_tls_set_dispatch_key_included  # as if a later torch had renamed it
-from ampfix.runner import harness
+from ampfix.runner.gpu import harness
 from ampfix.runner.config import RunnerConfig
-from ampfix.runner.observe import Recorder
+from ampfix.runner.trace.observe import Recorder
 harness.install(torch, Recorder("main"), RunnerConfig(out_dir=tempfile.mkdtemp()))
 x = torch.randn(2, 4, device="cuda")
 with torch.autocast("cuda"):
@@ -411,7 +411,7 @@ def test_the_ops_the_cpu_lacks_in_low_precision_are_the_installed_torchs() -> No
 
 
 def test_mirror_copies_small_entries_and_links_big_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ampfix.runner import workdir
+    from ampfix.runner.host import workdir
 
     monkeypatch.setattr(workdir, "COPY_LIMIT_BYTES", 100)
     source, target, outside = tmp_path / "source", tmp_path / "target", tmp_path / "outside"
@@ -438,7 +438,7 @@ def test_mirror_copies_small_entries_and_links_big_ones(tmp_path: Path, monkeypa
 
 
 def test_run_options_reject_an_unknown_autocast_policy() -> None:
-    from ampfix.runner import api
+    from ampfix.runner.host import api
 
     with pytest.raises(ValueError, match="autocast_policy must be one of cuda, cpu"):
         api.RunOptions(autocast_policy="gpu")

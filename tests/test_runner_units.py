@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ampfix.runner import api, compare, cpu_target, failures, launch, project, render
+from ampfix.runner.host import api, compare, cpu_target, failures, launch, project, render
 from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
-from ampfix.runner.model import RunReport
-from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, Site, event_what
+from ampfix.runner.host.model import RunReport
+from ampfix.runner.trace.observe import CustomFwdKey, Recorder, RegionKey, Site, event_what
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "run"
 
@@ -47,7 +47,7 @@ TRACE = [
 
 def test_importing_the_commands_imports_neither_torch_nor_libcst() -> None:
     code = (
-        "import sys, ampfix.runner.commands, ampfix.runner.api\n"
+        "import sys, ampfix.runner.host.commands, ampfix.runner.host.api\n"
         "print(sorted(name for name in ('torch', 'libcst', 'numpy') if name in sys.modules))"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -61,7 +61,7 @@ def test_child_environment_is_a_copy_with_the_bootstrap_first() -> None:
     assert base == {"PATH": "/bin", "PYTHONPATH": "/user/lib"}
     paths = env["PYTHONPATH"].split(os.pathsep)
     assert paths[:3] == [str(launch.BOOTSTRAP_DIR), "/original/dir", "/user/lib"]
-    assert (launch.BOOTSTRAP_DIR / "sitecustomize.py").is_file()
+    assert (Path(launch.BOOTSTRAP_DIR) / "sitecustomize.py").is_file()
     assert RunnerConfig.from_env_value(env[CONFIG_ENV]) == config
     assert env[ROLE_ENV] == "main"
     assert env["PYTHONHASHSEED"] == "7"
@@ -426,19 +426,19 @@ def _failure(**fields) -> dict:
     ("failure", "expected"),
     [
         (
-            _failure(runner_module="cuda_autocast", runner_function="kernel"),
+            _failure(runner_module="gpu/cuda_autocast", runner_function="kernel"),
             "the failure is inside the runner's emulation (CUDA's autocast op policy, run on the CPU, raised in "
-            "ampfix/runner/cuda_autocast.py); --autocast-policy cpu (CPU autocast's own op lists) changes that",
+            "ampfix/runner/gpu/cuda_autocast.py); --autocast-policy cpu (CPU autocast's own op lists) changes that",
         ),
         (
             # The device mode passes every torch call on: a torch error there is not the emulation's doing...
-            _failure(runner_module="device_mode", runner_function="call", message="mat1 and mat2 shapes cannot be multiplied"),
+            _failure(runner_module="gpu/device_mode", runner_function="call", message="mat1 and mat2 shapes cannot be multiplied"),
             "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): "
             "the script's own",
         ),
         (
             # ...unless it names the bfloat16 that stands in for the script's float16.
-            _failure(runner_module="device_mode", runner_function="call", message="Got unsupported ScalarType BFloat16", stand_in=True),
+            _failure(runner_module="gpu/device_mode", runner_function="call", message="Got unsupported ScalarType BFloat16", stand_in=True),
             "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked for) "
             "reached code that refuses it; --amp-dtype keep runs float16 as asked",
         ),
@@ -451,7 +451,7 @@ def test_a_failure_says_whether_it_is_inside_the_emulation(failure: dict | None,
 
 
 def test_verify_explains_a_failed_original() -> None:
-    failed = _process(failure=_failure(runner_module="cuda_autocast", runner_function="kernel"))
+    failed = _process(failure=_failure(runner_module="gpu/cuda_autocast", runner_function="kernel"))
     report = api.compare_runs(_report(failed, exit_code=1), _report(_process()))
     assert report.exit_code == 2
     assert report.error.endswith("; --autocast-policy cpu (CPU autocast's own op lists) changes that")

@@ -22,7 +22,7 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def _runner_command(name: str):
-    from ampfix.runner import commands
+    from ampfix.runner.host import commands
 
     single = typer.Typer(add_completion=False, rich_markup_mode=None)
     single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))

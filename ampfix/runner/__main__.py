@@ -2,7 +2,7 @@
 
 import typer
 
-from ampfix.runner.commands import run_command, verify_command
+from ampfix.runner.host.commands import run_command, verify_command
 
 EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 

@@ -7,7 +7,14 @@ started below it (spawned ranks, DataLoader workers) reads the same settings fro
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
+
+# The runner's own folder (every side's modules are below it): a frame whose file is there is the runner's,
+# never the script's.
+RUNNER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+# Put first on a child's PYTHONPATH: its sitecustomize starts the runner in every process below `ampfix run`.
+BOOTSTRAP_DIR = os.path.join(RUNNER_DIR, "child", "bootstrap")
 
 CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
 # "main" for the process that runs the script; the harness flips it to "child" in its own

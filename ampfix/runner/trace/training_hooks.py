@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import with_arguments_adjusted
-from ampfix.runner.sites import find_site
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import with_arguments_adjusted
+from ampfix.runner.trace.sites import find_site
 
 _Tensor = torch.Tensor
 # Set on the tensor GradScaler.scale returns, so backward records the loss the script computed.

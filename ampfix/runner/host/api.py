@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ampfix.runner.compare import first_difference
+from ampfix.runner.host.compare import first_difference
 from ampfix.runner.config import AMP_DTYPES, AUTOCAST_POLICIES
-from ampfix.runner.cpu_target import CPU_AMP_DTYPE, as_cpu_rewrite_promises
-from ampfix.runner.failures import explain
-from ampfix.runner.launch import LaunchedRun, precheck
-from ampfix.runner.model import RunReport, VerifyReport
-from ampfix.runner.rewrite import rewrite_project, still_deprecated_modules
-from ampfix.runner.workdir import mirror
+from ampfix.runner.host.cpu_target import CPU_AMP_DTYPE, as_cpu_rewrite_promises
+from ampfix.runner.host.failures import explain
+from ampfix.runner.host.launch import LaunchedRun, precheck
+from ampfix.runner.host.model import RunReport, VerifyReport
+from ampfix.runner.host.rewrite import rewrite_project, still_deprecated_modules
+from ampfix.runner.host.workdir import mirror
 
 
 @dataclass(frozen=True)

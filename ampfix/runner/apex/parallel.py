@@ -1,7 +1,7 @@
 """apex.parallel, emulated for a single process, for scripts written against NVIDIA apex (deleted in 2025).
 
 Runs in the child, when the script imports ``apex.parallel`` and no installed apex provides it (see
-:mod:`apex_provider`). NVIDIA's own examples import it unconditionally and use it only when
+:mod:`provider`). NVIDIA's own examples import it unconditionally and use it only when
 ``WORLD_SIZE > 1``; the runner runs one process, so:
 
 * ``DistributedDataParallel(module, ...)`` returns the module itself (one process: nothing to all-reduce;
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.observe import Recorder
-from ampfix.runner.sites import find_site
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.sites import find_site
 
 IMPORTED = "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)"
 FEATURE = "apex.parallel (one process: {name} stands in as {what})"

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ampfix.runner.model import RunReport
-from ampfix.runner.project import local_imports
-from ampfix.runner.workdir import writable_path
+from ampfix.runner.host.model import RunReport
+from ampfix.runner.host.project import local_imports
+from ampfix.runner.host.workdir import writable_path
 
 # How many findings of one module a note names before "..."
 FINDINGS_SHOWN = 3

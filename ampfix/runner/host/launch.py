@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import ampfix
-from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
-from ampfix.runner.model import RunReport
+from ampfix.runner.config import BOOTSTRAP_DIR, CONFIG_ENV, ROLE_ENV, RunnerConfig
+from ampfix.runner.host.model import RunReport
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 # Where the ampfix package can be imported from, for a child started outside this environment's
 # usual paths (a source checkout run with ``python -m``).
 AMPFIX_ROOT = Path(ampfix.__file__).resolve().parent.parent

@@ -13,7 +13,8 @@ import os
 import sys
 from types import FrameType
 
-from ampfix.runner.observe import Site
+from ampfix.runner.config import RUNNER_DIR
+from ampfix.runner.trace.observe import Site
 
 _PLUMBING, _TORCH, _SCRIPT = 0, 1, 2
 _kind_by_file: dict[str, int] = {}
@@ -36,7 +37,7 @@ def configure(torch_dir: str) -> None:
         # Module.__call__: a call of the script's model is the script's, at the line that called it.
         os.path.join(torch_dir, "nn", "modules", "module.py"),
     ]
-    helpers = [os.path.dirname(__file__) + os.sep, contextlib.__file__, functools.__file__]
+    helpers = [RUNNER_DIR, contextlib.__file__, functools.__file__]
     typing_extensions_file = getattr(sys.modules.get("typing_extensions"), "__file__", None)
     if typing_extensions_file:
         helpers.append(typing_extensions_file)

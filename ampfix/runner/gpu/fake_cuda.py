@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.devices import CPU, DeviceModel
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace
-from ampfix.runner.sites import asked_by_torch, find_site
+from ampfix.runner.gpu.devices import CPU, DeviceModel
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace
+from ampfix.runner.trace.sites import asked_by_torch, find_site
 
 DEVICE_NAME = "ampfix emulated CUDA device (runs on CPU)"
 # Ampere: scripts that check for bf16 / TF32 support take the modern path.

@@ -1,7 +1,7 @@
 """apex.amp's O1, emulated, for scripts written against NVIDIA apex (deleted from apex in 2025).
 
 Runs in the child, when the script imports ``apex.amp`` and no installed apex provides it (see
-:mod:`apex_provider`). What apex defines for O1, and how it is emulated:
+:mod:`provider`). What apex defines for O1, and how it is emulated:
 
 * ``amp.initialize(models, optimizers, opt_level="O1", ...)`` patches torch's functions for the
   rest of the process: here an autocast region for "cuda" in float16 is entered at the call and
@@ -44,11 +44,12 @@ from typing import Any
 
 import torch
 
-from ampfix.runner import amp_patches, harness, training_hooks
-from ampfix.runner.boundaries import FailsOnTheGpuToo
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace, run_every_new_thread_through
-from ampfix.runner.sites import find_site
+from ampfix.runner.gpu import amp_patches, harness
+from ampfix.runner.trace import training_hooks
+from ampfix.runner.gpu.boundaries import FailsOnTheGpuToo
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace, run_every_new_thread_through
+from ampfix.runner.trace.sites import find_site
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 NOT_EMULATED_LEVELS = ("O2", "O3")

@@ -35,10 +35,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampfix.runner.cuda_autocast import CPU_LACKS_LOW_PRECISION
-from ampfix.runner.observe import Recorder, Site, dtype_name
-from ampfix.runner.patching import replace
-from ampfix.runner.sites import find_site, read_by_script
+from ampfix.runner.gpu.cuda_autocast import CPU_LACKS_LOW_PRECISION
+from ampfix.runner.trace.observe import Recorder, Site, dtype_name
+from ampfix.runner.trace.patching import replace
+from ampfix.runner.trace.sites import find_site, read_by_script
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to

@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ampfix.runner.compare import uses_apex_emulation
-from ampfix.runner.failures import explain
-from ampfix.runner.gpu_memory import format_size
-from ampfix.runner.model import RunReport, VerifyReport
+from ampfix.runner.host.compare import uses_apex_emulation
+from ampfix.runner.host.failures import explain
+from ampfix.runner.gpu.memory import format_size
+from ampfix.runner.host.model import RunReport, VerifyReport
 
 LOSSES_SHOWN = 8
 

@@ -1,6 +1,6 @@
 """Installs the CPU emulation of CUDA into torch, inside the child, right after torch is imported.
 
-The child process (see :mod:`ampfix.runner.child`) calls :func:`install` once torch has finished
+The child process (see :mod:`ampfix.runner.child.process`) calls :func:`install` once torch has finished
 importing, before the script's first use of it. Order matters only at the end: the device mode is
 entered last, so the patches above are installed without it watching.
 """
@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ampfix.runner import sites
+from ampfix.runner.trace import sites
 from ampfix.runner.config import RunnerConfig
-from ampfix.runner.observe import Recorder
+from ampfix.runner.trace.observe import Recorder
 
 
 @dataclass(frozen=True)
 class Installed:
     """What the harness set up in this process, for the apex.amp emulation, which a script may
-    import after torch (see :mod:`apex_amp`)."""
+    import after torch (see :mod:`ampfix.runner.apex.amp`)."""
 
     recorder: Recorder
     plan: Any  # amp_patches.AmpPlan
@@ -38,8 +38,9 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner import amp_patches, boundaries, cuda_autocast, deferred_dynamo, device_mode, devices, fake_cuda
-    from ampfix.runner import process_patches, training_hooks
+    from ampfix.runner.gpu import amp_patches, boundaries, cuda_autocast, deferred_dynamo, device_mode, devices
+    from ampfix.runner.gpu import fake_cuda, process_patches
+    from ampfix.runner.trace import training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.devices import CPU, DeviceModel
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace, with_arguments_adjusted
-from ampfix.runner.sites import find_site
+from ampfix.runner.gpu.devices import CPU, DeviceModel
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace, with_arguments_adjusted
+from ampfix.runner.trace.sites import find_site
 
 
 def installers(recorder: Recorder, devices: DeviceModel) -> list[tuple[str, Callable[[], None]]]:

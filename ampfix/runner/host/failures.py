@@ -1,6 +1,6 @@
 """Why a script failed under the runner: inside the runner's emulation, or the script's own. Parent side; pure.
 
-The child records the exception the script died of and where it was raised (``child._failure``);
+The child records the exception the script died of and where it was raised (``child.process._failure``);
 this turns it into the sentence ``run`` and ``verify`` print, with the option that changes the
 emulation involved.
 """
@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-# A runner module an exception can be raised from while it emulates, what it emulates there, and
-# the option that runs it otherwise (None: none does).
+# A runner module (its path below ampfix/runner, without .py) an exception can be raised from while it emulates,
+# what it emulates there, and the option that runs it otherwise (None: none does).
 EMULATING_MODULES: dict[str, tuple[str, str | None]] = {
-    "cuda_autocast": (
+    "gpu/cuda_autocast": (
         "CUDA's autocast op policy, run on the CPU",
         "--autocast-policy cpu (CPU autocast's own op lists)",
     ),
-    "boundaries": (
+    "gpu/boundaries": (
         "an op the CPU lacks in low precision, run in float32, or the bfloat16 stand-in",
         "--amp-dtype keep (the dtype the script asks for; the CPU lacks some float16 kernels too)",
     ),
-    "amp_patches": ("autocast or GradScaler, moved to the CPU", "--amp-dtype keep (the dtype the script asks for)"),
-    "apex_amp": ("apex.amp, emulated with torch.amp", None),
-    "fake_cuda": ("torch.cuda, answered by a fake CUDA device", None),
+    "gpu/amp_patches": ("autocast or GradScaler, moved to the CPU", "--amp-dtype keep (the dtype the script asks for)"),
+    "apex/amp": ("apex.amp, emulated with torch.amp", None),
+    "gpu/fake_cuda": ("torch.cuda, answered by a fake CUDA device", None),
 }
 # Runner frames that only pass a call on (the device mode runs every torch call): not the emulation's doing.
-PASS_THROUGH = {("device_mode", "call"), ("device_mode", "__torch_function__")}
+PASS_THROUGH = {("gpu/device_mode", "call"), ("gpu/device_mode", "__torch_function__")}
 STAND_IN_NAMES = ("BFloat16", "bfloat16")
 
 

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ampfix.runner.apex_provider import ApexProvider
-from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RunnerConfig
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace, with_arguments_adjusted
+from ampfix.runner.apex.provider import ApexProvider
+from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RUNNER_DIR, RunnerConfig
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace, with_arguments_adjusted
 
 _DEPRECATIONS = (DeprecationWarning, FutureWarning)
 
@@ -64,7 +64,7 @@ def start() -> None:
 
 
 def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None:
-    from ampfix.runner import harness
+    from ampfix.runner.gpu import harness
 
     try:
         harness.install(torch, recorder, config)
@@ -108,21 +108,26 @@ def _record_failure(recorder: Recorder) -> None:
     sys.excepthook = excepthook
 
 
+def _runner_module(filename: str) -> str:
+    relative = os.path.relpath(os.path.abspath(filename), RUNNER_DIR)
+    return os.path.splitext(relative)[0].replace(os.sep, "/")
+
+
 def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[str, Any]:
     import traceback
 
-    from ampfix.runner import harness
+    from ampfix.runner.gpu import harness
 
     frames = traceback.extract_tb(tb)
     innermost = frames[-1] if frames else None
-    runner_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    raised_in_runner = innermost is not None and os.path.abspath(innermost.filename).startswith(runner_dir)
+    raised_in_runner = innermost is not None and os.path.abspath(innermost.filename).startswith(RUNNER_DIR)
     runner_frame = innermost if raised_in_runner else None
     return {
         "type": kind.__name__,
         "message": str(value),
-        # The runner module and function the exception was raised from (its innermost frame), else None.
-        "runner_module": os.path.splitext(os.path.basename(runner_frame.filename))[0] if runner_frame else None,
+        # The runner module (its path below ampfix/runner, without .py, "gpu/devices") and function the exception
+        # was raised from (its innermost frame), else None.
+        "runner_module": _runner_module(runner_frame.filename) if runner_frame else None,
         "runner_function": runner_frame.name if runner_frame else None,
         "gpu_too": bool(getattr(value, "fails_on_the_gpu_too", False)),
         "stand_in": bool(harness.current is not None and harness.current.plan.stand_in),
@@ -280,7 +285,7 @@ def _local_modules() -> list[str]:
     roots = [os.path.join(os.getcwd(), "")] + ([os.path.join(os.path.dirname(script), "")] if script else [])
     site_packages: list[str] = getattr(site, "getsitepackages", list)()  # absent in some virtualenv versions
     installed = {sys.prefix, sys.base_prefix, *sysconfig.get_paths().values(), *site_packages}
-    ampfix_package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a checkout run in place
+    ampfix_package = os.path.dirname(os.path.dirname(RUNNER_DIR))  # a checkout run in place
     excluded = tuple(os.path.join(os.path.abspath(path), "") for path in (*installed, ampfix_package) if path)
     files = set()
     for module in list(sys.modules.values()):

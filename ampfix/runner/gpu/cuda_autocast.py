@@ -110,7 +110,7 @@ CPU_KERNEL_IS_CUDA_POLICY = frozenset({
 # where the CPU kernel raises on OpInfo's own sample inputs in that dtype. tests/test_runner_policy.py
 # derives it again and prints the table to paste when torch changes. Keyed by the name under ``torch``;
 # the runner runs them in float32 (complex64) and casts the result back to the dtype CUDA gives
-# (see :mod:`ampfix.runner.boundaries`). A "float16" entry also covers the bfloat16 stand-in.
+# (see :mod:`ampfix.runner.gpu.boundaries`). A "float16" entry also covers the bfloat16 stand-in.
 CPU_LACKS_LOW_PRECISION: dict[str, tuple[str, ...]] = {
     "acos": ("complex32",),
     "acosh": ("complex32",),

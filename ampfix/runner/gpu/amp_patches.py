@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.cuda_autocast import CudaPolicy
-from ampfix.runner.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
-from ampfix.runner.patching import replace, with_arguments_adjusted, with_call_bound
-from ampfix.runner.sites import find_site, read_by_script
+from ampfix.runner.gpu.cuda_autocast import CudaPolicy
+from ampfix.runner.trace.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
+from ampfix.runner.trace.patching import replace, with_arguments_adjusted, with_call_bound
+from ampfix.runner.trace.sites import find_site, read_by_script
 
 _original_get_autocast_dtype = torch.get_autocast_dtype
 _original_is_autocast_enabled = torch.is_autocast_enabled

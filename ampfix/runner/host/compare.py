@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ampfix.runner.model import RunReport
-from ampfix.runner.observe import event_what
+from ampfix.runner.host.model import RunReport
+from ampfix.runner.trace.observe import event_what
 
 
 # Apex against native: events whose place differs by design (see the module docstring).

@@ -20,11 +20,11 @@ import os
 import sys
 from types import FrameType, ModuleType
 
-from ampfix.runner.observe import Recorder, Site
-from ampfix.runner.patching import replace
+from ampfix.runner.config import RUNNER_DIR
+from ampfix.runner.trace.observe import Recorder, Site
+from ampfix.runner.trace.patching import replace
 
 PACKAGE, AMP, PARALLEL = "apex", "apex.amp", "apex.parallel"
-_RUNNER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -56,12 +56,13 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             replace(module, "amp", importlib.import_module(AMP))
             return
         if module.__name__ == PARALLEL:
-            from ampfix.runner import apex_parallel  # torch: only when the script asks for apex.parallel
+            # torch: only when the script asks for apex.parallel
+            from ampfix.runner.apex import parallel as apex_parallel
 
             self._recorder.emulated_use(apex_parallel.IMPORTED, _importing_site())
             apex_parallel.populate(module, self._recorder)
             return
-        from ampfix.runner import apex_amp  # torch: only when the script asks for apex.amp
+        from ampfix.runner.apex import amp as apex_amp  # torch: only when the script asks for apex.amp
 
         apex_amp.populate(module, self._recorder)
 
@@ -71,7 +72,7 @@ def _importing_site() -> Site:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(("<frozen", _RUNNER_DIR)) and "importlib" not in filename.split(os.sep)[-2:-1]:
+        if not filename.startswith(("<frozen", RUNNER_DIR)) and "importlib" not in filename.split(os.sep)[-2:-1]:
             return Site(filename, frame.f_lineno)
         frame = frame.f_back
     return Site("<unknown>", 0)

@@ -4,7 +4,7 @@ Runs in the child. Every tensor is a CPU tensor; the device the script put it on
 is a mark on its storage: the ``UntypedStorage`` Python object, which torch keeps for as long as the
 storage lives. So a view, ``.data``, a ``Parameter`` made of a tensor and a checkpoint's storage share
 their tensor's device, and the mark goes when the storage is freed, which is also when the caching
-allocator's count of it ends (:mod:`gpu_memory`).
+allocator's count of it ends (:mod:`memory`).
 
 Torch's own Python code sees these devices too, as it does on a GPU: it compares "cuda" with "cuda"
 (autocast's ``_cast``, GradScaler's per-device state, checkpointing's device check), and every tensor
@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from ampfix.runner.boundaries import FailsOnTheGpuToo
-from ampfix.runner.gpu_memory import GpuMemory, GpuOutOfMemory
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace
-from ampfix.runner.sites import find_site
+from ampfix.runner.gpu.boundaries import FailsOnTheGpuToo
+from ampfix.runner.gpu.memory import GpuMemory, GpuOutOfMemory
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace
+from ampfix.runner.trace.sites import find_site
 
 CPU = "cpu"
 NO_TENSORS = ""  # what DeviceModel.of_inputs answers for a call given no tensor

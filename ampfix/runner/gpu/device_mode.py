@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ampfix.runner.devices import CPU, NO_TENSORS, DeviceModel
-from ampfix.runner.observe import Recorder
-from ampfix.runner.patching import replace, run_every_new_thread_through
+from ampfix.runner.gpu.devices import CPU, NO_TENSORS, DeviceModel
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace, run_every_new_thread_through
 
 _Tensor = torch.Tensor
 _TENSOR_TO = _Tensor.to

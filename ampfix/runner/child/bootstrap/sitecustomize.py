@@ -13,7 +13,7 @@ def _start_runner() -> None:
     if not os.environ.get("AMPFIX_RUNNER_CONFIG"):
         return
     try:
-        from ampfix.runner.child import start
+        from ampfix.runner.child.process import start
     except ImportError as error:
         print(f"ampfix run: the runner is not importable in this process: {error}", file=sys.stderr)
         return

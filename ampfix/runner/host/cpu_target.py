@@ -19,7 +19,7 @@ from typing import Any
 from ampfix.core.rules import Rule
 from ampfix.families import TORCH_AMP
 from ampfix.families.torch_amp import autocast, custom_bwd, custom_fwd, grad_scaler
-from ampfix.runner.model import RunReport
+from ampfix.runner.host.model import RunReport
 
 # A trace event the rewrite retargets -> the field that holds its device, and the rule whose call
 # made it (its CallShape names the parameters holding a dtype chosen for CUDA). A model call is

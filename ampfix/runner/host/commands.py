@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ampfix.runner import api, render
+from ampfix.runner.host import api, render
 
 class AmpDtype(str, enum.Enum):
     bfloat16 = "bfloat16"
