@@ -12,8 +12,9 @@ A class of the file (a GradScaler subclass) is looked for in the project's other
 name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
 followed in its file as the class's own module follows it (`ModuleFlows.constructions`).
 
-Absolute modules are looked up from the file's package root: the first folder above it without an `__init__.py`
-(where `python -m` or an installed package puts it on `sys.path`).
+Absolute modules are looked up as Python looks them up where the project runs (`_search_path`, `_found`): a
+script's own folder, a module's package root, the project root and its `src/` (docs/design.md, "Absolute imports").
+A value passed to a function of another module is followed there (`argument_calls`).
 """
 
 from __future__ import annotations
