@@ -794,6 +794,11 @@ def test_a_scaler_subclass_is_not_rebased_onto_cuda_where_another_device_is_aske
     assert run(root, monkeypatch, "check", "nemo.py").stdout.splitlines()[0].startswith(
         "nemo.py:4:18: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: its "
         "`__init__` passes only keywords")
+    # with no device asked for, a file written with single quotes (its device is spelled 'cuda') is rebased
+    (root / "quoted.py").write_text(SUBCLASS + "s = S(enabled=False)\nname = 'scaler'\n")
+    assert run(root, monkeypatch, "check", "quoted.py").stdout.splitlines()[0] == (
+        "quoted.py:4:9: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: every "
+        "construction of `S` in the project passes keywords only or nothing (line 6), so none binds `device`")
 
 
 @pytest.mark.parametrize("name", ["scripts_arguments", "scripts_returned", "scripts_compat", "references_across_modules"])

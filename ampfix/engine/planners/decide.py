@@ -281,7 +281,7 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new: tuple[str, s
         return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
                         f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
                         suggestion=suggestion)
-    if shape.device_default is not None and device != f'"{shape.device_default}"':
+    if shape.device_default is not None and not _spells(device, shape.device_default):
         # --device cpu, --device-expr: the rebased class would build on its default, not on the target device
         return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on {shape.device_default!r} "
                         f"by default, where the target device is `{device}`, and the subclass's constructions "
@@ -311,6 +311,14 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new: tuple[str, s
     return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: every construction of "
                     f"`{cls.name}` in the project passes keywords only or nothing ({shown}), so none binds "
                     "`device`", ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
+
+
+def _spells(expression: str, value: str) -> bool:
+    """Is the source text `expression` the string literal `value` (`"cuda"`, `'cuda'`)?"""
+    try:
+        return ast.literal_eval(expression) == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
 def module_flows(context: ModuleContext) -> ModuleFlows:
