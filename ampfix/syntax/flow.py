@@ -3,9 +3,10 @@ followed through assignments, conditional expressions (`x if cond else nullconte
 attributes of `self` read in the methods of its class, arguments of the module's own functions (by keyword and
 by position), and returns of its plain functions (to the calls of what they return), to every place it is called;
 or to the first place it goes that cannot be followed (an escape: returned by a method, passed to a function neither
-of the module nor of another module of the project, stored where it cannot be read back). And the reads of a class's name, each followed to the
-constructions it reaches (`constructions`): the question a GradScaler subclass asks of its module and of the
-project's other modules; and the reads of a function's name to the calls of what it returns (`results`).
+of the module nor of another module of the project, stored where it cannot be read back). And the reads of a
+class's name, each followed to the constructions it reaches (`constructions`): the question a GradScaler subclass
+asks of its module and of the project's other modules; and the reads of a function's name to the calls of what it
+returns (`results`).
 
 Read from the module's syntax: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent. A
 name at the top of the module (a variable, a function whose value it returns) is read by other modules too: given
