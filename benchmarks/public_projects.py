@@ -3,7 +3,7 @@
     python benchmarks/public_projects.py                    # the cache; PyPI releases downloaded where missing
     python benchmarks/public_projects.py --offline          # the cache only
     python benchmarks/public_projects.py --details          # every finding, before and after, with its message
-    python benchmarks/public_projects.py --mirror timm=/work/.mirror/huggingface+pytorch-image-models/repo
+    python benchmarks/public_projects.py --mirror timm=../timm.git   # git clone --bare <timm's repository>
 
 Each project is a tree at a fixed commit or release, kept in `<cache>/<name>-<rev>/` (default cache
 benchmarks/.corpus/public/, gitignored). A PyPI release is fetched as benchmarks/corpus.py fetches one (`pip

@@ -1,6 +1,10 @@
 """Run fixture scripts under torch and record every AMP object they create, as JSON.
 
-Usage: python tests/amp_recorder.py OUTPUT.json SCRIPT.py [SCRIPT.py ...]
+Usage: python tests/amp_recorder.py [--as-script] OUTPUT.json SCRIPT.py [SCRIPT.py ...]
+
+`--as-script`: each script runs as `python SCRIPT.py` runs it, its own folder first on ``sys.path`` (a folder of
+scripts that import each other: `from engine import train_one_epoch`); the modules it imported from that folder
+are forgotten after it, so the next script imports its own.
 
 The torch oracle (tests/test_equivalence.py) runs the ``.in.py`` files in one process and the ``.out.py``
 files in another, then compares what each file recorded.
@@ -53,6 +57,7 @@ import functools
 import inspect
 import io
 import json
+import os
 import re
 import runpy
 import sys
@@ -246,7 +251,7 @@ def _reset_torch_state() -> None:
     torch.manual_seed(0)
 
 
-def run_one(path: str) -> dict:
+def run_one(path: str, as_script: bool = False) -> dict:
     _reset_torch_state()
     RECORDS.clear()  # after the reset, whose state calls are not the script's
     PROBES.clear()
@@ -254,6 +259,10 @@ def run_one(path: str) -> dict:
     error = None
     argv = sys.argv
     sys.argv = [path]
+    folder = os.path.dirname(os.path.abspath(path))
+    before = set(sys.modules)
+    if as_script:
+        sys.path.insert(0, folder)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -267,6 +276,9 @@ def run_one(path: str) -> dict:
             error += "\n" + traceback.format_exc(limit=-3)
         finally:
             sys.argv = argv
+            if as_script:
+                sys.path.remove(folder)
+                _forget_modules(set(sys.modules) - before, folder)
     deprecations = sorted(
         {
             str(w.message)
@@ -284,10 +296,19 @@ def run_one(path: str) -> dict:
     }
 
 
+def _forget_modules(names: set[str], folder: str) -> None:
+    """Drop the modules of `names` loaded from below `folder` (a script's own modules, not torch's)."""
+    below = os.path.join(folder, "")
+    for name in names:
+        if (getattr(sys.modules[name], "__file__", None) or "").startswith(below):
+            del sys.modules[name]
+
+
 def main(argv: list[str]) -> int:
-    out_json, *scripts = argv
+    as_script = argv[:1] == ["--as-script"]
+    out_json, *scripts = argv[as_script:]
     install()
-    results = {script: run_one(script) for script in scripts}
+    results = {script: run_one(script, as_script) for script in scripts}
     with open(out_json, "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=1)
     return 0

@@ -205,3 +205,23 @@ def test_a_stamp_is_not_kept_while_a_file_of_the_code_is_racy(tmp_path: Path):
     stamp = code_stamp._Stamp(folder, package)
     assert len(stamp.hash) == 16
     assert not folder.exists()
+
+
+def test_a_module_appearing_beside_a_script_is_seen_by_a_warm_check(root: Path, engine_runs: list[str]):
+    """A script's own folder is first on its sys.path (`python tools/run.py`): a module or package appearing there
+    changes what its imports name, and the kept check asks again."""
+    run = root / "tools" / "run.py"
+    run.parent.mkdir()
+    run.write_text("from compat import torch\n\nwith torch.cuda.amp.autocast():\n    pass\n")
+    os.utime(run, (PAST, PAST))
+    unfollowed = check("tools/run.py")
+    assert unfollowed[1][0].startswith("tools/run.py:3:6: AMP013 `torch.cuda.amp.autocast`: `torch` is imported from "
+                                       "`compat` on line 1, which the check cannot follow")
+    assert check("tools/run.py") == unfollowed and len(engine_runs) == 1  # replayed
+    (root / "tools" / "compat.py").write_text("import torch\n")
+    fixed = (1, ['tools/run.py:3:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
+                 '"cuda"', "1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes)."])
+    assert check("tools/run.py") == fixed and len(engine_runs) == 2
+    (root / "tools" / "compat").mkdir()  # a package beside it: Python takes it before the module
+    (root / "tools" / "compat" / "__init__.py").write_text("torch = None\n")
+    assert check("tools/run.py") == unfollowed and len(engine_runs) == 3

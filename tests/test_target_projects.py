@@ -638,3 +638,177 @@ def test_a_module_level_reference_read_elsewhere_is_left_where_a_call_there_is_p
     root = project(tmp_path, {"pkg/__init__.py": "", "pkg/config.py": config, "pkg/train.py": reader})
     lines = run(root, monkeypatch, "check", "pkg/config.py").stdout.splitlines()
     assert lines[0].startswith(LEFT.replace("utils.py:8:16", "config.py:3:7") + said + "; functools.partial("), lines[0]
+
+
+# Scripts in one folder, no `__init__.py` (fixtures/projects/scripts_*), each run as `python train.py`: Python puts
+# the script's own folder first on sys.path, so `from engine import train_one_epoch` is engine.py beside it. The
+# project's questions are answered from those files as from a package's: a reference passed to a function of
+# engine.py (by keyword, by position, and read from the module) is followed to that function's calls of it; a
+# function returning the old autocast, to the calls of what it returns; a subclass, to its constructions; a compat
+# module, to the torch it binds. scripts_shadowed: `helpers` is both a package and a module in one folder (Python
+# takes the package), and a module beside tools/evaluate.py, which its own folder puts before the package. Each
+# copy is rewritten, then every script runs before and after, building AMP objects with the same arguments.
+SCRIPT_PARTIAL = ('functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, cache_enabled=True) keeps the '
+                  "old defaults")
+ONLY_CALLED = "`torch.cuda.amp.autocast` is referenced without a call and only called without positional arguments"
+SCRIPTS = {
+    "scripts_arguments": (["train.py"], [
+        f"train.py:10:20: AMP001 fixed: {ONLY_CALLED} (engine.py:7, engine.py:17): {SCRIPT_PARTIAL}",
+        f"train.py:12:39: AMP001 fixed: {ONLY_CALLED} (engine.py:12): {SCRIPT_PARTIAL}",
+        SUMMARY.format(files="1 file", fixes="2 fixes", left="0 findings"),
+    ]),
+    "scripts_returned": (["train.py"], [
+        f"utils.py:9:16: AMP001 fixed: {ONLY_CALLED} (train.py:10, train.py:12): {SCRIPT_PARTIAL}",
+        SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings"),
+    ]),
+    "scripts_subclass": (["main.py"], [
+        "scaling.py:4:22: AMP002 fixed: class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: "
+        "every construction of `CountingScaler` in the project passes keywords only or nothing (main.py:7, "
+        "main.py:9), so none binds `device`",
+        SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings"),
+    ]),
+    "scripts_compat": (["train.py"], [
+        'train.py:6:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
+        '"cuda"',
+        'train.py:7:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"',
+        SUMMARY.format(files="1 file", fixes="2 fixes", left="0 findings"),
+    ]),
+    "scripts_shadowed": (["train.py", "tools/evaluate.py"], [
+        "helpers.py:2:1: AMP010 fixed: `from torch.cuda.amp import autocast` -> `from torch.amp import autocast`",
+        "helpers/__init__.py:3:28: AMP010 left: `torch.cuda.amp.autocast` import left: `autocast` is imported from "
+        "this module by train.py:3, whose uses move with this import: migrate them together",
+        "tools/helpers.py:3:28: AMP010 left: `torch.cuda.amp.autocast` import left: `autocast` is imported from this "
+        "module by tools/evaluate.py:3, whose uses move with this import: migrate them together",
+        SUMMARY.format(files="1 file", fixes="1 fix", left="2 findings"),
+    ]),
+}
+
+
+def test_scripts_in_one_folder_take_the_modules_beside_them_as_python_runs_them(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    outputs = {name: _rewritten_copy(tmp_path, monkeypatch, name) for name in SCRIPTS}
+    assert outputs == {name: lines for name, (_, lines) in SCRIPTS.items()}
+    runs = {name: [(str(PROJECTS / name / script), str(tmp_path / name / script)) for script in scripts]
+            for name, (scripts, _) in SCRIPTS.items()}
+    records = tmp_path / "records.json"
+    subprocess.run([sys.executable, str(RECORDER), "--as-script", str(records),
+                    *(path for pairs in runs.values() for pair in pairs for path in pair)],
+                   check=True, timeout=300, capture_output=True)
+    recorded = json.loads(records.read_text())
+    for name, pairs in runs.items():
+        for before, after in ((recorded[original], recorded[copy]) for original, copy in pairs):
+            assert before["error"] is None and after["error"] is None, (before["error"], after["error"])
+            assert before["records"] and after["records"] == before["records"]
+            assert before["deprecation_warnings"]
+            # scripts_shadowed's autocast is held back with the import the scripts take it from
+            assert bool(after["deprecation_warnings"]) == (name == "scripts_shadowed"), name
+
+
+def test_a_name_python_takes_from_another_folder_is_not_the_one_beside_it(tmp_path: Path, monkeypatch):
+    """A module of a package run with `python -m` takes `helpers` from its package root before its own folder; a
+    script below the project root takes it from its own folder before the root's `src/`."""
+    helpers = "from torch.cuda.amp import autocast\n"
+    root = project(tmp_path, {"pkg/__init__.py": "", "pkg/helpers.py": helpers, "helpers/__init__.py": helpers,
+                              "pkg/train.py": "from helpers import autocast\n", "src/helpers.py": helpers,
+                              "tools/helpers.py": helpers, "tools/run.py": "from helpers import autocast\n"})
+    lines = run(root, monkeypatch, "check", ".").stdout.splitlines()
+    assert [line.split(": AMP010 ")[0] for line in lines if "imported from this module by" in line] == [
+        "helpers/__init__.py:1:28", "tools/helpers.py:1:28"]
+
+
+ENGINE = ("import contextlib\n\n\ndef train_one_epoch(model, amp_autocast=contextlib.nullcontext):\n"
+          "    with amp_autocast():\n        return model\n")
+PASSED = ("train.py:5:5: AMP001 [unsafe] `torch.cuda.amp.autocast` is referenced without a call; its calls cannot be "
+          "given the device here; ")
+
+
+@pytest.mark.parametrize(("engine", "call", "said"), [
+    (ENGINE.replace("amp_autocast():", "amp_autocast(True):"), "train_one_epoch(m, amp_autocast=a)",
+     "the call at engine.py:5 passes an argument by position"),
+    (ENGINE.replace("with amp_autocast():", "with run(amp_autocast):"), "train_one_epoch(m, a)",
+     "it is passed to `train_one_epoch` on line 6; in engine.py, it is passed to `run` on line 5, which is not a "
+     "function of this module"),
+    (ENGINE.replace("def train", "@contextlib.contextmanager\ndef train"), "train_one_epoch(m, amp_autocast=a)",
+     "it is passed to `train_one_epoch` on line 6, which is not a function of this module"),
+    (ENGINE, "train_one_epoch(m, *rest, amp_autocast=a)",
+     "it is passed to `train_one_epoch` on line 6, which is not a function of this module"),
+    (ENGINE, "train_one_epoch(m, autocast=a)",
+     "it is passed to `train_one_epoch` on line 6; no parameter of `train_one_epoch` (engine.py:4) is known to take "
+     "it"),
+])
+def test_a_reference_passed_to_a_function_of_a_sibling_script_is_left_where_it_calls_it_by_position_or_it_escapes(
+        tmp_path: Path, monkeypatch, engine: str, call: str, said: str):
+    train = f"import torch\n\nfrom engine import train_one_epoch\n\na = torch.cuda.amp.autocast\n{call}\n"
+    root = project(tmp_path, {"engine.py": engine, "train.py": train})
+    lines = run(root, monkeypatch, "check", "train.py").stdout.splitlines()
+    assert lines[0].startswith(PASSED + said + "; functools.partial(torch.amp.autocast, "), lines[0]
+
+
+def test_a_reference_passed_to_a_function_that_never_reads_it_is_rewritten(tmp_path: Path, monkeypatch):
+    root = project(tmp_path, {"engine.py": "def train_one_epoch(model, amp_autocast=None):\n    return model\n",
+                              "train.py": "import torch\n\nimport engine\n\n"
+                                          "engine.train_one_epoch(1, torch.cuda.amp.autocast)\n"})
+    lines = run(root, monkeypatch, "check", "train.py").stdout.splitlines()
+    assert lines[0] == ("train.py:5:27: AMP001 [*] `torch.cuda.amp.autocast` is referenced without a call and its value "
+                        'is never read: functools.partial(torch.amp.autocast, "cuda", dtype=torch.float16, '
+                        "cache_enabled=True) keeps the old defaults")
+
+
+# `--device cpu` and a GradScaler subclass constructed with keywords only in another script
+# (fixtures/projects/subclass_device_cpu): rebased onto torch.amp.GradScaler it would build on "cuda", that class's
+# default, where the CPU was asked for; so it is left and reported, and the script's autocast moves to the CPU. Run
+# before and after, the scaler is the one it was (the same arguments, on "cuda", still deprecated).
+ON_CUDA_BY_DEFAULT = ("class derives from `torch.cuda.amp.GradScaler`: `torch.amp.GradScaler` builds on 'cuda' by "
+                      "default, where the target device is `{device}`, and the subclass's constructions cannot be "
+                      "given it here; suggested: torch.amp.GradScaler({device}, ...)")
+
+
+def test_a_scaler_subclass_is_not_rebased_onto_cuda_where_another_device_is_asked_for(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    assert _rewritten_copy(tmp_path, monkeypatch, "subclass_device_cpu", "--device", "cpu") == [
+        "scaling.py:4:22: AMP002 left: " + ON_CUDA_BY_DEFAULT.format(device='"cpu"'),
+        'train.py:9:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cpu"',
+        SUMMARY.format(files="1 file", fixes="1 fix", left="1 finding"),
+    ]
+    original, copy = PROJECTS / "subclass_device_cpu" / "train.py", tmp_path / "subclass_device_cpu" / "train.py"
+    records = tmp_path / "records.json"
+    subprocess.run([sys.executable, str(RECORDER), "--as-script", str(records), str(original), str(copy)],
+                   check=True, timeout=300, capture_output=True)
+    before, after = (json.loads(records.read_text())[str(path)] for path in (original, copy))
+    assert before["error"] is None and after["error"] is None, (before["error"], after["error"])
+    scalers = [[r for r in run["records"] if r["api"] == "GradScaler"] for run in (before, after)]
+    assert scalers[0] == scalers[1] and [r["device"] for r in scalers[0]] == ["cuda"]
+    assert [r["device_type"] for r in after["records"] if r["api"] == "autocast"] == ["cpu"]
+    assert [w for w in after["deprecation_warnings"] if "GradScaler" in w]
+
+    # the same for --device-expr, and for a subclass whose own `__init__` passes keywords only (NeMo's)
+    nemo = (PROJECTS.parent / "grad_scaler" / "subclass_keyword_only_init.in.py").read_text()
+    root = project(tmp_path / "nemo", {"nemo.py": nemo})
+    for flags, device in ((("--device", "cpu"), '"cpu"'), (("--device-expr", "cfg.device"), "cfg.device")):
+        lines = run(root, monkeypatch, "check", *flags, "nemo.py").stdout.splitlines()
+        assert lines[0] == "nemo.py:4:18: AMP002 " + ON_CUDA_BY_DEFAULT.format(device=device)
+    assert run(root, monkeypatch, "check", "nemo.py").stdout.splitlines()[0].startswith(
+        "nemo.py:4:18: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: its "
+        "`__init__` passes only keywords")
+    # with no device asked for, a file written with single quotes (its device is spelled 'cuda') is rebased
+    (root / "quoted.py").write_text(SUBCLASS + "s = S(enabled=False)\nname = 'scaler'\n")
+    assert run(root, monkeypatch, "check", "quoted.py").stdout.splitlines()[0] == (
+        "quoted.py:4:9: AMP002 [*] class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: every "
+        "construction of `S` in the project passes keywords only or nothing (line 6), so none binds `device`")
+
+
+@pytest.mark.parametrize("name", ["scripts_arguments", "scripts_returned", "scripts_compat", "references_across_modules"])
+def test_the_project_views_other_fixes_give_the_target_device(tmp_path: Path, monkeypatch, name: str):
+    import shutil
+
+    root = tmp_path / name
+    shutil.copytree(PROJECTS / name, root)
+    (root / ".git").mkdir()
+    for flags, device in ((("--device", "cpu"), '"cpu"'), (("--device-expr", "cfg.device"), "cfg.device")):
+        fixes = [line for line in run(root, monkeypatch, "check", *flags, ".").stdout.splitlines() if " [*] " in line]
+        assert fixes and all((f"partial(torch.amp.autocast, {device}," in line or f"with device {device}" in line)
+                             and '"cuda"' not in line for line in fixes), fixes

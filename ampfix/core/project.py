@@ -87,6 +87,14 @@ class ProjectModules(Protocol):
         cannot be read."""
         ...
 
+    def argument_calls(self, level: int, module: str, name: str, position: int | None,
+                       keyword: str | None) -> Calls | None:
+        """Where the function that `from <"." * level><module> import <name>`, written in the file asked about,
+        binds (defined in a module of the project) calls the value an argument passes it, at `position` or as
+        `keyword` (`train_one_epoch(model, amp_autocast=amp_autocast)`, `amp_autocast()` in engine.py), or where
+        that value escapes it; None where that is no plain function of the project's modules."""
+        ...
+
     def value_calls(self, name: str) -> Calls | None:
         """Where the other files of the project call the value of the top-level variable `name` of the file asked
         about (`from .config import amp_autocast`, then `with amp_autocast():`), or where it escapes them (a type

@@ -12,8 +12,9 @@ A class of the file (a GradScaler subclass) is looked for in the project's other
 name are parsed, and each read of it (`from .scaling import S`, `scaling.S`, `pkg.scaling.S`, through re-exports) is
 followed in its file as the class's own module follows it (`ModuleFlows.constructions`).
 
-Absolute modules are looked up from the file's package root: the first folder above it without an `__init__.py`
-(where `python -m` or an installed package puts it on `sys.path`).
+Absolute modules are looked up as Python looks them up where the project runs (`_search_path`, `_found`): a
+script's own folder, a module's package root, the project root and its `src/` (docs/design.md, "Absolute imports").
+A value passed to a function of another module is followed there (`argument_calls`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from ampfix.io.project_index import Index, Test, digest
 
 if TYPE_CHECKING:
     from ampfix.core.options import Options
-    from ampfix.syntax.bindings import Binding, ChainRef
+    from ampfix.syntax.bindings import Binding, ChainRef, Walker
+    from ampfix.syntax.flow import ModuleFlows
 
 _DEPTH = 4  # re-exports followed through at most this many modules
 # A `from M import names` statement, found in the bytes before any parse (the parse decides). No `^`: a pattern
@@ -47,8 +49,9 @@ _parsed: dict[Path, tuple[tuple[int, int], dict[str, list[Binding]] | None]] = {
 _indexed: dict[tuple[Path, str | None], dict[tuple[Path, str], list[tuple[str, Path]]]] = {}
 # (project root, qualified name) -> [(where, the file)]: its uses in the project's files, one walk per question.
 _used: dict[tuple[Path, str], list[tuple[str, Path]]] = {}
-# (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run.
-_constructed: dict[tuple[Path, Path, str, str], Calls] = {}
+# (project root, the module file, a name, of its results) -> its calls in the project's other files: one walk per run;
+# (the module file twice, a function's name, "argument <position> <keyword>") -> its calls of that parameter.
+_constructed: dict[tuple[Path, Path, str, str], Calls | None] = {}
 # project root -> its byte answers kept between runs (`ampfix.io.project_index`), loaded once per run and process.
 _indices: dict[Path, Index] = {}
 _cache = True  # whether this run reads and keeps them (`--no-cache`: not)
@@ -96,6 +99,17 @@ class FileModules:
 
     def value_calls(self, name: str) -> Calls | None:
         return self._calls(name, "value")
+
+    def argument_calls(self, level: int, module: str, name: str, position: int | None,
+                       keyword: str | None) -> Calls | None:
+        holder = _module_file(self.path.absolute(), level, module or None)
+        defined_in = _origin(holder, name, _DEPTH) if holder is not None else None
+        if defined_in is None:
+            return None
+        key = (defined_in, defined_in, name, f"argument {position} {keyword}")
+        if key not in _constructed:
+            _constructed[key] = _argument_calls(defined_in, name, position, keyword)
+        return _constructed[key]
 
     def _calls(self, name: str, results: str) -> Calls | None:
         try:
@@ -245,27 +259,43 @@ def _module_file(path: Path, level: int, module: str | None) -> Path | None:
     """The file of the module `from <"." * level><module> import ...` in `path` names, where it is in the project."""
     parts = module.split(".") if module else []
     if not level:
-        if not parts:
-            return None
-        # Where `python -m`, pytest's rootdir or an installed package put the project on `sys.path`.
-        project = _project_root(path)
-        bases = dict.fromkeys((_package_root(path.parent), project, project / "src"))
-        return next((found for base in bases if (base / parts[0]).is_dir()
-                     for found in (_in_folder(base, parts),) if found is not None), None)
+        return _found(_search_path(path), parts) if parts else None
     base = path.parent
     for _ in range(level - 1):
         base = base.parent
     if not parts:
         return base / "__init__.py" if (base / "__init__.py").is_file() else None
-    return _in_folder(base, parts)
+    return _found((base,), parts)
 
 
-def _in_folder(base: Path, parts: list[str]) -> Path | None:
-    folder = base.joinpath(*parts)
-    for candidate in (folder.with_suffix(".py"), folder / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def _search_path(path: Path) -> tuple[Path, ...]:
+    """The folders an absolute import in `path` is looked up in, as `sys.path` holds them where the project runs
+    it: a script (its folder has no `__init__.py`: `python train.py`) first its own folder, which is its package
+    root; a module of a package first its package root (`python -m`, pytest's rootdir, an installed package); then
+    the project root and its `src/`; and last, for a module of a package, its own folder (that module run as a
+    script, `python pkg/train.py`: only a name nothing else resolves is taken from there)."""
+    project = _project_root(path)
+    own = path.parent
+    return tuple(dict.fromkeys((_package_root(own), project, project / "src", own)))
+
+
+def _found(entries: Iterable[Path], parts: list[str]) -> Path | None:
+    """The file of the module `parts` as Python's path finder takes it from the folders `entries` (`sys.path`, or
+    a package's `__path__`): in the first folder holding it, a package (`name/__init__.py`) before a module
+    (`name.py`), either before a namespace package (a folder without `__init__.py`), whose portions in every
+    folder are searched for the rest only where no folder holds the name otherwise. A module below a module (a
+    `.py` file) is none; a namespace package itself has no file."""
+    name, rest = parts[0], parts[1:]
+    portions = []
+    for entry in entries:
+        folder = entry / name
+        if (folder / "__init__.py").is_file():
+            return _found((folder,), rest) if rest else folder / "__init__.py"
+        if (entry / f"{name}.py").is_file():
+            return None if rest else entry / f"{name}.py"
+        if rest and folder.is_dir():
+            portions.append(folder)
+    return _found(portions, rest) if portions else None
 
 
 def _package_root(folder: Path) -> Path:
@@ -566,9 +596,7 @@ def _calls(root: Path, defined_in: Path, name: str, results: str) -> Calls:
 def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, results: str) -> list[ast.Call] | str:
     """The constructions of the class (or the calls of what the function returns) in one file of the project, or
     where it escapes there."""
-    from ampfix.syntax.bindings import Walker, resolve
-    from ampfix.syntax.flow import ModuleFlows
-    from ampfix.syntax.parents import Parents
+    from ampfix.syntax.bindings import Walker
 
     walker = Walker()
     walker.statements(tree.body, walker.module_scope)
@@ -598,11 +626,46 @@ def _file_calls(path: Path, tree: ast.Module, defined_in: Path, name: str, resul
         if isinstance(length, str):
             return f"{length} on line {chain.node.lineno}"
         reads.append((chain, length))
-    flows = ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
-        resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
+    flows = _module_flows(tree, walker)
     flow = flows.results(reads, name) if results == "results" else \
         flows.constructions(reads, name, types=results == "construct")
     return flow.escape if flow.escape is not None else list(flow.calls)
+
+
+def _module_flows(tree: ast.Module, walker: Walker) -> ModuleFlows:
+    from ampfix.syntax.bindings import resolve
+    from ampfix.syntax.flow import ModuleFlows
+    from ampfix.syntax.parents import Parents
+
+    return ModuleFlows(tree, walker, Parents(tree), lambda func, scope: getattr(
+        resolve(func, scope, unanimous=True), "qname", None) == "functools.partial")
+
+
+def _argument_calls(path: Path, name: str, position: int | None, keyword: str | None) -> Calls | None:
+    """The calls the function `name` defined at the top of `path` makes of the parameter an argument at `position`
+    (or passed as `keyword`) binds, followed in its module (`ModuleFlows.parameter`; a value that leaves the module
+    there is an escape); None where `name` is no plain function there."""
+    from ampfix.syntax.bindings import Walker
+    from ampfix.syntax.flow import parameter_of
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+    walker = Walker()
+    walker.statements(tree.body, walker.module_scope)
+    bindings = walker.module_scope.bindings.get(name, [])
+    function = bindings[0].value if len(bindings) == 1 and not bindings[0].guards else None
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.decorator_list:
+        return None  # a decorator may pass the arguments on as it likes
+    param = parameter_of(function, position, keyword)
+    shown = _shown(path)
+    if param is None:
+        return Calls((), escape=f"no parameter of `{name}` ({shown}:{function.lineno}) is known to take it")
+    flow = _module_flows(tree, walker).parameter(function, param)
+    seen = tuple(f"{shown}:{call.lineno}" for call in flow.calls) + flow.remote
+    positional = next((f"{shown}:{call.lineno}" for call in flow.calls if call.args), flow.remote_positional)
+    return Calls(seen, positional, None if flow.escape is None else f"in {shown}, {flow.escape}")
 
 
 def _reads_name(path: Path, node: ast.Import | ast.ImportFrom, parts: tuple[str, ...], defined_in: Path,

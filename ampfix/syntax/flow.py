@@ -2,15 +2,17 @@
 followed through assignments, conditional expressions (`x if cond else nullcontext`), keyword `functools.partial`s,
 attributes of `self` read in the methods of its class, arguments of the module's own functions (by keyword and
 by position), and returns of its plain functions (to the calls of what they return), to every place it is called;
-or to the first place it goes that cannot be followed (an escape: returned by a method, passed to a function not in
-the module, stored where it cannot be read back). And the reads of a class's name, each followed to the
-constructions it reaches (`constructions`): the question a GradScaler subclass asks of its module and of the
-project's other modules; and the reads of a function's name to the calls of what it returns (`results`).
+or to the first place it goes that cannot be followed (an escape: returned by a method, passed to a function neither
+of the module nor of another module of the project, stored where it cannot be read back). And the reads of a
+class's name, each followed to the constructions it reaches (`constructions`): the question a GradScaler subclass
+asks of its module and of the project's other modules; and the reads of a function's name to the calls of what it
+returns (`results`).
 
 Read from the module's syntax: the walk's chains and scopes (`ampfix.syntax.bindings`) and each node's parent. A
 name at the top of the module (a variable, a function whose value it returns) is read by other modules too: given
 the project (`ampfix.core.project.ProjectModules`), their calls are asked of it, followed there the same way;
-without it, such a name is an escape.
+without it, such a name is an escape. So is a value passed to a function another module of the project defines
+(`from engine import train_one_epoch`): that function's calls of its parameter are asked of the project.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ampfix.core.project import Calls, ProjectModules
-from ampfix.syntax.bindings import ChainRef, Scope, Walker
+from ampfix.syntax.bindings import ChainRef, Scope, Walker, attribute_chain, spelled_imports
 from ampfix.syntax.parents import Parents
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -97,7 +99,7 @@ class ModuleFlows:
                     positional = positional or step[1].positional
             else:
                 work += step
-        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None, tuple(remote), positional)
+        return Flow(tuple(sorted(calls, key=lambda c: (c.lineno, c.col_offset))), None, _places(remote), positional)
 
     def _named(self, name: str) -> Flow | None:
         named = self._module.strings.get(name)
@@ -141,6 +143,17 @@ class ModuleFlows:
                 return Flow((), f"a class on line {ref.node.lineno} derives from it")
             flows.append(self.follow(ref.node, ref.scope))
         return _merged(flows)
+
+    def parameter(self, function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> Flow:
+        """Where the value passed to `function`'s parameter `name` goes (asked by another module, which passes it):
+        the calls of each read of the parameter in the function, or the first escape."""
+        inner = self._module.scopes.get(id(function))
+        if inner is None:  # no name is read in its body
+            return Flow((), None)
+        places = self._name_loads(name, inner, function.lineno)
+        if isinstance(places, str):
+            return Flow((), places)
+        return _merged([self.follow(node, scope) for node, scope in places])
 
     def _step(self, node: ast.expr, scope: Scope) -> ast.Call | _Returned | list[tuple[ast.expr, Scope]] | str:
         """Where the value of `node` goes next: a call of it, the places it reaches, or the escape."""
@@ -279,17 +292,42 @@ class ModuleFlows:
                 places.append((ref.node, ref.scope))
         return places
 
-    def _argument(self, call: ast.Call, node: ast.expr, scope: Scope) -> list[tuple[ast.expr, Scope]] | str:
-        """The value passed to a function defined in the module: the reads of the parameter it binds."""
+    def _argument(self, call: ast.Call, node: ast.expr, scope: Scope) -> _Returned | list[tuple[ast.expr, Scope]] | str:
+        """The value passed to a function defined in the module: the reads of the parameter it binds; passed to a
+        function another module of the project defines (`from engine import train_one_epoch`), the calls that
+        function makes of it, asked of the project."""
         callee = _own_function(call.func, scope)
         name = ast.unparse(call.func)
+        place = _argument_place(call, node)
         if callee is None:
-            return f"it is passed to `{name}` on line {call.lineno}, which is not a function of this module"
+            return self._remote_argument(call, scope, place, name)
         inner = self._module.scopes.get(id(callee))
-        param = _parameter(callee, call, node)
+        param = parameter_of(callee, *place) if place is not None else None
         if inner is None or param is None:
             return f"it is passed to `{name}` on line {call.lineno} where no parameter of it is known to take it"
         return self._name_loads(param, inner, call.lineno)
+
+    def _remote_argument(self, call: ast.Call, scope: Scope, place: tuple[int | None, str | None] | None,
+                         name: str) -> _Returned | str:
+        said = f"it is passed to `{name}` on line {call.lineno}"
+        imported = _imported_function(call.func, scope)
+        remote = self._project.argument_calls(*imported, *place) \
+            if self._project is not None and imported is not None and place is not None else None
+        if remote is None:  # not a function of the project's modules, or no project to ask
+            return f"{said}, which is not a function of this module"
+        if remote.escape is not None:
+            return f"{said}; {remote.escape}"
+        return [], remote  # every call the function makes of it (none: it is never read there)
+
+
+def _places(found: list[str]) -> tuple[str, ...]:
+    """Places in other modules (`path:line`), each once, by file and line (two arguments passed to one function of
+    another module reach its calls twice)."""
+    def key(place: str) -> tuple[str, int]:
+        path, _, line = place.rpartition(":")
+        return (path, int(line)) if line.isdigit() else (place, 0)
+
+    return tuple(sorted(dict.fromkeys(found), key=key))
 
 
 def _joined(first: Calls | None, second: Calls | None) -> Calls | None:
@@ -340,17 +378,46 @@ def _own_function(func: ast.expr, scope: Scope) -> ast.FunctionDef | ast.AsyncFu
     return bindings[0].value
 
 
-def _parameter(function: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call, node: ast.expr) -> str | None:
-    """The parameter `node`, an argument of `call`, binds in `function` (None: `*args`, `**kwargs`, unknown)."""
+def _imported_function(func: ast.expr, scope: Scope) -> tuple[int, str, str] | None:
+    """What a callee spelled through one import statement names, as `from <"." * level><module> import <name>`
+    would bind it: (level, module, name). `train_one_epoch` after `from engine import train_one_epoch`, or
+    `engine.train_one_epoch` after `import engine`."""
+    if isinstance(func, ast.Name):
+        parts: tuple[str, ...] = (func.id,)
+    elif isinstance(func, ast.Attribute):
+        attributes, head = attribute_chain(func)
+        if not isinstance(head, ast.Name):
+            return None
+        parts = (head.id, *attributes)
+    else:
+        return None
+    bindings = scope.lookup(parts[0])[1]
+    imports = {id(b.imported_by): b.imported_by for b in bindings if b.imported_by is not None}
+    if len(imports) != 1 or any(b.kind != "import" or b.guards or b.inferred for b in bindings):
+        return None
+    node = next(iter(imports.values())).node
+    return next(((level, module, part) for level, module, part, count in spelled_imports(node, parts)
+                 if count == len(parts)), None)
+
+
+def _argument_place(call: ast.Call, node: ast.expr) -> tuple[int | None, str | None] | None:
+    """Where `node` is passed in `call`: (its position, None) or (None, its keyword); None where a `*args` or a
+    `**kwargs` hides which parameter it binds."""
     if any(isinstance(arg, ast.Starred) for arg in call.args) or any(kw.arg is None for kw in call.keywords):
         return None
-    args = function.args
-    positional = [*args.posonlyargs, *args.args]
     for i, arg in enumerate(call.args):
         if arg is node:
-            return positional[i].arg if i < len(positional) else None
-    for keyword in call.keywords:
-        if keyword.value is node:
-            named = [a.arg for a in (*args.args, *args.kwonlyargs)]
-            return keyword.arg if keyword.arg in named else None
-    return None
+            return i, None
+    return next(((None, keyword.arg) for keyword in call.keywords if keyword.value is node), None)
+
+
+def parameter_of(function: ast.FunctionDef | ast.AsyncFunctionDef, position: int | None,
+                 keyword: str | None) -> str | None:
+    """The parameter of `function` an argument at `position`, or passed as `keyword`, binds (None: `*args`,
+    `**kwargs`, unknown)."""
+    args = function.args
+    if position is not None:
+        positional = [*args.posonlyargs, *args.args]
+        return positional[position].arg if position < len(positional) else None
+    named = [a.arg for a in (*args.args, *args.kwonlyargs)]
+    return keyword if keyword in named else None

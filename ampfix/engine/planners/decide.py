@@ -220,7 +220,7 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
                         unsafe=True, suggestion=suggestion)
 
     if ref.role == "base":
-        return _decide_base(context, use, rule, new_name, new_dotted, suggestion, unsafe)
+        return _decide_base(context, use, rule, (new_name, new_dotted, device), suggestion, unsafe)
     flows = context.fact(module_flows)
     keyword_partial = _keyword_partial(context, use, rule)
     if keyword_partial is not None:
@@ -268,10 +268,12 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
     return Decision(rule.code, message, suggestion=suggestion)
 
 
-def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, new_dotted: str | None,
-                 suggestion: str, unsafe: Callable[[str, ChainEdit], Decision]) -> Decision:
-    """A class deriving from the deprecated class: rebased where no construction of it can bind the new `device`."""
+def _decide_base(context: ModuleContext, use: Use, rule: Rule, new: tuple[str, str | None, str], suggestion: str,
+                 unsafe: Callable[[str, ChainEdit], Decision]) -> Decision:
+    """A class deriving from the deprecated class: rebased where no construction of it can bind the new `device`,
+    and the new class's default device is the target's (`new`: the new name, its dotted edit, the target device)."""
     ref, full, shape = use.ref, use.full, rule.shape
+    new_name, new_dotted, device = new
     assert shape is not None
     symbol = context.family.symbol(full)
     old_device = symbol[2].device if symbol is not None and symbol[2] is not None else None
@@ -279,6 +281,11 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, ne
         return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on "
                         f"{shape.device_default!r} by default where `{full}` built on {old_device!r}",
                         suggestion=suggestion)
+    if shape.device_default is not None and not _spells(device, shape.device_default):
+        # --device cpu, --device-expr: the rebased class would build on its default, not on the target device
+        return Decision(rule.code, f"class derives from `{full}`: `{new_name}` builds on {shape.device_default!r} "
+                        f"by default, where the target device is `{device}`, and the subclass's constructions "
+                        "cannot be given it here", suggestion=suggestion)
     if _keyword_only_init(ref):
         return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: its `__init__` passes only "
                         "keywords to `super().__init__`, so no construction binds `device`",
@@ -304,6 +311,14 @@ def _decide_base(context: ModuleContext, use: Use, rule: Rule, new_name: str, ne
     return Decision(rule.code, f"class derives from `{full}` -> `{new_name}`: every construction of "
                     f"`{cls.name}` in the project passes keywords only or nothing ({shown}), so none binds "
                     "`device`", ChainEdit(new_dotted=new_dotted), fixable=True, suggestion=suggestion)
+
+
+def _spells(expression: str, value: str) -> bool:
+    """Is the source text `expression` the string literal `value` (`"cuda"`, `'cuda'`)?"""
+    try:
+        return ast.literal_eval(expression) == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
 def module_flows(context: ModuleContext) -> ModuleFlows:
