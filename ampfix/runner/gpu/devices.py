@@ -96,6 +96,8 @@ class DeviceModel:
         self._local = threading.local()  # CUDA's current device is per thread
         self._parsed: dict[str, torch.device] = {}
         self.used: set[str] = set()
+        # the GPU blocks of live storages, by their weak reference's id (see mark_storage)
+        self._blocks: dict[int, tuple[weakref.ref, int, int]] = {}
 
     # -- the current device --------------------------------------------------------------------
 
@@ -194,10 +196,16 @@ class DeviceModel:
             except GpuOutOfMemory as error:
                 raise GpuOutOfMemoryError(str(error)) from None
             if block:
-                # Not at exit: the storages the script still holds then are its memory at exit.
-                weakref.finalize(storage, self.memory.free, index, block).atexit = False
+                # A weak reference's callback, not weakref.finalize (a third of a small op's cost under the
+                # runner): the reference is kept until it fires, with what it frees.
+                reference = weakref.ref(storage, self._freed)
+                self._blocks[id(reference)] = (reference, index, block)
         setattr(storage, _MARK, device)
         self.used.add(device)
+
+    def _freed(self, reference: weakref.ref) -> None:
+        _, index, block = self._blocks.pop(id(reference))
+        self.memory.free(index, block)
 
     def place_unmarked(self, value: Any, device: str) -> None:
         """Mark every tensor in a (nested) batch that has no device yet: a DataLoader's, a queue's."""
