@@ -11,7 +11,7 @@ dependencies, torch and ampfix. Measured on:
 * kornia at b4f5a78a1 (its ``conftest.py`` takes ``--device``; issue 40's subset)::
 
       python benchmarks/real_suite.py --project KORNIA --python VENV/bin/python \\
-          --plain-args "--device cpu" --runner-args "--device cuda" \\
+          --plain-args "--device cpu" --runner-args "--device cuda" --same-test cuda=cpu \\
           --tests "tests/filters tests/geometry tests/color tests/losses tests/augmentation tests/enhance \\
                    tests/morphology tests/metrics tests/image tests/feature"
 
@@ -68,6 +68,16 @@ def counts(outcomes: dict[str, str]) -> str:
     return f"{passed} passed, {failed} failed"
 
 
+def renamed_ids(outcomes: dict[str, str], same_test: str) -> dict[str, str]:
+    """The runner's outcomes by the plain run's test ids: a word of a parametrized id (between "[", "-", "]")
+    replaced (``cuda=cpu``)."""
+    if not same_test:
+        return outcomes
+    old, new = same_test.split("=", 1)
+    word = re.compile(rf"(?<=[\[-]){re.escape(old)}(?=[-\]])")
+    return {word.sub(new, test): outcome for test, outcome in outcomes.items()}
+
+
 def refusal_sites(report_path: Path) -> list[str]:
     if not report_path.exists():
         return ["(no report)"]
@@ -84,6 +94,9 @@ def main() -> int:
     parser.add_argument("--plain-args", default="", help="pytest arguments of the plain run only")
     parser.add_argument("--runner-args", default="", help="pytest arguments of the runner's run only")
     parser.add_argument("--only-runner", action="store_true", help="skip the plain run (differences not listed)")
+    parser.add_argument("--same-test", default="", metavar="RUNNER=PLAIN",
+                        help="a word of the runner's test ids that the plain run's ids have in its place "
+                             "(kornia's parametrized ids: cuda=cpu)")
     args = parser.parse_args()
     # --color=no: a project's own addopts may force colour, and the outcome lines would not match OUTCOME.
     pytest_args = [*shlex.split(args.tests), "-v", "-p", "no:cacheprovider", "--color=no"]
@@ -106,10 +119,11 @@ def main() -> int:
     for line in sites:
         print(f"  {line}")
     if plain is not None:
-        changed = sorted(test for test in emulated[1] if emulated[1][test] != plain[1].get(test))
+        renamed = renamed_ids(emulated[1], args.same_test)
+        changed = sorted(test for test in renamed if renamed[test] != plain[1].get(test))
         print(f"{len(changed)} tests whose outcome differs:")
         for test in changed:
-            print(f"  {plain[1].get(test, '?'):>7} -> {emulated[1][test]:<7} {test}")
+            print(f"  {plain[1].get(test, '?'):>7} -> {renamed[test]:<7} {test}")
     failed = [test for test, outcome in emulated[1].items() if outcome in ("FAILED", "ERROR")]
     return 1 if failed else 0
 
