@@ -186,6 +186,8 @@ class DeviceModel:
             return  # sparse, nested, a subclass without storage: nothing to count
         if getattr(storage, _MARK, None) is not None:
             return
+        if tensor.is_meta or (type(tensor) is not _Tensor and storage.device.type == "meta"):
+            return  # meta memory (a fake tensor's, torch.export's): its tensors keep their own device
         self.mark_storage(storage, device)
 
     def mark_storage(self, storage: Any, device: str) -> None:
@@ -266,7 +268,11 @@ class DeviceModel:
         """The device a read of ``tensor`` answers: its mark, or, for a tensor made inside the running call and
         not marked yet (autograd's pack hooks read it there), that call's device; None: the real one (the CPU).
         Every read goes through here: ``x.device``, ``x.to(other)``, ``isinstance(x, torch.cuda.FloatTensor)``."""
-        return self.of(tensor) or getattr(self._local, "making", None)
+        mark = self.of(tensor)
+        if mark is not None:
+            return mark
+        making = getattr(self._local, "making", None)
+        return None if making is None or tensor.is_meta else making  # a meta tensor keeps its own device
 
     def for_new_tensors(self) -> str:
         """The device a factory without ``device=`` makes its tensor on."""
