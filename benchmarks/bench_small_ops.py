@@ -14,7 +14,10 @@ measures the other processes' load as much as this one's work; one thread makes 
 * **pytest**: a generated suite of ``--tests`` tests of such ops, ``python -m pytest -q`` against
   ``python -m ampfix run -m pytest -- -q``: the whole wall time, start-up included.
 
-    python benchmarks/bench_small_ops.py [--repeats 5] [--ops 20000] [--tests 400]
+    python benchmarks/bench_small_ops.py [--repeats 5] [--ops 20000] [--tests 400] [--baseline main]
+
+``--baseline REF`` runs the runner of that commit too, in the same rounds (its ampfix package unpacked from git,
+first on the path): the change's ratio measured side by side.
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ def test_small_ops(seed, device):
     torch.manual_seed(seed)
     x = torch.randn(4, 4, device=device, requires_grad=True)
     y = torch.randn(4, 4, device=device)
-    b, c, f, h = small_ops(device, x, y, torch.tensor([0, 2]))
-    (h.sum() + f).backward()
+    for _ in range(20):  # a test of kornia's runs hundreds of small ops (gradcheck: thousands)
+        b, c, f, h = small_ops(device, x, y, torch.tensor([0, 2]))
+        (h.sum() + f).backward()
     assert x.grad.device == x.device and h.device.type == torch.device(device).type
 """
 
@@ -98,49 +102,60 @@ def runner(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "ampfix", "run", "--threads", "1", *arguments]
 
 
+# label -> the folder holding the ampfix package to run (None: the installed one)
+Runners = dict[str, "str | None"]
+
+
 def children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(command: list[str], cwd: Path) -> tuple[float, str]:
+def timed(command: list[str], cwd: Path, source: str | None = None) -> tuple[float, str]:
     """The CPU time (user and system) of the command and every process it waited for: on a loaded machine the
-    wall time measures the other processes' load as much as this one's work."""
+    wall time measures the other processes' load as much as this one's work. ``source``: the folder of the
+    ampfix package to run (a baseline unpacked from git), first on the path."""
+    environ = ONE_THREAD if source is None else {**ONE_THREAD, "PYTHONPATH": source}
     started = children_cpu_s()
-    completed = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=ONE_THREAD, check=False)
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environ, check=False)
     if completed.returncode != 0:
         raise SystemExit(f"{command} failed:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}")
     return children_cpu_s() - started, completed.stdout
 
 
-def per_op(folder: Path, repeats: int, ops: int) -> None:
+def per_op(folder: Path, repeats: int, ops: int, runners: Runners) -> None:
     script = folder / "per_op.py"
     script.write_text(PER_OP_SCRIPT)
-    plain: list[float] = []
-    emulated: list[float] = []
+    times: dict[str, list[float]] = {"plain": [], **{label: [] for label in runners}}
     for _ in range(repeats):
-        plain.append(json.loads(timed([sys.executable, str(script), "cpu", str(ops)], folder)[1])["us_per_op"])
-        output = timed(runner(str(script), "cuda", str(ops)), folder)[1]
-        emulated.append(json.loads(output.splitlines()[0])["us_per_op"])
-    plain_us, emulated_us = statistics.median(plain), statistics.median(emulated)
-    print(f"per op, CPU time: plain {plain_us:.1f} us, runner {emulated_us:.1f} us: {emulated_us - plain_us:.1f} us more "
-          f"({emulated_us / plain_us:.2f}x; medians of {repeats})")
+        times["plain"].append(json.loads(timed([sys.executable, str(script), "cpu", str(ops)], folder)[1])["us_per_op"])
+        for label, source in runners.items():
+            output = timed(runner(str(script), "cuda", str(ops)), folder, source)[1]
+            times[label].append(json.loads(output.splitlines()[0])["us_per_op"])
+    plain_us = statistics.median(times["plain"])
+    print(f"per op, CPU time, medians of {repeats}: plain {plain_us:.1f} us")
+    for label in runners:
+        emulated_us = statistics.median(times[label])
+        print(f"  {label}: {emulated_us:.1f} us, {emulated_us - plain_us:.1f} us more ({emulated_us / plain_us:.2f}x)")
 
 
-def pytest_suite(folder: Path, repeats: int, tests: int) -> None:
+def pytest_suite(folder: Path, repeats: int, tests: int, runners: Runners) -> None:
     suite = folder / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
     (suite / "test_small_ops.py").write_text(TEST_MODULE.replace("{tests}", str(tests)))
     common = ["-q", "-p", "no:cacheprovider"]
-    plain: list[float] = []
-    emulated: list[float] = []
+    times: dict[str, list[float]] = {"plain": [], **{label: [] for label in runners}}
     for _ in range(repeats):
-        plain.append(timed([sys.executable, "-m", "pytest", *common, "--device", "cpu"], suite)[0])
-        emulated.append(timed(runner("-m", "pytest", "--", *common, "--device", "cuda"), suite)[0])
-    plain_s, emulated_s = statistics.median(plain), statistics.median(emulated)
-    print(f"pytest, {tests} tests, CPU time: plain {plain_s:.2f} s, runner {emulated_s:.2f} s ({emulated_s / plain_s:.2f}x; "
-          f"medians of {repeats})")
+        times["plain"].append(timed([sys.executable, "-m", "pytest", *common, "--device", "cpu"], suite)[0])
+        for label, source in runners.items():
+            command = runner("-m", "pytest", "--", *common, "--device", "cuda")
+            times[label].append(timed(command, suite, source)[0])
+    plain_s = statistics.median(times["plain"])
+    print(f"pytest, {tests} tests, CPU time, medians of {repeats}: plain {plain_s:.2f} s")
+    for label in runners:
+        emulated_s = statistics.median(times[label])
+        print(f"  {label}: {emulated_s:.2f} s ({emulated_s / plain_s:.2f}x)")
 
 
 def main() -> int:
@@ -148,11 +163,19 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ops", type=int, default=20000)
     parser.add_argument("--tests", type=int, default=400)
+    parser.add_argument("--baseline", metavar="REF", help="also run the runner of this git commit (unpacked here)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        per_op(folder, args.repeats, args.ops)
-        pytest_suite(folder, args.repeats, args.tests)
+        runners: Runners = {"runner": None}
+        if args.baseline:
+            source = folder / "baseline"
+            source.mkdir()
+            archive = subprocess.run(["git", "archive", args.baseline, "ampfix"], capture_output=True, check=True)
+            subprocess.run(["tar", "x", "-C", str(source)], input=archive.stdout, check=True)
+            runners = {f"runner at {args.baseline}": str(source), **runners}
+        per_op(folder, args.repeats, args.ops, runners)
+        pytest_suite(folder, args.repeats, args.tests, runners)
     return 0
 
 
