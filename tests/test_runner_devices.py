@@ -66,6 +66,7 @@ def test_tensors_made_where_the_mode_cannot_see_read_the_gpus_device_and_none_is
     assert origins_run.stdout.splitlines() == [
         "as_tensor: cuda:0 cpu",
         "asarray: cuda:0",
+        "as_tensor on its own device is itself: True True",
         "module.to(device=): cuda:0",
         "meta: meta meta meta",
         "jit.script: cuda:0",
@@ -84,7 +85,7 @@ def test_tensors_made_where_the_mode_cannot_see_read_the_gpus_device_and_none_is
     assert origins_run.report["gpu_refusals"] == []
     # inductor's Triton kernels need a GPU: dynamo's graph ran as aot_eager, and the report says so at the call
     assert [(Path(item["file"]).name, item["line"]) for item in origins_run.report["unemulated"]] == [
-        ("origins.py", 57)
+        ("origins.py", 59)
     ]
     assert origins_run.report["unemulated"][0]["feature"].startswith("torch.compile with inductor")
 

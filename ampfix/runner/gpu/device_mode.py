@@ -174,7 +174,10 @@ class CudaOnCpuMode(TorchFunctionMode):
         """``torch.as_tensor(x, device="cuda")`` / ``torch.asarray`` hand ``x`` itself back when the CPU build
         needs no copy: a GPU copies a tensor that is on another device."""
         current = self.devices.of(result)
-        if current == wanted or (current is None and not any(result is arg for arg in args)):
+        if current is None:  # a new tensor, or an unmarked one handed back: that one is on the CPU
+            if wanted == CPU or not any(result is arg for arg in args):
+                return result
+        elif current == wanted:
             return result
         return _TENSOR_TO(result, copy=True)
 
