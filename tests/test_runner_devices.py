@@ -20,6 +20,7 @@ JOBS: dict[str, list[str]] = {
     "forgot_cuda_run": ["run", "gpu/forgot_cuda.py"],
     "forgot_cuda_forgiven_run": ["run", "--no-device-checks", "gpu/forgot_cuda.py"],
     "memory_run": ["run", "gpu/memory.py"],
+    "origins_run": ["run", "gpu/origins.py"],
     "out_of_memory_run": ["run", "--gpu-memory", "64MiB", "gpu/out_of_memory.py"],
     "pytest_module_run": ["run", "-m", "pytest", "--", str(PROJECT / "tests"), "-q", "-p", "no:cacheprovider"],
 }
@@ -58,6 +59,35 @@ def test_every_device_read_says_what_a_gpu_says(devices_run: Job) -> None:
         "scaler: 1024.0",
     ]
     assert devices_run.report["devices_used"] == ["cpu", "cuda:0"]
+
+
+def test_tensors_made_where_the_mode_cannot_see_read_the_gpus_device_and_none_is_refused(origins_run: Job) -> None:
+    assert origins_run.returncode == 0, origins_run.stderr
+    assert origins_run.stdout.splitlines() == [
+        "as_tensor: cuda:0 cpu",
+        "asarray: cuda:0",
+        "as_tensor on its own device is itself: True True",
+        "module.to(device=): cuda:0",
+        "meta: meta meta meta",
+        "jit.script: cuda:0",
+        "jit.trace: cuda:0",
+        "jit.script module: cuda:0",
+        "__torch_function__ of another class: cuda:0",
+        "autograd.grad allow_unused: None cuda:0",
+        "autograd.grad two devices: cuda:0 cpu",
+        "dlpack: cuda:0 cuda:0",
+        "vmap: cuda:0",
+        "func.grad: cuda:0",
+        "compile: cuda:0 [3.0, 3.0, 3.0]",
+        # fake tensors' meta memory is never marked: export's fake tensor asserts its elem reads meta
+        "torch.export: cpu",
+    ]
+    assert origins_run.report["gpu_refusals"] == []
+    # inductor's Triton kernels need a GPU: dynamo's graph ran as aot_eager, and the report says so at the call
+    assert [(Path(item["file"]).name, item["line"]) for item in origins_run.report["unemulated"]] == [
+        ("origins.py", 59)
+    ]
+    assert origins_run.report["unemulated"][0]["feature"].startswith("torch.compile with inductor")
 
 
 SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"

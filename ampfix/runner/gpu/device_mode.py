@@ -51,6 +51,9 @@ ON_THEIR_TENSORS_DEVICE = frozenset({
 })  # fmt: skip
 # Calls that make a CPU tensor whatever the default device is.
 ON_THE_CPU = frozenset({torch.from_numpy, torch.frombuffer})
+# Calls that only read a ``device=`` argument (``Module.to`` parses its arguments with it): the device
+# they name is handed back as it is, to the call that makes the tensors.
+ONLY_PARSE_A_DEVICE = frozenset({torch._C._nn._parse_to})
 
 
 class PinnedTensors:
@@ -99,6 +102,8 @@ class CudaOnCpuMode(TorchFunctionMode):
             _Tensor.is_pinned: self._is_pinned,
             _Tensor.type: self._type,
             _Tensor.type_as: self._type_as,
+            torch.autograd.grad: self._grad,
+            **{parse: _as_it_is(parse) for parse in ONLY_PARSE_A_DEVICE},
         }
 
     def add_handlers(self, handlers: dict[Any, Callable[[tuple, dict], Any]]) -> None:
@@ -110,6 +115,8 @@ class CudaOnCpuMode(TorchFunctionMode):
         self._handlers = {**self._handlers, **handlers}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if types and (len(types) > 1 or types[0] is not _Tensor) and _foreign(types):
+            return self._under_their_own_torch_function(func, types, args, kwargs or {})
         refusal = self._refusals.get(func)
         if refusal is not None:
             refusal(args)
@@ -124,17 +131,19 @@ class CudaOnCpuMode(TorchFunctionMode):
         Only a call that returns tensors has a device to give, and only such a call is refused for
         two devices: a GPU checks where a kernel computes, and a question asked of tensors
         (``torch._has_compatible_shallow_copy_type``, ``x.shape``) computes nothing."""
-        wanted, pin = None, False
+        wanted, pin, own_device = None, False, False
         if kwargs:  # every torch call passes here: the common call without keywords does no more
             if kwargs.get("device") is not None:
                 wanted = self.devices.resolve(kwargs["device"])
                 if wanted is not None:
                     kwargs = {**kwargs, "device": CPU}
+                else:  # meta, or a device the runner does not emulate: the tensor keeps its own
+                    own_device = True
             if kwargs.get("pin_memory"):  # torch.empty(..., pin_memory=True)
                 pin, kwargs = True, {**kwargs, "pin_memory": False}  # page-locked memory needs an accelerator
         devices = self.devices
         refusal = None
-        if wanted is not None:
+        if wanted is not None or own_device:
             device: str | None = wanted
         elif func in ON_THEIR_TENSORS_DEVICE:
             device = devices.of(args[0]) if args else None
@@ -151,12 +160,49 @@ class CudaOnCpuMode(TorchFunctionMode):
                                            isinstance(result[0], _Tensor)):
             if refusal is not None:
                 devices.refused(refusal)
+            if wanted is not None and isinstance(result, _Tensor):
+                result = self._copied_if_handed_back(result, wanted, args)
             if device is not None:
                 devices.place(result, device)
             if pin:
                 self._pinned.add(result)
             if self._is_autocast_enabled("cpu"):
                 self._count_dtypes(result)
+        return result
+
+    def _copied_if_handed_back(self, result: _Tensor, wanted: str, args: tuple) -> _Tensor:
+        """``torch.as_tensor(x, device="cuda")`` / ``torch.asarray`` hand ``x`` itself back when the CPU build
+        needs no copy: a GPU copies a tensor that is on another device."""
+        current = self.devices.of(result)
+        if current is None:  # a new tensor, or an unmarked one handed back: that one is on the CPU
+            if wanted == CPU or not any(result is arg for arg in args):
+                return result
+        elif current == wanted:
+            return result
+        return _TENSOR_TO(result, copy=True)
+
+    def _under_their_own_torch_function(self, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
+        """A call given an object of a class that is no Tensor and has its own ``__torch_function__``
+        (a tensor wrapper): that class runs the call as it would without the mode, with the mode still on,
+        so the torch calls it makes with its own tensors are seen and give their results a device."""
+        for value in (*args, *kwargs.values()):
+            for item in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(item, _Tensor) and type(item) in types:
+                    with mode_active(self):
+                        result = item.__torch_function__(func, types, args, kwargs)
+                    if result is not NotImplemented:
+                        return result
+        return self.call(func, args, kwargs)
+
+    def _grad(self, args: tuple, kwargs: dict) -> Any:
+        """``torch.autograd.grad``: each gradient is on its input's device (inputs on several devices are no
+        refusal), and an unused input's None leaves the others as they are."""
+        result = torch.autograd.grad(*args, **kwargs)
+        inputs = kwargs.get("inputs", args[1] if len(args) > 1 else ())
+        for gradient, tensor in zip(result, (inputs,) if isinstance(inputs, _Tensor) else inputs):
+            device = self.devices.of(tensor)
+            if gradient is not None and device is not None:
+                self.devices.mark(gradient, device)
         return result
 
     def _count_dtypes(self, result: Any) -> None:
@@ -204,12 +250,14 @@ class CudaOnCpuMode(TorchFunctionMode):
             target = self.devices.read(rest[0]) or CPU
         elif kwargs.get("device") is not None:
             target = self.devices.resolve(kwargs["device"])
-            if target is not None:
-                kwargs = {**kwargs, "device": CPU}
+            if target is None:  # meta, or a device the runner does not emulate: its own
+                return _TENSOR_TO(*args, **kwargs)
+            kwargs = {**kwargs, "device": CPU}
         elif rest and not isinstance(rest[0], torch.dtype):
             target = self.devices.resolve(rest[0])
-            if target is not None:
-                rest[0] = CPU
+            if target is None:
+                return _TENSOR_TO(*args, **kwargs)
+            rest[0] = CPU
         copy_asked = bool(kwargs.pop("copy", False)) if "copy" in kwargs else False
         if len(rest) > 3:  # copy given positionally
             copy_asked, rest = bool(rest[3]), rest[:3]
@@ -270,6 +318,14 @@ class CudaOnCpuMode(TorchFunctionMode):
 
     def _is_pinned(self, args: tuple, kwargs: dict) -> bool:
         return args[0] in self._pinned
+
+
+def _foreign(types: tuple) -> bool:
+    return any(not issubclass(kind, _Tensor) for kind in types)
+
+
+def _as_it_is(func: Any) -> Callable[[tuple, dict], Any]:
+    return lambda args, kwargs: func(*args, **kwargs)
 
 
 def _without(kwargs: dict, name: str) -> dict:

@@ -96,6 +96,8 @@ class DeviceModel:
         self._local = threading.local()  # CUDA's current device is per thread
         self._parsed: dict[str, torch.device] = {}
         self.used: set[str] = set()
+        # the GPU blocks of live storages, by their weak reference's id (see mark_storage)
+        self._blocks: dict[int, tuple[weakref.ref, int, int]] = {}
 
     # -- the current device --------------------------------------------------------------------
 
@@ -184,6 +186,8 @@ class DeviceModel:
             return  # sparse, nested, a subclass without storage: nothing to count
         if getattr(storage, _MARK, None) is not None:
             return
+        if tensor.is_meta or (type(tensor) is not _Tensor and storage.device.type == "meta"):
+            return  # meta memory (a fake tensor's, torch.export's): its tensors keep their own device
         self.mark_storage(storage, device)
 
     def mark_storage(self, storage: Any, device: str) -> None:
@@ -194,10 +198,16 @@ class DeviceModel:
             except GpuOutOfMemory as error:
                 raise GpuOutOfMemoryError(str(error)) from None
             if block:
-                # Not at exit: the storages the script still holds then are its memory at exit.
-                weakref.finalize(storage, self.memory.free, index, block).atexit = False
+                # A weak reference's callback, not weakref.finalize (a third of a small op's cost under the
+                # runner): the reference is kept until it fires, with what it frees.
+                reference = weakref.ref(storage, self._freed)
+                self._blocks[id(reference)] = (reference, index, block)
         setattr(storage, _MARK, device)
         self.used.add(device)
+
+    def _freed(self, reference: weakref.ref) -> None:
+        _, index, block = self._blocks.pop(id(reference))
+        self.memory.free(index, block)
 
     def place_unmarked(self, value: Any, device: str) -> None:
         """Mark every tensor in a (nested) batch that has no device yet: a DataLoader's, a queue's."""
@@ -258,7 +268,11 @@ class DeviceModel:
         """The device a read of ``tensor`` answers: its mark, or, for a tensor made inside the running call and
         not marked yet (autograd's pack hooks read it there), that call's device; None: the real one (the CPU).
         Every read goes through here: ``x.device``, ``x.to(other)``, ``isinstance(x, torch.cuda.FloatTensor)``."""
-        return self.of(tensor) or getattr(self._local, "making", None)
+        mark = self.of(tensor)
+        if mark is not None:
+            return mark
+        making = getattr(self._local, "making", None)
+        return None if making is None or tensor.is_meta else making  # a meta tensor keeps its own device
 
     def for_new_tensors(self) -> str:
         """The device a factory without ``device=`` makes its tensor on."""

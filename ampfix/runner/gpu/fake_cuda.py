@@ -151,6 +151,16 @@ def _set_stream(stream: Any) -> None:
         _CURRENT.stream = stream
 
 
+# torch.accelerator's own function objects, not torch.cuda's: dynamo keys its handlers by function and refuses
+# one function registered twice ("Handler already registered for <function _current_stream>").
+def _accelerator_current_stream(device: Any = None) -> Any:
+    return _CURRENT.stream
+
+
+def _accelerator_set_stream(stream: Any) -> None:
+    _set_stream(stream)
+
+
 def _device_context(devices: DeviceModel) -> Callable[[Any], contextlib.AbstractContextManager[None]]:
     @contextlib.contextmanager
     def device(device: Any) -> Iterator[None]:
@@ -366,8 +376,8 @@ def _accelerator_functions(devices: DeviceModel) -> dict[str, Any]:
         "set_device_idx": devices.set_current,
         "device_index": _device_context(devices),
         "synchronize": lambda device=None: None,
-        "current_stream": _current_stream,
-        "set_stream": _set_stream,
+        "current_stream": _accelerator_current_stream,
+        "set_stream": _accelerator_set_stream,
         "get_device_capability": capability,
         "get_memory_info": memory["mem_get_info"],
         "empty_host_cache": lambda: None,

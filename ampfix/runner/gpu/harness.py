@@ -38,8 +38,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     sites.configure(os.path.dirname(torch.__file__ or ""))
     _fix_seed_and_threads(torch, config)
 
-    from ampfix.runner.gpu import amp_patches, boundaries, cuda_autocast, deferred_dynamo, device_mode, devices
-    from ampfix.runner.gpu import fake_cuda, process_patches
+    from ampfix.runner.gpu import amp_patches, boundaries, compiler, cuda_autocast, deferred_dynamo, device_mode
+    from ampfix.runner.gpu import devices, fake_cuda, process_patches, unseen
     from ampfix.runner.trace import training_hooks
 
     global current
@@ -92,6 +92,8 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
         ),
         *process_patches.installers(recorder, gpus),
         ("gradients' devices", lambda: devices.install_gradient_marks(gpus)),
+        ("devices of TorchScript, torch.func and DLPack results", lambda: unseen.install(gpus)),
+        ("torch.compile without inductor's GPU kernels", lambda: compiler.install(recorder)),
         ("torch.save of the bfloat16 stand-in", stand_in.install_save),
         # Last: the mode would otherwise watch the installation itself.
         ("device mapping", install_device_mode),

@@ -1,0 +1,45 @@
+"""``torch.compile`` under the runner: dynamo captures the script's graphs as on a GPU; inductor's kernels are not made.
+
+Runs in the child. Inductor, ``torch.compile``'s default backend, generates kernels for the device its graph's
+inputs are on: Triton kernels for "cuda", which a CPU build can neither make nor run (it fails with "Could not
+run 'aten::empty_strided' with arguments from the 'CUDA' backend"). So a compile that asks for inductor (the
+default) asks for ``aot_eager`` instead: dynamo captures the graph and AOT autograd splits forward and backward
+as they would for inductor, the graph breaks, guards and recompiles are dynamo's own, and the captured ops run
+eagerly, through the device mode, so their results carry the GPU's devices and what a GPU refuses is refused.
+What a script can tell apart is speed and inductor's own numerics (its fused kernels round alike, not bitwise
+like eager). Each such call is listed in the report with its site. A compile that names another backend
+(``"eager"``, ``"aot_eager"``, a function) runs as asked.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.patching import replace, with_arguments_adjusted
+from ampfix.runner.trace.sites import find_site
+
+INDUCTOR = "inductor"
+STAND_IN_BACKEND = "aot_eager"
+FEATURE = (
+    "torch.compile with inductor (Triton kernels need a GPU): its graphs were captured by dynamo and ran as "
+    "aot_eager"
+)
+
+
+def install(recorder: Recorder) -> None:
+    original = torch.compile
+
+    def eager_in_place_of_inductor(arguments: dict[str, Any]) -> None:
+        if arguments.get("backend") in (None, INDUCTOR):
+            arguments["backend"] = STAND_IN_BACKEND
+            # mode and options are inductor's own (another backend refuses them)
+            arguments.pop("mode", None)
+            arguments.pop("options", None)
+            recorder.unemulated_use(FEATURE, find_site())
+
+    compile_ = with_arguments_adjusted(original, eager_in_place_of_inductor)
+    replace(torch, "compile", functools.wraps(original)(compile_))
