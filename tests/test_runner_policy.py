@@ -131,7 +131,8 @@ def _header_lists() -> dict[str, list[str]]:
     text = AUTOCAST_HEADER.read_text()
     lists = {}
     for macro in ("AT_FORALL_LOWER_PRECISION_FP", "AT_FORALL_FP32", "AT_FORALL_FP32_SET_OPT_DTYPE", "AT_FORALL_PROMOTE"):
-        body = re.search(rf"#define {macro}\(_\)(.*?)\n\n", text, re.S).group(1)
+        # The macro's lines: each continued by a trailing backslash, and the one that ends it.
+        body = re.search(rf"#define {macro}\(_\)((?:.*\\\n)*.*)", text).group(1)
         lists[macro] = [op + (f".{overload}" if overload else "") for op, overload in re.findall(r"_\((\w+)(?:, (\w+))?\)", body)]
     lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"] = re.findall(r'"(norm\.\w+)"', text)
     return lists
