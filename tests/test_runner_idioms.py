@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
 from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
 
 JOBS: dict[str, list[str]] = {
@@ -22,6 +24,10 @@ JOBS: dict[str, list[str]] = {
 }
 
 define_job_fixtures(JOBS, globals())
+
+# torch.accelerator arrived in torch 2.6: before it, the device-generic script fails as on a GPU with that torch.
+HAS_ACCELERATOR = hasattr(torch, "accelerator")
+needs_accelerator = pytest.mark.skipif(not HAS_ACCELERATOR, reason=f"torch {torch.__version__} has no torch.accelerator")
 
 
 def test_data_parallel_trains_its_module_as_one_replica(data_parallel_run: Job) -> None:
@@ -49,6 +55,7 @@ def test_data_parallel_trains_its_module_as_one_replica(data_parallel_run: Job) 
     ]  # fmt: skip
 
 
+@needs_accelerator
 def test_a_device_generic_script_takes_its_cuda_path(accelerator_run: Job) -> None:
     report = accelerator_run.report
     assert accelerator_run.returncode == 0, accelerator_run.stderr
@@ -63,6 +70,17 @@ def test_a_device_generic_script_takes_its_cuda_path(accelerator_run: Job) -> No
     assert report["scaler"]["step"] == 4 and report["optimizer_steps"] == 4
 
 
+@pytest.mark.skipif(HAS_ACCELERATOR, reason="torch.accelerator exists: emulated")
+def test_before_torch_2_6_naming_torch_accelerator_fails_as_on_a_gpu(accelerator_run: Job) -> None:
+    """Nothing emulated where torch has no torch.accelerator, nothing said about it: the script's AttributeError is
+    its own, as on a GPU with that torch."""
+    assert accelerator_run.returncode == 1
+    assert "AttributeError: module 'torch' has no attribute 'accelerator'" in accelerator_run.stderr
+    assert "the script's own" in accelerator_run.stderr
+    assert "could not emulate" not in accelerator_run.stderr
+
+
+@needs_accelerator
 def test_the_report_says_which_device_path_was_taken(accelerator_run: Job) -> None:
     queries = [(item["line"], item["query"], item["answer"], item["count"]) for item in accelerator_run.report["device_queries"]]
     # torch.backends.mps.is_available() (line 12) is not asked: the accelerator branch was taken.

@@ -131,29 +131,68 @@ def _header_lists() -> dict[str, list[str]]:
     text = AUTOCAST_HEADER.read_text()
     lists = {}
     for macro in ("AT_FORALL_LOWER_PRECISION_FP", "AT_FORALL_FP32", "AT_FORALL_FP32_SET_OPT_DTYPE", "AT_FORALL_PROMOTE"):
-        body = re.search(rf"#define {macro}\(_\)(.*?)\n\n", text, re.S).group(1)
+        # The macro's lines: each continued by a trailing backslash, and the one that ends it.
+        body = re.search(rf"#define {macro}\(_\)((?:.*\\\n)*.*)", text).group(1)
         lists[macro] = [op + (f".{overload}" if overload else "") for op, overload in re.findall(r"_\((\w+)(?:, (\w+))?\)", body)]
     lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"] = re.findall(r'"(norm\.\w+)"', text)
     return lists
 
 
-def test_the_table_is_the_installed_torchs_header() -> None:
-    lists = _header_lists()
-    cuda_only_build = ("cudnn_convolution", "cudnn_convolution_transpose")
-    assert set(cuda_autocast.LOWER_PRECISION_FP) == set(lists["AT_FORALL_LOWER_PRECISION_FP"]) | set(cuda_only_build)
-    assert list(cuda_autocast.FP32) == lists["AT_FORALL_FP32"]
-    assert list(cuda_autocast.FP32_SET_OPT_DTYPE) == lists["AT_FORALL_FP32_SET_OPT_DTYPE"]
-    assert list(cuda_autocast.PROMOTE) == lists["AT_FORALL_PROMOTE"]
-    assert list(cuda_autocast.FP32_APPEND_DTYPE) == lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"]
-
-
-def test_the_table_covers_every_op_cuda_autocast_registers() -> None:
-    registered = {
+def _cuda_registered() -> set[str]:
+    return {
         name.removeprefix("aten::")
         for name in torch._C._dispatch_get_all_op_names()
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
     }
-    assert registered == set(cuda_autocast.CUDA_POLICY)
+
+
+def test_the_table_is_the_installed_torchs_header() -> None:
+    """Each list, less the ops the installed torch does not register (another release's), is its header's."""
+    if "#define AT_FORALL_FP32(_)" not in AUTOCAST_HEADER.read_text():
+        pytest.skip(f"torch {torch.__version__} declares its lists in autocast_mode.cpp, which it does not ship")
+    lists, registered = _header_lists(), _cuda_registered()
+
+    def of_this_torch(table) -> list[str]:
+        return [name for name in table if name in registered and name not in cuda_autocast.BESIDE_THE_HEADER]
+
+    assert set(of_this_torch(cuda_autocast.LOWER_PRECISION_FP)) == set(lists["AT_FORALL_LOWER_PRECISION_FP"])
+    assert of_this_torch(cuda_autocast.FP32) == lists["AT_FORALL_FP32"]
+    assert of_this_torch(cuda_autocast.FP32_SET_OPT_DTYPE) == lists["AT_FORALL_FP32_SET_OPT_DTYPE"]
+    assert of_this_torch(cuda_autocast.PROMOTE) == lists["AT_FORALL_PROMOTE"]
+    assert of_this_torch(cuda_autocast.FP32_APPEND_DTYPE) == lists["AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE"]
+
+
+def test_the_table_covers_every_op_cuda_autocast_registers() -> None:
+    """Every op the installed torch registers for CUDA autocast (2.14.1's CUDA build: _cudnn_rnn and
+    linalg_matrix_sqrth too) has its policy, and a run installs each (less those the CPU's kernel already runs
+    as CUDA does)."""
+    registered = _cuda_registered()
+    assert registered <= set(cuda_autocast.CUDA_POLICY)
+    installed = cuda_autocast.ops_to_install(registered)
+    assert installed == {name for name in registered - cuda_autocast.CPU_KERNEL_IS_CUDA_POLICY}
+
+
+def test_the_ops_beside_the_header_run_the_policy_cuda_autocast_gives_them() -> None:
+    """Not in autocast_mode.h: the policy of each registered one is read from CUDA autocast itself, run on fake
+    CUDA tensors (FakeTensorMode runs the real AutocastCUDA kernels on a machine without a GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    registered = _cuda_registered()
+    probes = {"linalg_matrix_sqrth": (lambda x: torch.ops.aten.linalg_matrix_sqrth(x), "fp32")}
+    probes = {name: probe for name, probe in probes.items() if name in registered}
+    if not probes:
+        pytest.skip(f"torch {torch.__version__} registers none of them")
+    before = torch.get_autocast_dtype("cuda"), torch.is_autocast_enabled("cuda")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(4, 4, device="cuda", dtype=torch.float16)
+        torch.set_autocast_dtype("cuda", torch.float16)
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            given = {name: "fp32" if call(x).dtype == torch.float32 else "other" for name, (call, _) in probes.items()}
+        finally:
+            torch.set_autocast_dtype("cuda", before[0])
+            torch.set_autocast_enabled("cuda", before[1])
+    assert given == {name: cuda_autocast.CUDA_POLICY[name] for name in probes}
 
 
 def test_ops_left_to_the_cpu_kernel_are_registered_there() -> None:

@@ -68,8 +68,9 @@ def _install_harness(torch: ModuleType, recorder: Recorder, config: RunnerConfig
 
     try:
         harness.install(torch, recorder, config)
-    except Exception:
+    except Exception as error:
         print(f"ampfix run: could not install the CPU harness into torch {torch.__version__}:", file=sys.stderr)
+        setattr(error, RAISED_BY_AMPFIX, True)  # read by _failure: ampfix's own, even where torch raised it
         raise
 
 
@@ -113,20 +114,35 @@ def _runner_module(filename: str) -> str:
     return os.path.splitext(relative)[0].replace(os.sep, "/")
 
 
+# Set on an exception the harness's installation raised.
+RAISED_BY_AMPFIX = "ampfix_raised_it"
+# ampfix's package: a failure raised in any of its modules (the runner's, or one it imports) is ampfix's own.
+_AMPFIX_DIR = os.path.join(os.path.dirname(os.path.dirname(RUNNER_DIR)), "")
+
+
+def _raised_in_ampfix(frames: list[Any], ampfixs_own: bool) -> Any:
+    """The innermost frame, where it is in ampfix's own code (below the import system's frames, which Python
+    keeps where a module's import fails); else None. ``ampfixs_own`` (the harness's installation failed: a name
+    the runner reads that this torch lacks, raised by torch's module ``__getattr__``): the innermost of ampfix's
+    frames, wherever it is."""
+    for frame in reversed(frames):
+        in_ampfix = os.path.abspath(frame.filename).startswith(_AMPFIX_DIR)
+        if in_ampfix or not (ampfixs_own or frame.filename.startswith("<frozen importlib")):
+            return frame if in_ampfix else None
+    return None
+
+
 def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[str, Any]:
     import traceback
 
     from ampfix.runner.gpu import harness
 
-    frames = traceback.extract_tb(tb)
-    innermost = frames[-1] if frames else None
-    raised_in_runner = innermost is not None and os.path.abspath(innermost.filename).startswith(RUNNER_DIR)
-    runner_frame = innermost if raised_in_runner else None
+    runner_frame = _raised_in_ampfix(traceback.extract_tb(tb), bool(getattr(value, RAISED_BY_AMPFIX, False)))
     return {
         "type": kind.__name__,
         "message": str(value),
-        # The runner module (its path below ampfix/runner, without .py, "gpu/devices") and function the exception
-        # was raised from (its innermost frame), else None.
+        # The runner module (its path below ampfix/runner, without .py, "gpu/devices"; "../families/x" for another
+        # of ampfix's modules) and function the exception was raised from (its innermost frame), else None.
         "runner_module": _runner_module(runner_frame.filename) if runner_frame else None,
         "runner_function": runner_frame.name if runner_frame else None,
         "gpu_too": bool(getattr(value, "fails_on_the_gpu_too", False)),

@@ -25,14 +25,16 @@ from typing import Any
 import torch
 
 from ampfix.runner.gpu.cuda_autocast import CudaPolicy
+from ampfix.runner.gpu.torch_features import AUTOCAST_STATE
 from ampfix.runner.trace.observe import CustomFwdKey, Recorder, RegionKey, dtype_name
 from ampfix.runner.trace.patching import replace, with_arguments_adjusted, with_call_bound
 from ampfix.runner.trace.sites import find_site, read_by_script
 
-_original_get_autocast_dtype = torch.get_autocast_dtype
-_original_is_autocast_enabled = torch.is_autocast_enabled
-_original_set_autocast_dtype = torch.set_autocast_dtype
-_original_set_autocast_enabled = torch.set_autocast_enabled
+# Per device on every release (torch_features: before 2.4, one function per device).
+_original_get_autocast_dtype = AUTOCAST_STATE.get_dtype
+_original_is_autocast_enabled = AUTOCAST_STATE.is_enabled
+_original_set_autocast_dtype = AUTOCAST_STATE.set_dtype
+_original_set_autocast_enabled = AUTOCAST_STATE.set_enabled
 _original_cache_enabled = torch.is_autocast_cache_enabled
 
 FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -400,14 +402,27 @@ def install_autocast_state_queries(active: ActiveRegions) -> None:
 
         return set_state
 
-    replace(torch, "is_autocast_enabled", is_autocast_enabled)
-    replace(torch, "get_autocast_dtype", get_autocast_dtype)
+    if AUTOCAST_STATE.per_device:
+        replace(torch, "is_autocast_enabled", is_autocast_enabled)
+        replace(torch, "get_autocast_dtype", get_autocast_dtype)
+    else:  # before torch 2.4: is_autocast_enabled() takes no device (it is CUDA's), get_autocast_dtype is absent
+        replace(torch, "is_autocast_enabled", _cuda_only(is_autocast_enabled, torch.is_autocast_enabled))
     for name in ("set_autocast_enabled", "set_autocast_dtype", "set_autocast_cpu_enabled", "set_autocast_cpu_dtype"):
         if hasattr(torch, name):
             replace(torch, name, setting(getattr(torch, name)))
     for name, answer in (("is_autocast_cpu_enabled", _held_enabled), ("get_autocast_cpu_dtype", _held_dtype)):
         if hasattr(torch, name):
             replace(torch, name, answering(getattr(torch, name), answer))
+
+
+def _cuda_only(is_autocast_enabled: Any, original: Any) -> Any:
+    """torch.is_autocast_enabled() as torch before 2.4 has it: no argument (a device given fails as it does)."""
+
+    @functools.wraps(original)
+    def is_cuda_autocast_enabled() -> bool:
+        return is_autocast_enabled("cuda")
+
+    return is_cuda_autocast_enabled
 
 
 def _held_enabled(held: CpuAutocastState) -> bool:
@@ -681,6 +696,8 @@ def record_deprecated_state_functions(recorder: Recorder) -> None:
 
     from ampfix.families import TORCH_AMP
 
+    if not AUTOCAST_STATE.per_device:  # before torch 2.4 they are the API itself: not deprecated, nothing warns
+        return
     for qualified in sorted(TORCH_AMP.deprecated_names):
         module_name, _, name = qualified.rpartition(".")
         symbol = TORCH_AMP.symbol(qualified)

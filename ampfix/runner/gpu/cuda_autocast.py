@@ -5,8 +5,10 @@ sum, exp ... in bfloat16 where CUDA autocast runs them in float32. The tables be
 lists as torch 2.13 declares them (``torch/include/ATen/autocast_mode.h``: ``AT_FORALL_LOWER_PRECISION_FP``,
 ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``,
 ``AT_FORALL_PROMOTE``) plus what ``aten/src/ATen/autocast_mode.cpp`` registers for CUDA beside them
-(the cuDNN convolutions, the binary_cross_entropy ban). The tests hold them to the installed torch's
-own AutocastCUDA registrations and header.
+(the cuDNN convolutions, the binary_cross_entropy ban). The lists grow between releases: the tables hold
+every op any release from 2.2 registers, and a run installs those the installed torch registers for CUDA
+autocast (:func:`ops_to_install`). The tests hold them to the installed torch's own AutocastCUDA
+registrations and header (benchmarks/torch_matrix.py runs them on each release).
 
 How it runs: a "cuda" region stays a CPU autocast region (every state query, nesting, custom_fwd
 and checkpointing keep working as they do), and a second autocast dispatch key, one that ranks
@@ -26,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ampfix.runner.gpu.torch_features import AUTOCAST_STATE
+
 # -- CUDA's policy, as data -----------------------------------------------------------------------
 # Op names are "name" or "name.overload", as the dispatcher registers them.
 
@@ -35,8 +39,8 @@ LOWER_PRECISION_FP = (
     "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
     "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
     "rnn_tanh_cell", "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-    # autocast_mode.cpp, beside the shared list:
-    "cudnn_convolution", "cudnn_convolution_transpose",
+    # autocast_mode.cpp, beside the shared list; cuDNN's RNN in cudnn/AutocastRNN.cpp (CUDA builds only):
+    "cudnn_convolution", "cudnn_convolution_transpose", "_cudnn_rnn",
 )  # fmt: skip
 
 FP32 = (
@@ -50,18 +54,26 @@ FP32 = (
     "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
     "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
     "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+    # autocast_mode.cpp, beside the shared list (torch 2.14+):
+    "linalg_matrix_sqrth",
 )  # fmt: skip
 
+# What torch registers for CUDA autocast beside autocast_mode.h's lists (above, each in its policy's list).
+BESIDE_THE_HEADER = frozenset({"cudnn_convolution", "cudnn_convolution_transpose", "_cudnn_rnn", "linalg_matrix_sqrth"})
+
 # float32 unless the call gives dtype= itself.
+# The named-dimension overloads (Dimname) are up to torch 2.5's.
 FP32_SET_OPT_DTYPE = (
-    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
-    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
+    "prod", "prod.dim_int", "prod.dim_Dimname", "softmax.int", "softmax.Dimname", "log_softmax.int",
+    "log_softmax.Dimname", "cumprod", "cumprod.dimname", "cumsum", "cumsum.dimname", "linalg_vector_norm",
+    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList", "sum.dim_DimnameList",
 )  # fmt: skip
 
 # Run as the overload that takes an output dtype, with float32 appended.
 FP32_APPEND_DTYPE = {
     "norm.Scalar": "norm.ScalarOpt_dtype",
     "norm.ScalarOpt_dim": "norm.ScalarOpt_dim_dtype",
+    "norm.names_ScalarOpt_dim": "norm.names_ScalarOpt_dim_dtype",  # up to torch 2.5
 }
 
 # In the widest floating dtype among the inputs (float32 over the autocast dtype).
@@ -200,7 +212,7 @@ class CudaPolicy:
         self._set_included = C._dispatch_tls_set_dispatch_key_included
         self._is_included = C._dispatch_tls_is_dispatch_key_included
         self._key = key
-        self._autocast_dtype = torch.get_autocast_dtype
+        self._autocast_dtype = AUTOCAST_STATE.get_dtype
         cpu_registered = [
             name[len("aten::") :]
             for name in C._dispatch_get_all_op_names()
@@ -210,12 +222,11 @@ class CudaPolicy:
         fallback.fallback(torch.library.fallthrough_kernel, EMULATION_KEY_NAME)
         kernels = torch.library.Library("aten", "IMPL")
         self._libraries = [fallback, kernels]
-        for name, policy in CUDA_POLICY.items():
-            if name in CPU_KERNEL_IS_CUDA_POLICY or not _exists(name):
-                continue
-            kernels.impl(name, self._kernel(name, policy), EMULATION_KEY_NAME)
-        for name in cpu_registered:  # the ops only the CPU's lists name
-            if name not in CUDA_POLICY and name not in CPU_KERNEL_IS_CUDA_POLICY:
+        cuda_registered = {name for name in ops_to_install(_registered_for_cuda_autocast()) if _exists(name)}
+        for name in sorted(cuda_registered):
+            kernels.impl(name, self._kernel(name, CUDA_POLICY[name]), EMULATION_KEY_NAME)
+        for name in cpu_registered:  # the ops only the CPU's lists name (in this torch)
+            if name not in cuda_registered and name not in CPU_KERNEL_IS_CUDA_POLICY:
                 kernels.impl(name, self._below_cpu_autocast(_op_handle(name)), EMULATION_KEY_NAME, with_keyset=True)
         self.installed = True
 
@@ -312,6 +323,27 @@ class CudaPolicy:
     def _set(self, on: bool) -> None:
         self._set_included(self._key, on)
         self._set_excluded(self._key, not on)
+
+
+def _registered_for_cuda_autocast() -> set[str] | None:
+    """The ops the installed torch registers a CUDA autocast kernel for (its own lists: they grow between
+    releases); None where it cannot say."""
+    C = torch._C
+    if not hasattr(C, "_dispatch_has_kernel_for_dispatch_key"):
+        return None
+    return {
+        name[len("aten::") :]
+        for name in C._dispatch_get_all_op_names()
+        if name.startswith("aten::") and C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
+    }
+
+
+def ops_to_install(registered: set[str] | None) -> set[str]:
+    """The ops whose CUDA policy runs at the emulation's key: those of the table (every supported release's) that
+    the installed torch registers for CUDA autocast (all of the table it has, where it cannot say), less those
+    whose CPU kernel already is CUDA's policy."""
+    candidates = set(CUDA_POLICY) if registered is None else set(CUDA_POLICY) & registered
+    return candidates - CPU_KERNEL_IS_CUDA_POLICY
 
 
 def _exists(name: str) -> bool:

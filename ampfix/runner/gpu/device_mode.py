@@ -28,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ampfix.runner.gpu.devices import CPU, NO_TENSORS, DeviceModel
+from ampfix.runner.gpu.torch_features import AUTOCAST_STATE
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace, run_every_new_thread_through
 
@@ -83,9 +84,9 @@ class CudaOnCpuMode(TorchFunctionMode):
         self.devices = devices
         self._pinned = PinnedTensors()
         # Private torch names are looked up here, inside the install step, so that a torch without
-        # them loses this emulation alone. The C function itself: torch.is_autocast_enabled is
-        # patched to answer "cuda" with the CPU state.
-        self._is_autocast_enabled = torch._C.is_autocast_enabled
+        # them loses this emulation alone. torch's own (per device on every release): torch.is_autocast_enabled
+        # is patched to answer "cuda" with the CPU state.
+        self._is_autocast_enabled = AUTOCAST_STATE.is_enabled
         self.mode_stack = torch.overrides._get_current_function_mode_stack
         # What a GPU refuses before the call runs: checked ahead of any handler.
         self._refusals: dict[Any, Callable[[tuple], None]] = {

@@ -28,6 +28,7 @@ import torch
 
 from ampfix.runner.gpu.boundaries import FailsOnTheGpuToo
 from ampfix.runner.gpu.memory import GpuMemory, GpuOutOfMemory
+from ampfix.runner.gpu.torch_features import OUT_OF_MEMORY_ERROR
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace
 from ampfix.runner.trace.sites import find_site
@@ -61,8 +62,8 @@ class NumpyOfGpuTensor(TypeError):
     fails_on_the_gpu_too = True
 
 
-@_named_as("OutOfMemoryError", "torch")
-class GpuOutOfMemoryError(torch.OutOfMemoryError):
+@_named_as("OutOfMemoryError", OUT_OF_MEMORY_ERROR.__module__)
+class GpuOutOfMemoryError(OUT_OF_MEMORY_ERROR):
     """``torch.OutOfMemoryError`` (also ``torch.cuda.OutOfMemoryError``) past ``--gpu-memory``."""
 
     fails_on_the_gpu_too = True

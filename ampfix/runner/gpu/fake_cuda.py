@@ -10,6 +10,7 @@ script touches it and then fails the way it would on a CPU, so the report names 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 import os
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from ampfix.runner.gpu.devices import CPU, DeviceModel
+from ampfix.runner.gpu.torch_features import has_accelerator, stream_and_event_bases
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace
 from ampfix.runner.trace.sites import asked_by_torch, find_site
@@ -342,6 +344,17 @@ def install(recorder: Recorder, devices: DeviceModel) -> None:
     for name, value in _nvtx_functions().items():
         setattr(cuda.nvtx, name, value)
     _record_stream_takes_fake_streams()
+    register_with_torchs_stream_bases()
+
+
+def register_with_torchs_stream_bases() -> None:
+    """torch 2.1 .. 2.5: importing torch._dynamo (torch.compile, some optimizers' paths) asserts that
+    ``torch.cuda.Stream``/``Event`` derive from ``torch._streambase``'s abstract bases; the fakes are made their
+    virtual subclasses (later releases check nothing: no bases, nothing done)."""
+    fakes: tuple[type, ...] = (FakeStream, FakeEvent)
+    for base, fake in zip(stream_and_event_bases(), fakes):
+        if isinstance(base, abc.ABCMeta):
+            base.register(fake)
 
 
 def _record_stream_takes_fake_streams() -> None:
@@ -393,6 +406,8 @@ def install_accelerator(recorder: Recorder, devices: DeviceModel) -> None:
 
     Only the names this torch has are replaced: the API is young and its names still move.
     """
+    if not has_accelerator():  # before torch 2.6: a script naming it fails as on a GPU with that torch
+        return
     accelerator = torch.accelerator
     submodules = [getattr(accelerator, name) for name in ("memory", "graphs") if hasattr(accelerator, name)]
     replacements = _accelerator_functions(devices)

@@ -7,6 +7,7 @@ emulation involved.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 # A runner module (its path below ampfix/runner, without .py) an exception can be raised from while it emulates,
@@ -39,7 +40,8 @@ def explain(failure: dict[str, Any] | None) -> str | None:
     if module is not None and (module, function) not in PASS_THROUGH:
         what, option = EMULATING_MODULES.get(module, ("its own code", None))
         fix = f"; {option} changes that" if option else "; no option changes that: please report it"
-        return f"the failure is inside the runner's emulation ({what}, raised in ampfix/runner/{module}.py){fix}"
+        where = posixpath.normpath(f"ampfix/runner/{module}.py")  # "../families/x": another of ampfix's modules
+        return f"the failure is inside the runner's emulation ({what}, raised in {where}){fix}"
     if failure.get("stand_in") and any(name in failure.get("message", "") for name in STAND_IN_NAMES):
         return (
             "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked "

@@ -1,0 +1,154 @@
+"""The runner on the torch the user has (2.2 .. 2.15): each adaptation to what a release lacks, tested on the
+installed torch by faking the absence (a torch namespace without the feature), and the packaging's range.
+
+benchmarks/torch_matrix.py runs every test_runner* module, this one included, on the real releases.
+"""
+
+from __future__ import annotations
+
+import abc
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampfix.runner.config import RUNNER_DIR
+from ampfix.runner.gpu import amp_patches, cuda_autocast, fake_cuda, torch_features
+from ampfix.runner.gpu.devices import DeviceModel
+from ampfix.runner.host import failures
+from ampfix.runner.trace.observe import Recorder
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Calls:
+    """A stand-in torch before 2.4: one autocast state function per device; records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        names = [name for names in torch_features.LEGACY_AUTOCAST_STATE.values() for name in names]
+        for name in names:
+            setattr(self, name, self._function(name))
+
+    def _function(self, name: str):
+        def call(*args):
+            self.calls.append((name, *args))
+            return name
+
+        return call
+
+
+def test_before_2_4_the_autocast_state_is_read_per_device_from_the_old_functions() -> None:
+    legacy = _Calls()
+    state = torch_features.AutocastState(legacy)
+    assert not state.per_device
+    assert (state.get_dtype("cpu"), state.get_dtype("cuda")) == ("get_autocast_cpu_dtype", "get_autocast_gpu_dtype")
+    assert (state.is_enabled("cpu"), state.is_enabled("cuda")) == ("is_autocast_cpu_enabled", "is_autocast_enabled")
+    state.set_dtype("cuda", torch.float16)
+    state.set_enabled("cpu", True)
+    assert legacy.calls[-2:] == [("set_autocast_gpu_dtype", torch.float16), ("set_autocast_cpu_enabled", True)]
+    with pytest.raises(RuntimeError, match="unsupported autocast device_type 'xla'"):
+        state.get_dtype("xla")
+
+
+def test_the_installed_torchs_autocast_state_reads_as_torch_does() -> None:
+    state = torch_features.AutocastState(torch)
+    assert state.per_device == hasattr(torch, "get_autocast_dtype")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert state.is_enabled("cpu") is True
+        assert state.get_dtype("cpu") == torch.bfloat16
+    assert state.is_enabled("cpu") is False
+
+
+@pytest.fixture
+def torch_restored(monkeypatch: pytest.MonkeyPatch):
+    """Whatever a test installs into torch's autocast state functions is undone after it."""
+    for name in ("is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype",
+                 "set_autocast_cpu_enabled", "set_autocast_cpu_dtype", "is_autocast_cpu_enabled",
+                 "get_autocast_cpu_dtype"):
+        if hasattr(torch, name):
+            monkeypatch.setattr(torch, name, getattr(torch, name))
+    return monkeypatch
+
+
+def test_before_2_4_the_script_gets_is_autocast_enabled_without_a_device(torch_restored) -> None:
+    """On torch 2.2, ``torch.is_autocast_enabled("cuda")`` is a TypeError on a GPU: the emulation keeps it one, and
+    adds no ``torch.get_autocast_dtype``."""
+    legacy = torch_features.AutocastState(_Calls())
+    torch_restored.setattr(amp_patches, "AUTOCAST_STATE", legacy)
+    if hasattr(torch, "get_autocast_dtype"):
+        torch_restored.delattr(torch, "get_autocast_dtype")
+    amp_patches.install_autocast_state_queries(amp_patches.ActiveRegions())
+    assert not hasattr(torch, "get_autocast_dtype")
+    with pytest.raises(TypeError):
+        torch.is_autocast_enabled("cuda")
+    assert torch.is_autocast_enabled() is False  # CUDA's: no "cuda" region open
+
+
+def test_torch_accelerator_is_emulated_only_where_it_exists(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Before torch 2.6 there is no torch.accelerator: nothing to emulate, nothing said, and a script that names it
+    fails with the AttributeError it has on a GPU with that torch."""
+    monkeypatch.delattr(torch, "accelerator", raising=False)
+    assert not torch_features.has_accelerator()
+    fake_cuda.install_accelerator(Recorder("main"), DeviceModel(Recorder("main"), 1, None))
+    assert not hasattr(torch, "accelerator")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_fake_stream_and_event_pass_dynamos_device_interface_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.1 .. 2.5: importing torch._dynamo asserts that torch.cuda.Event derives from
+    ``torch._streambase._EventBase`` ("DeviceInterface member Event should be inherit from _EventBase")."""
+
+    class _StreamBase(abc.ABC):  # as torch/_streambase.py declares them
+        @abc.abstractmethod
+        def query(self) -> bool: ...
+
+    class _EventBase(abc.ABC):
+        @abc.abstractmethod
+        def query(self) -> bool: ...
+
+    streambase = types.ModuleType("torch._streambase")
+    vars(streambase).update(_StreamBase=_StreamBase, _EventBase=_EventBase)
+    monkeypatch.setattr(torch, "_streambase", streambase, raising=False)
+    assert torch_features.stream_and_event_bases() == (_StreamBase, _EventBase)
+    fake_cuda.register_with_torchs_stream_bases()
+    assert issubclass(fake_cuda.FakeEvent, _EventBase) and issubclass(fake_cuda.FakeStream, _StreamBase)
+
+
+def test_a_failure_raised_in_ampfixs_own_modules_is_never_the_scripts() -> None:
+    """torch 2.2 lacked a name the runner read when its module was imported: the report blamed the script."""
+    from ampfix.runner.child import process
+
+    def raise_from(filename: str) -> BaseException:
+        code = compile("def fail():\n    raise AttributeError(\"module 'torch' has no attribute 'x'\")\n", filename, "exec")
+        namespace: dict = {}
+        exec(code, namespace)
+        try:
+            namespace["fail"]()
+        except AttributeError as error:
+            return error
+        raise AssertionError
+
+    for filename, module in ((f"{RUNNER_DIR}gpu/amp_patches.py", "gpu/amp_patches"),
+                             (str(ROOT / "ampfix" / "families" / "rules.py"), "../families/rules")):
+        error = raise_from(filename)
+        failure = process._failure(type(error), error, error.__traceback__)
+        assert (failure["runner_module"], failure["runner_function"]) == (module, "fail")
+        assert "the script's own" not in failures.explain(failure)
+
+
+def test_the_cuda_policy_covers_the_ops_a_newer_torch_registers() -> None:
+    """torch 2.14 registers _cudnn_rnn and linalg_matrix_sqrth for CUDA autocast, 2.13 does not: the table holds
+    every release's ops, and the runner installs those the installed torch has."""
+    assert cuda_autocast.CUDA_POLICY["_cudnn_rnn"] == "lower_precision_fp"
+    assert "linalg_matrix_sqrth" in cuda_autocast.CUDA_POLICY
+    assert cuda_autocast.ops_to_install({"mm", "linalg_matrix_sqrth"}) == {"linalg_matrix_sqrth"}
+
+
+def test_the_runner_extra_is_a_range_and_the_test_extra_a_pin() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [r for r in extras["runner"] if r.startswith("torch")] == ["torch>=2.4"]
+    assert [r for r in extras["test"] if r.startswith("torch")] == ["torch==2.13.0"]
+
