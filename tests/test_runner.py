@@ -220,15 +220,17 @@ def test_each_fixture_and_its_migration_are_equivalent(job_name: str, jobs: JobP
     assert "equivalent" in job.stderr
 
 
-def test_positional_enabled_moved_into_dtype_is_not_equivalent(wrong_enabled_verify: Job) -> None:
+def test_positional_enabled_moved_into_dtype_crashes_the_rewrite_and_that_is_the_cause(wrong_enabled_verify: Job) -> None:
     report = wrong_enabled_verify.report
-    assert wrong_enabled_verify.returncode == 1, wrong_enabled_verify.stderr
-    assert report["equivalent"] is False
-    difference = report["first_difference"]
-    assert difference.startswith("step 0:")
-    assert "device=cuda dtype=float16 enabled=True" in difference  # the original's request
-    assert "device=cuda dtype=True enabled=True" in difference  # `enabled` landed in dtype
-    assert report["rewritten"]["exit_code"] == 1  # and torch refuses it on entry, as on a GPU
+    # torch refuses `enabled` landed in dtype on entry, as on a GPU: the crash is the cause, with exit 3.
+    assert wrong_enabled_verify.returncode == 3, wrong_enabled_verify.stderr
+    assert report["crashed"] == "rewrite" and report["equivalent"] is None and report["rewritten"]["exit_code"] == 1
+    exception = "TypeError: set_autocast_dtype(): argument 'dtype' (position 2) must be torch.dtype, not bool"
+    assert report["error"] == (
+        f"the rewrite crashed: {exception}; no sign of the runner's emulation in the failure (raised outside ampfix, "
+        "no bfloat16 stand-in named): the script's own"
+    )
+    assert f"NOT verified — {report['error']}\n" in wrong_enabled_verify.stderr  # one line: stderr is no terminal
 
 
 def test_autocast_moved_to_cpu_is_not_equivalent_even_with_equal_losses(wrong_cpu_verify: Job) -> None:

@@ -18,7 +18,7 @@ from ampfix.runner.trace.observe import Recorder
 
 JOBS: dict[str, list[str]] = {
     "apex_run": ["run", "apex_yolo.py"],
-    "apex_o2_run": ["run", "apex_glue.py", "--", "--fp16_opt_level", "O2"],
+    "apex_o2_run": ["run", "apex_glue.py", "--fp16_opt_level", "O2"],
     "apex_thread_run": ["run", "apex_thread.py"],
     "apex_restore_run": ["run", "apex_restore.py"],
     "objectives_verify": ["verify", "apex_objectives.py", "--rewritten", "apex_objectives.native.py"],

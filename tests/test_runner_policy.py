@@ -39,10 +39,10 @@ CHECKPOINT_VERIFY = ["verify", "checkpoint_writer.py", "--rewritten", "checkpoin
 
 JOBS = {
     "cuda_policy": ["run", "op_dtypes.py"],
-    "cpu_policy": ["run", "op_dtypes.py", "--autocast-policy", "cpu"],
+    "cpu_policy": ["run", "--autocast-policy", "cpu", "op_dtypes.py"],
     "checkpoints": CHECKPOINT_VERIFY,
     "stale_checkpoints": CHECKPOINT_VERIFY,
-    "timeout": ["run", "never_ends.py", "--timeout", "10"],
+    "timeout": ["run", "--timeout", "10", "never_ends.py"],
 }
 
 define_job_fixtures(
@@ -291,7 +291,7 @@ def test_a_signal_to_ampfix_ends_the_script_and_cleans_up(tmp_path: Path, signal
 def test_a_json_path_that_cannot_be_written_is_refused_before_starting(tmp_path: Path, command: str) -> None:
     for target, reason in ((tmp_path / "missing" / "r.json", f"no such folder: {tmp_path / 'missing'}"), (tmp_path, "it is a folder")):
         completed = subprocess.run(
-            [sys.executable, "-m", "ampfix", command, str(FIXTURES / "never_ends.py"), "--json", str(target)],
+            [sys.executable, "-m", "ampfix", command, "--json", str(target), str(FIXTURES / "never_ends.py")],
             capture_output=True,
             text=True,
             timeout=60,

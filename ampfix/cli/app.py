@@ -25,7 +25,10 @@ def _runner_command(name: str):
     from ampfix.runner.host import commands
 
     single = typer.Typer(add_completion=False, rich_markup_mode=None)
-    single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))
+    # run stops at its script as launchers do (everything after it is the script's); verify takes its
+    # options anywhere and passes on what follows `--`.
+    settings = {"cls": commands.LauncherCommand} if name == "run" else {"context_settings": _PASS_THROUGH}
+    single.command(name, **settings)(getattr(commands, _RUNNER_COMMANDS[name]))
     return typer.main.get_command(single)
 
 

@@ -218,6 +218,9 @@ def compare_runs(
     if not original.ran or not rewritten.ran:
         failed, report = ("original", original) if not original.ran else ("rewrite", rewritten)
         return VerifyReport(original, rewritten, None, error=f"the {failed} could not be run: {report.error}")
+    crash = _crash(original, rewritten)
+    if crash is not None:
+        return crash
     if original.exit_code != 0:
         # Without a run that works there is nothing to hold the rewrite to.
         error = f"the original exited with status {original.exit_code} under the runner; nothing to compare against"
@@ -239,6 +242,21 @@ def compare_runs(
         difference = first_difference(original, rewritten)
     difference = difference or _still_deprecated(rewritten)
     return VerifyReport(original, rewritten, difference is None, difference, notes=notes)
+
+
+def _crash(original: RunReport, rewritten: RunReport) -> VerifyReport | None:
+    """A side that died of an exception is the cause, whatever its trace shows before (the original's first:
+    without it there is nothing to hold the rewrite to), told by its traceback's last line."""
+    for side, run in (("original", original), ("rewrite", rewritten)):
+        if run.exit_code != 0 and run.failure is not None:
+            failure = run.failure
+            cause = _last_line(run.stderr) or f"{failure['type']}: {failure['message']}"
+            error = f"the {side} crashed: {cause}"
+            if side == "original":
+                error += "; nothing to compare against"
+            why = explain(failure)
+            return VerifyReport(original, rewritten, None, error=f"{error}; {why}" if why else error, crashed=side)
+    return None
 
 
 def _still_deprecated(rewritten: RunReport) -> str | None:

@@ -157,6 +157,9 @@ class RunReport:
         }
 
 
+EXIT_CRASHED = 3  # verify's exit status when a side crashed (0 equivalent, 1 not, 2 could not run)
+
+
 @dataclass
 class VerifyReport:
     original: RunReport | None  # None: nothing was run (the rewrite could not be produced)
@@ -165,9 +168,14 @@ class VerifyReport:
     first_difference: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    # "original" or "rewrite": the side that died of an exception, the cause whatever else differs (``error``
+    # says how, with the exception's line); None: neither did.
+    crashed: str | None = None
 
     @property
     def exit_code(self) -> int:
+        if self.crashed is not None:
+            return EXIT_CRASHED
         if self.equivalent is None:
             return 2
         return 0 if self.equivalent else 1
@@ -178,6 +186,7 @@ class VerifyReport:
             "first_difference": self.first_difference,
             "exit_code": self.exit_code,
             "error": self.error,
+            "crashed": self.crashed,
             "notes": self.notes,
             "original": self.original.to_json() if self.original is not None else None,
             "rewritten": self.rewritten.to_json() if self.rewritten is not None else None,

@@ -207,7 +207,10 @@ def render_verify(report: VerifyReport, console: Console) -> None:
     console.print(_run_line("rewrite ", report.rewritten))
     for note in report.notes:
         console.print(f"note: {note}")
-    if report.equivalent is None:
+    if report.crashed is not None:
+        console.print(Text.assemble(("NOT verified", "bold red"), f" — {report.error}"))
+        _print_failure_output(report, console)
+    elif report.equivalent is None:
         console.print(Text.assemble(("could not verify: ", "bold red"), report.error or ""))
         _print_failure_output(report, console)
     elif report.equivalent and _against_apex(report):
