@@ -304,7 +304,8 @@ def verify_command(
 ) -> None:
     """Run a script and its rewrite side by side on the CPU and compare them step by step.
 
-    Exit 0 when they behave the same, 1 when not, 2 when either could not run. The rewrite is
+    Exit 0 when they behave the same, 1 when not, 2 when either could not run, 3 when either crashed (died of an
+    exception: the cause, whatever else differs). The rewrite is
     ampfix's own unless --rewritten names a hand migration; script arguments go after `--`.
     Each side runs in its own copy of the working directory, so scripts that write files do not meet.
     """

@@ -23,6 +23,14 @@ class RunReport:
     error: str | None = None
     stdout: str | None = None  # only when the output was captured (verify, tests)
     stderr: str | None = None
+    seconds: float | None = None  # wall time from the script's start to its end; None: it never started
+
+    @property
+    def steps_per_second(self) -> float | None:
+        """Optimizer steps per second of the whole run (its start-up included), or None without a step."""
+        if not self.seconds or not self.optimizer_steps:
+            return None
+        return self.optimizer_steps / self.seconds
 
     @property
     def ran(self) -> bool:
@@ -153,6 +161,8 @@ class RunReport:
             "gpu_memory": self.gpu_memory,
             "gpu_refusals": self.gpu_refusals,
             "stopped_at_max_steps": self.stopped_at_max_steps,
+            "seconds": self.seconds,
+            "steps_per_second": self.steps_per_second,
             "processes": processes,
         }
 
