@@ -27,6 +27,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from ampfix.runner.apex.provider import ApexProvider
+from ampfix.runner.child import progress
 from ampfix.runner.config import CONFIG_ENV, PASS_THROUGH, ROLE_ENV, RUNNER_DIR, RunnerConfig
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace, with_arguments_adjusted
@@ -50,6 +51,7 @@ def start() -> None:
     _capture_deprecations(recorder)
     if role == "main":
         _record_failure(recorder)
+        progress.start(recorder)
     _AfterImport.install(
         {
             "torch": lambda torch: _install_harness(torch, recorder, config),
