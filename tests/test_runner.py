@@ -231,6 +231,11 @@ def test_positional_enabled_moved_into_dtype_crashes_the_rewrite_and_that_is_the
         "no bfloat16 stand-in named): the script's own"
     )
     assert f"NOT verified — {report['error']}\n" in wrong_enabled_verify.stderr  # one line: stderr is no terminal
+    # What led there, kept beside the cause: `enabled` landed in dtype (and no word of inherited settings).
+    assert report["first_difference"] == (
+        "step 0: original autocast(device=cuda dtype=float16 enabled=True cache_enabled=True) at cnn_amp.py:50; "
+        "rewrite autocast(device=cuda dtype=True enabled=True cache_enabled=True) at cnn_amp.wrong_enabled.py:50")
+    assert "rewrite : exit 1, 0 optimizer steps, 0 losses, 1 autocast site" in wrong_enabled_verify.stderr.splitlines()
 
 
 def test_autocast_moved_to_cpu_is_not_equivalent_even_with_equal_losses(wrong_cpu_verify: Job) -> None:

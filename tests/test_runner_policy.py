@@ -187,11 +187,11 @@ def test_verify_gives_each_side_its_own_working_directory(checkpoints: Job) -> N
 
 def test_verify_shows_why_the_original_failed(stale_checkpoints: Job) -> None:
     job = stale_checkpoints  # a previous run left checkpoints/: the script refuses it
-    assert job.returncode == 2
+    assert job.returncode == 3  # it died of an exception: a crash, named by its line
     assert job.report["error"] == (
-        "the original exited with status 1 under the runner; nothing to compare against "
-        "(FileExistsError: [Errno 17] File exists: 'checkpoints'); no sign of the runner's emulation in the failure "
-        "(raised outside ampfix, no bfloat16 stand-in named): the script's own"
+        "the original crashed: FileExistsError: [Errno 17] File exists: 'checkpoints'; nothing to compare against; "
+        "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): the "
+        "script's own"
     )
     assert "--- original stderr (last lines) ---" in job.stderr
     assert "os.makedirs(args.out)" in job.stderr

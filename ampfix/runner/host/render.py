@@ -222,6 +222,8 @@ def render_verify(report: VerifyReport, console: Console) -> None:
         console.print(f"note: {note}")
     if report.crashed is not None:
         console.print(Text.assemble(("NOT verified", "bold red"), f" — {report.error}"))
+        if report.first_difference:
+            console.print(f"before it, the first difference: {report.first_difference}")
         _print_failure_output(report, console)
     elif report.equivalent is None:
         console.print(Text.assemble(("could not verify: ", "bold red"), report.error or ""))
