@@ -243,7 +243,7 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, ba
         if runner_options is None:
             commands[label] = [python, script]
         else:
-            commands[label] = [python, "-m", "ampfix.runner", "run", script, "--threads", str(threads), *runner_options]
+            commands[label] = [python, "-m", "ampfix.runner", "run", "--threads", str(threads), *runner_options, script]
     timings: dict[str, list[Timing]] = {label: [] for label in commands}
     for _ in range(repeats):  # round-robin, so a noisy moment hurts every variant alike
         for label, command in commands.items():

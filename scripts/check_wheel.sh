@@ -45,6 +45,6 @@ set -e
 [ "$code" = 1 ] || { cat check.out; echo "ampfix check: exit $code, expected 1 (findings)"; exit 1; }
 grep -qx 'demo/train.py:21:14: AMP002 \[\*\] `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device "cuda"' check.out \
     || { cat check.out; echo "ampfix check: the demo's GradScaler finding is missing"; exit 1; }
-"$work/venv/bin/ampfix" run demo/train.py --max-steps 1 > run.out 2>&1 || { cat run.out; exit 1; }
+"$work/venv/bin/ampfix" run --max-steps 1 demo/train.py > run.out 2>&1 || { cat run.out; exit 1; }
 grep -q "optimizer steps      1" run.out || { cat run.out; echo "ampfix run: no optimizer step reported"; exit 1; }
 echo "installed wheel: ampfix check and ampfix run work from a fresh venv"

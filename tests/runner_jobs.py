@@ -45,8 +45,9 @@ def _command(arguments: list[str], json_path: Path) -> list[str]:
     command = [sys.executable, "-m", "ampfix"]
     for argument in arguments:
         command.append(str(FIXTURES / argument) if argument.endswith(".py") else argument)
-    separator = command.index("--") if "--" in command else len(command)
-    return [*command[:separator], "--json", str(json_path), *command[separator:]]
+    # ampfix's options go before the script (run takes every word after it as the script's): right after
+    # the command's name.
+    return [*command[:4], "--json", str(json_path), *command[4:]]
 
 
 def _invoke(arguments: list[str], folder: Path, make_cwd: Callable[[Path], Path] | None, session_cwd: Path,

@@ -47,8 +47,8 @@ def test_libcsts_codemod_cli_writes_what_ampfix_rewrite_writes(tmp_path: Path):
     assert ("WARNING: 29:20: AMP001 `torch.cuda.amp.autocast` is referenced without a call; its calls cannot be "
             "given the device here; `DEFAULT_AUTOCAST` is bound at the top of a module or class on line 29, where "
             'another module may read it; functools.partial(torch.amp.autocast, "cuda", dtype=th.float16, '
-            "cache_enabled=True) keeps the old defaults, and a call that passes arguments by position raises "
-            "TypeError instead of shifting them (an unsafe fix exists: --unsafe-fixes)\n") in run.stderr
+            "cache_enabled=True) keeps the old defaults, and a positional call raises TypeError instead of "
+            "shifting its arguments (an unsafe fix exists: --unsafe-fixes)\n") in run.stderr
     assert "Transformed 4 files successfully." in run.stderr
 
 

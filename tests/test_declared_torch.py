@@ -195,7 +195,7 @@ def test_a_package_promising_torch_1_13_keeps_its_grad_scaler(tmp_path: Path, mo
     result = CliRunner().invoke(app, ["rewrite", "."])
     assert result.exit_code == 1
     assert result.stdout.splitlines() == [
-        "pkg/train.py:5:14: AMP002 left: `torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch "
+        "pkg/train.py:5:14: AMP002 `torch.cuda.amp.GradScaler` left: needs torch >= 2.3; the target is torch "
         "1.13; raise the torch requirement in setup.py or pass --target-torch; suggested: "
         'torch.amp.GradScaler("cuda", ...)',
         "pkg/train.py:6:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "

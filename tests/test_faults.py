@@ -35,6 +35,11 @@ AUTOCAST_MESSAGE = ('`torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)`
                     "positional arguments named enabled")
 AUTOCAST = "AMP001 {mark} " + AUTOCAST_MESSAGE
 SCALER = 'AMP002 {mark} `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device "cuda"'
+# No metadata above these files: the newest torch, said; what an autocast fix makes the code need (1.10), a
+# GradScaler fix (2.3).
+NEWEST = "target torch: the newest (none declared)"
+NEEDS_AUTOCAST = NEWEST + "; the output needs torch >= 1.10 (AMP001)"
+NEEDS_SCALER = NEWEST + "; the output needs torch >= 2.3 (AMP002)"
 IS_ROOT = os.geteuid() == 0
 
 
@@ -149,6 +154,7 @@ def _expected_lines(stuck: Path, free: Path, why: str) -> list[str]:
         f"{stuck}:2:6: {AUTOCAST.format(mark='left:')}",
         f"{stuck}:1:1: AMP903 left: cannot write: {why}; the file is unchanged",
         f"{free}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 1 finding left; 1 file could not be processed.",
     ]
 
@@ -189,6 +195,7 @@ def test_a_file_in_a_read_only_folder_is_reported_not_fixed(open_tmp: Path):
         f"pkg/b.py:2:6: {AUTOCAST.format(mark='fixed:')}",
         f"pkg/ro/a.py:2:6: {AUTOCAST.format(mark='left:')}",
         "pkg/ro/a.py:1:1: AMP903 left: cannot write: Permission denied; the file is unchanged",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 1 finding left; 1 file could not be processed.",
     ]
     assert same_except_inodes(snapshot(open_tmp), with_content(before, "pkg/b.py", MIGRATED.encode()))
@@ -238,6 +245,7 @@ def test_deep_elif_chains_in_a_folder_with_other_deprecated_files(tmp_path: Path
         f"{valid}:2:5: {SCALER.format(mark='fixed:')}",
         f"{too_deep}:1:1: AMP901 left: cannot parse: {raised.value}",
         f"{tmp_path / 'z.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_SCALER,
         "rewrote 3 files (3 fixes); 0 findings left; 1 file could not be processed.",
     ]
     valid_migrated = _elif_chain(350).replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
@@ -290,6 +298,7 @@ def test_folders_that_cannot_be_read_are_errors_and_the_rest_is_processed(open_t
         f"tree/a/m.py:2:6: {AUTOCAST.format(mark='fixed:')}",
         "tree/listless:1:1: AMP902 left: cannot read folder: Permission denied",
         "tree/locked:1:1: AMP902 left: cannot read folder: Permission denied",
+        NEEDS_AUTOCAST,
         "rewrote 2 files (2 fixes); 0 findings left; 2 files could not be processed.",
     ]
     expected = with_content(with_content(before, "a/m.py", MIGRATED.encode()), "z.py", MIGRATED.encode())
@@ -318,6 +327,7 @@ def test_a_fifo_named_py_never_blocks_given_or_found(tmp_path: Path):
     assert (found.returncode, found.stdout.splitlines()) == (2, [
         f"{tmp_path / 'a.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
         f"{fifo}:1:1: AMP902 left: not a regular file (a FIFO): skipped",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 0 findings left; 1 file could not be processed.",
     ])
     assert same_except_inodes(snapshot(tmp_path), with_content(before, "a.py", MIGRATED.encode()))
@@ -359,6 +369,7 @@ def test_a_root_rewrite_keeps_another_users_owner_group_and_mode(tmp_path: Path)
     result = invoke("rewrite", str(path))
     assert (result.exit_code, result.stdout.splitlines()) == (1, [
         f"{path}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 0 findings left.",
     ])
     after = snapshot(tmp_path)
@@ -383,6 +394,7 @@ def test_a_file_whose_group_cannot_be_kept_is_left_and_reported(open_tmp: Path):
         f"pkg/a.py:2:6: {AUTOCAST.format(mark='left:')}",
         f"pkg/a.py:1:1: AMP903 left: cannot write: cannot keep its owner {uid}:{other_gid} (Operation not "
         "permitted); the file is unchanged",
+        NEWEST,  # nothing fixed: nothing needs more
         "rewrote 0 files (0 fixes); 1 finding left; 1 file could not be processed.",
     ])
     assert snapshot(open_tmp) == before
@@ -403,6 +415,7 @@ def test_a_hard_linked_file_is_left_and_reported(tmp_path: Path):
         f"{tmp_path / 'two.py'}:2:6: {AUTOCAST.format(mark='left:')}",
         f"{tmp_path / 'two.py'}:1:1: AMP903 left: cannot write: {why}; the file is unchanged",
         f"{tmp_path / 'z.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 2 findings left; 2 files could not be processed.",
     ]
     assert same_except_inodes(snapshot(tmp_path), with_content(before, "z.py", MIGRATED.encode()))
@@ -423,6 +436,7 @@ def test_symlinks_in_a_folder_are_not_followed_a_named_one_is(tmp_path: Path):
     result = invoke("rewrite", str(tree))
     assert (result.exit_code, result.stdout.splitlines()) == (1, [
         f"{tree / 'inner.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",  # once, under its own name
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 0 findings left.",
     ])
     after = snapshot(tmp_path)
@@ -431,6 +445,7 @@ def test_symlinks_in_a_folder_are_not_followed_a_named_one_is(tmp_path: Path):
     named = invoke("rewrite", str(tree / "to_outside.py"))
     assert (named.exit_code, named.stdout.splitlines()) == (1, [
         f"{tree / 'to_outside.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 1 file (1 fix); 0 findings left.",
     ])
     assert same_except_inodes(snapshot(tmp_path), with_content(after, "outside/shared.py", MIGRATED.encode()))
@@ -457,10 +472,12 @@ def test_an_ascii_output_stream_gets_escapes_not_a_crash(tmp_path: Path):
         f"--- a/{shown}\n+++ b/{shown}\n@@ -1,3 +1,3 @@\n import torch\n # na\\xefve\n"
         "-scaler = torch.cuda.amp.GradScaler()  # \\xfc\n"
         '+scaler = torch.amp.GradScaler("cuda")  # \\xfc\n'
-    ), f"{shown}:3:10: {SCALER.format(mark='would fix:')}\nwould rewrite 1 file (1 fix); 0 findings left.\n")
+    ), f"{shown}:3:10: {SCALER.format(mark='would fix:')}\n{NEWEST}; the output would need torch >= 2.3 (AMP002)\n"
+       "would rewrite 1 file (1 fix); 0 findings left.\n")
     text = run("check", str(path))
     assert (text.returncode, text.stdout) == (1, (
         f"{shown}:3:10: {SCALER.format(mark='[*]')}\n"
+        f"{NEWEST}; the fixes need torch >= 2.3 (AMP002)\n"
         "1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).\n"))
     as_json = run("check", "--output-format", "json", str(path))
     assert as_json.returncode == 1 and json.loads(as_json.stdout)[0]["path"] == str(path)
@@ -472,7 +489,8 @@ def test_a_file_name_that_is_not_utf8_is_shown_escaped_or_as_its_bytes(tmp_path:
     with open(folder + b"/n\xff.py", "w") as handle:
         handle.write(DEPRECATED)
     before = snapshot(tmp_path)
-    summary = b"1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).\n"
+    summary = (f"{NEWEST}; the fixes need torch >= 1.10 (AMP001)\n".encode()
+               + b"1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).\n")
     line = AUTOCAST.format(mark="[*]").encode()
     strict = subprocess.run(ampfix_cmd("check", str(tmp_path)), capture_output=True, timeout=60,
                             env={**os.environ, "PYTHONIOENCODING": "utf-8"})
@@ -491,7 +509,7 @@ def test_cr_only_line_endings_keep_the_final_cr(tmp_path: Path):
     before = snapshot(tmp_path)
     result = invoke("rewrite", str(path))
     assert (result.exit_code, result.stdout.splitlines()) == (1, [
-        f"{path}:2:6: {AUTOCAST.format(mark='fixed:')}", "rewrote 1 file (1 fix); 0 findings left."])
+        f"{path}:2:6: {AUTOCAST.format(mark='fixed:')}", NEEDS_AUTOCAST, "rewrote 1 file (1 fix); 0 findings left."])
     migrated = b'import torch\rwith torch.amp.autocast("cuda", enabled=True):\r    pass\r'
     after = snapshot(tmp_path)
     assert same_except_inodes(after, with_content(before, "mac.py", migrated))
@@ -555,6 +573,7 @@ def test_ctrl_c_finishes_the_file_in_progress_lists_what_was_done_and_exits_130(
     done = [str(tmp_path / f"{name}.py") for name in ("a0", "a1", "b")]
     assert result.stdout.splitlines() == [
         *(f"{path}:2:6: {AUTOCAST.format(mark='fixed:')}" for path in done),
+        NEEDS_AUTOCAST,
         "rewrote 3 files (3 fixes); 0 findings left.",
     ]
     expected = before
@@ -688,6 +707,7 @@ def test_a_failure_reading_one_file_is_that_files_finding(tmp_path: Path, monkey
         f"{tmp_path / 'a.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
         f"{tmp_path / 'b.py'}:1:1: AMP900 left: internal error, file left unchanged: MemoryError: too big",
         f"{tmp_path / 'c.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 2 files (2 fixes); 0 findings left; 1 file could not be processed.",
     ])
     expected = with_content(with_content(before, "a.py", MIGRATED.encode()), "c.py", MIGRATED.encode())
@@ -709,6 +729,7 @@ def test_a_failure_outside_any_one_file_still_lists_the_files_done(tmp_path: Pat
     assert (result.exit_code, result.stdout.splitlines()) == (2, [
         f"{tmp_path / 'a.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
         f"{tmp_path / 'b.py'}:2:6: {AUTOCAST.format(mark='fixed:')}",
+        NEEDS_AUTOCAST,
         "rewrote 2 files (2 fixes); 0 findings left.",
     ])
     assert result.stderr.startswith("Traceback (most recent call last):\n")

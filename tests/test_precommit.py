@@ -22,12 +22,30 @@ from pathlib import Path
 import pytest
 from runner_jobs import session_folder
 
+from ampfix import __version__
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPRECATED = "import torch\nwith torch.cuda.amp.autocast(True):\n    pass\n"
 MIGRATED = 'import torch\nwith torch.amp.autocast("cuda", enabled=True):\n    pass\n'
 IDENTITY = {"GIT_AUTHOR_NAME": "ampfix tests", "GIT_AUTHOR_EMAIL": "tests@ampfix.invalid",
             "GIT_COMMITTER_NAME": "ampfix tests", "GIT_COMMITTER_EMAIL": "tests@ampfix.invalid"}
 ENV = {**os.environ, **IDENTITY}
+
+
+def _readme_snippet() -> str:
+    """The README's `.pre-commit-config.yaml`, as a user copies it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split("```yaml\n# .pre-commit-config.yaml\n", 1)[1].split("```", 1)[0]
+
+
+def _snippet_value(key: str) -> str:
+    found = re.search(rf"^ *(?:- )?{key}: (\S+)$", README_SNIPPET, re.MULTILINE)
+    assert found is not None, f"the README's pre-commit snippet has no {key}"
+    return found.group(1)
+
+
+README_SNIPPET = _readme_snippet()
+README_URL, README_REV = _snippet_value("repo"), _snippet_value("rev")
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -46,6 +64,7 @@ def _snapshot(snapshot: Path) -> Path:
     git("init", "-q", cwd=snapshot)
     git("add", "-A", cwd=snapshot)
     git("commit", "-q", "-m", "snapshot", cwd=snapshot)
+    git("tag", README_REV, cwd=snapshot)  # as the release the README's snippet names is tagged
     return snapshot
 
 
@@ -99,9 +118,8 @@ def pre_commit_run(cwd: Path, home: Path, *hook: str) -> tuple[int, dict[str, st
 
 
 def config(hook_repo: Path) -> str:
-    """A user's `.pre-commit-config.yaml` taking both hooks of the hook repository at its commit."""
-    rev = git("rev-parse", "HEAD", cwd=hook_repo).strip()
-    return (f"repos:\n- repo: {hook_repo}\n  rev: {rev}\n  hooks:\n  - id: ampfix-check\n  - id: ampfix\n")
+    """A user's `.pre-commit-config.yaml` taking both hooks of the hook repository at its tag."""
+    return (f"repos:\n- repo: {hook_repo}\n  rev: {README_REV}\n  hooks:\n  - id: ampfix-check\n  - id: ampfix\n")
 
 
 def test_the_hooks_in_pre_commit(hook_environment: tuple[Path, Path], tmp_path: Path):
@@ -122,6 +140,7 @@ def test_the_hooks_in_pre_commit(hook_environment: tuple[Path, Path], tmp_path: 
         "Failed\n- hook id: ampfix-check\n- exit code: 1\n\n"
         'old.py:2:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
         "positional arguments named enabled\n"
+        "target torch: the newest (none declared); the fixes need torch >= 1.10 (AMP001)\n"
         "1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).\n\n"
     )}
     assert (tmp_path / "old.py").read_text() == DEPRECATED
@@ -132,6 +151,7 @@ def test_the_hooks_in_pre_commit(hook_environment: tuple[Path, Path], tmp_path: 
         "Failed\n- hook id: ampfix\n- exit code: 1\n- files were modified by this hook\n\n"
         'old.py:2:6: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda", '
         "positional arguments named enabled\n"
+        "target torch: the newest (none declared); the output needs torch >= 1.10 (AMP001)\n"
         "rewrote 1 file (1 fix); 0 findings left.\n\n"
     )
     assert (tmp_path / "old.py").read_text() == MIGRATED
@@ -140,3 +160,31 @@ def test_the_hooks_in_pre_commit(hook_environment: tuple[Path, Path], tmp_path: 
     code, hooks = pre_commit_run(tmp_path, home)  # both hooks
     assert (code, hooks) == (0, {"ampfix (check only)": "Passed\n", "ampfix": "Passed\n"})
     assert (tmp_path / "old.py").read_text() == MIGRATED
+
+
+def test_the_readmes_snippet_copied_as_is_works(hook_environment: tuple[Path, Path], tmp_path: Path):
+    """The README's snippet in a fresh repository: its URL stands for the hook repository (the tests run offline,
+    so the snapshot of this checkout, tagged with the snippet's rev, answers for it), nothing else changed."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    hook_repo, home = hook_environment
+    assert README_URL == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    assert README_REV == f"v{__version__}"  # the release the README names is this version's tag
+    (tmp_path / ".pre-commit-config.yaml").write_text(README_SNIPPET.replace(README_URL, str(hook_repo)))
+    (tmp_path / "old.py").write_text(DEPRECATED)
+    git("init", "-q", cwd=tmp_path)
+    git("add", "-A", cwd=tmp_path)
+    environment = {**ENV, "PRE_COMMIT_HOME": str(home)}
+    tried = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "ampfix-check", "--ref",
+                            README_REV, "--all-files", "--color", "never"], cwd=tmp_path, env=environment,
+                           capture_output=True, text=True, timeout=600)
+    assert tried.returncode == 1 and "- hook id: ampfix-check\n- exit code: 1\n" in tried.stdout, tried.stdout
+
+    code, hooks = pre_commit_run(tmp_path, home)  # the snippet's one hook: rewrites, then passes
+    assert code == 1 and hooks["ampfix"].startswith("Failed\n- hook id: ampfix\n- exit code: 1\n- files were "
+                                                    "modified by this hook\n")
+    assert (tmp_path / "old.py").read_text() == MIGRATED
+    assert pre_commit_run(tmp_path, home) == (0, {"ampfix": "Passed\n"})

@@ -71,10 +71,11 @@ def test_a_terminal_gets_colours_and_the_closing_summary(tree: Path):
         'with device "cuda", positional arguments named enabled',
         "\033[1mb.py:2:5:\033[0m \033[31mAMP002\033[0m [*] `torch.cuda.amp.GradScaler(...)` -> "
         '`torch.amp.GradScaler(...)` with device "cuda"',
+        "target torch: the newest (none declared); the fixes need torch >= 2.3 (AMP002)",
         "2 findings (2 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
-        shown.splitlines()[3],
+        shown.splitlines()[4],
     ]
-    summary = shown.splitlines()[3]
+    summary = shown.splitlines()[4]
     assert summary.startswith("\033[2mscanned 3 files in ")
     assert summary.endswith(" s; findings by rule: AMP001 1, AMP002 1; 0 errors\033[0m")
 

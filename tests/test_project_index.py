@@ -27,7 +27,8 @@ def findings(importers: str) -> list[str]:
                  "migrate them together")
     return [f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {elsewhere}",
             f"pkg/utils.py:7:12: AMP001 `torch.cuda.amp.autocast` left: {elsewhere}; suggested: "
-            'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)', SUMMARY]
+            'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+            "target torch: the newest (none declared)", SUMMARY]  # the project declares no torch
 
 
 root = pytest.fixture(name="root")(copied_project)

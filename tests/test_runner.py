@@ -220,15 +220,22 @@ def test_each_fixture_and_its_migration_are_equivalent(job_name: str, jobs: JobP
     assert "equivalent" in job.stderr
 
 
-def test_positional_enabled_moved_into_dtype_is_not_equivalent(wrong_enabled_verify: Job) -> None:
+def test_positional_enabled_moved_into_dtype_crashes_the_rewrite_and_that_is_the_cause(wrong_enabled_verify: Job) -> None:
     report = wrong_enabled_verify.report
-    assert wrong_enabled_verify.returncode == 1, wrong_enabled_verify.stderr
-    assert report["equivalent"] is False
-    difference = report["first_difference"]
-    assert difference.startswith("step 0:")
-    assert "device=cuda dtype=float16 enabled=True" in difference  # the original's request
-    assert "device=cuda dtype=True enabled=True" in difference  # `enabled` landed in dtype
-    assert report["rewritten"]["exit_code"] == 1  # and torch refuses it on entry, as on a GPU
+    # torch refuses `enabled` landed in dtype on entry, as on a GPU: the crash is the cause, with exit 3.
+    assert wrong_enabled_verify.returncode == 3, wrong_enabled_verify.stderr
+    assert report["crashed"] == "rewrite" and report["equivalent"] is None and report["rewritten"]["exit_code"] == 1
+    exception = "TypeError: set_autocast_dtype(): argument 'dtype' (position 2) must be torch.dtype, not bool"
+    assert report["error"] == (
+        f"the rewrite crashed: {exception}; no sign of the runner's emulation in the failure (raised outside ampfix, "
+        "no bfloat16 stand-in named): the script's own"
+    )
+    assert f"NOT verified — {report['error']}\n" in wrong_enabled_verify.stderr  # one line: stderr is no terminal
+    # What led there, kept beside the cause: `enabled` landed in dtype (and no word of inherited settings).
+    assert report["first_difference"] == (
+        "step 0: original autocast(device=cuda dtype=float16 enabled=True cache_enabled=True) at cnn_amp.py:50; "
+        "rewrite autocast(device=cuda dtype=True enabled=True cache_enabled=True) at cnn_amp.wrong_enabled.py:50")
+    assert "rewrite : exit 1, 0 optimizer steps, 0 losses, 1 autocast site" in wrong_enabled_verify.stderr.splitlines()
 
 
 def test_autocast_moved_to_cpu_is_not_equivalent_even_with_equal_losses(wrong_cpu_verify: Job) -> None:
@@ -353,9 +360,10 @@ def test_deprecated_autocast_state_calls_are_counted_at_their_line(autocast_stat
 def test_verify_shows_the_originals_deprecated_calls(autocast_state_verify: Job) -> None:
     assert autocast_state_verify.returncode == 0, autocast_state_verify.stderr
     assert autocast_state_verify.report["equivalent"] is True
-    shown = " ".join(autocast_state_verify.stderr.split())  # the report, its lines wrapped by the console
-    assert "original: exit 0, 2 optimizer steps, 2 losses, 2 autocast sites, 21 deprecated API call(s) at 19 site(s)" \
-        " rewrite : exit 0, 2 optimizer steps, 2 losses, 2 autocast sites note:" in shown
+    lines = autocast_state_verify.stderr.splitlines()  # one line each: stderr is no terminal
+    assert "original: exit 0, 2 optimizer steps, 2 losses, 2 autocast sites, 21 deprecated API calls at 19 sites" \
+        in lines
+    assert "rewrite : exit 0, 2 optimizer steps, 2 losses, 2 autocast sites" in lines
 
 
 def test_a_rewrite_left_calling_a_state_function_is_not_migrated(autocast_state_engine_verify: Job) -> None:

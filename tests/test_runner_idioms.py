@@ -20,7 +20,7 @@ JOBS: dict[str, list[str]] = {
     "fork_run": ["run", "fork_workers.py"],
     "fork_verify": ["verify", "fork_workers.py"],
     # Bounded: before the fix this run never ended (Pool.terminate() waited on the worker for ever).
-    "pool_blocked_run": ["run", "pool_blocked_worker.py", "--timeout", "120"],
+    "pool_blocked_run": ["run", "--timeout", "120", "pool_blocked_worker.py"],
 }
 
 define_job_fixtures(JOBS, globals())

@@ -39,10 +39,10 @@ CHECKPOINT_VERIFY = ["verify", "checkpoint_writer.py", "--rewritten", "checkpoin
 
 JOBS = {
     "cuda_policy": ["run", "op_dtypes.py"],
-    "cpu_policy": ["run", "op_dtypes.py", "--autocast-policy", "cpu"],
+    "cpu_policy": ["run", "--autocast-policy", "cpu", "op_dtypes.py"],
     "checkpoints": CHECKPOINT_VERIFY,
     "stale_checkpoints": CHECKPOINT_VERIFY,
-    "timeout": ["run", "never_ends.py", "--timeout", "10"],
+    "timeout": ["run", "--timeout", "10", "never_ends.py"],
 }
 
 define_job_fixtures(
@@ -226,11 +226,11 @@ def test_verify_gives_each_side_its_own_working_directory(checkpoints: Job) -> N
 
 def test_verify_shows_why_the_original_failed(stale_checkpoints: Job) -> None:
     job = stale_checkpoints  # a previous run left checkpoints/: the script refuses it
-    assert job.returncode == 2
+    assert job.returncode == 3  # it died of an exception: a crash, named by its line
     assert job.report["error"] == (
-        "the original exited with status 1 under the runner; nothing to compare against "
-        "(FileExistsError: [Errno 17] File exists: 'checkpoints'); no sign of the runner's emulation in the failure "
-        "(raised outside ampfix, no bfloat16 stand-in named): the script's own"
+        "the original crashed: FileExistsError: [Errno 17] File exists: 'checkpoints'; nothing to compare against; "
+        "no sign of the runner's emulation in the failure (raised outside ampfix, no bfloat16 stand-in named): the "
+        "script's own"
     )
     assert "--- original stderr (last lines) ---" in job.stderr
     assert "os.makedirs(args.out)" in job.stderr
@@ -330,7 +330,7 @@ def test_a_signal_to_ampfix_ends_the_script_and_cleans_up(tmp_path: Path, signal
 def test_a_json_path_that_cannot_be_written_is_refused_before_starting(tmp_path: Path, command: str) -> None:
     for target, reason in ((tmp_path / "missing" / "r.json", f"no such folder: {tmp_path / 'missing'}"), (tmp_path, "it is a folder")):
         completed = subprocess.run(
-            [sys.executable, "-m", "ampfix", command, str(FIXTURES / "never_ends.py"), "--json", str(target)],
+            [sys.executable, "-m", "ampfix", command, "--json", str(target), str(FIXTURES / "never_ends.py")],
             capture_output=True,
             text=True,
             timeout=60,

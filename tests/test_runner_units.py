@@ -453,8 +453,41 @@ def test_a_failure_says_whether_it_is_inside_the_emulation(failure: dict | None,
 def test_verify_explains_a_failed_original() -> None:
     failed = _process(failure=_failure(runner_module="gpu/cuda_autocast", runner_function="kernel"))
     report = api.compare_runs(_report(failed, exit_code=1), _report(_process()))
-    assert report.exit_code == 2
-    assert report.error.endswith("; --autocast-policy cpu (CPU autocast's own op lists) changes that")
+    assert report.exit_code == 3 and report.crashed == "original"  # died of an exception: a crash
+    assert report.error == (
+        "the original crashed: RuntimeError: boom; nothing to compare against; the failure is inside the runner's "
+        "emulation (CUDA's autocast op policy, run on the CPU, raised in ampfix/runner/gpu/cuda_autocast.py); "
+        "--autocast-policy cpu (CPU autocast's own op lists) changes that"
+    )
+
+
+def test_verify_names_a_crashed_rewrite_as_the_cause_by_its_exceptions_line() -> None:
+    crashed = RunReport("/x/train.py", 1, [_process(failure=_failure(type="TypeError", message="bad dtype"))],
+                        stderr="Traceback (most recent call last):\n  ...\nTypeError: bad dtype: True\n")
+    report = api.compare_runs(_report(_process(trace=TRACE)), crashed)
+    assert report.exit_code == 3 and report.crashed == "rewrite" and report.equivalent is None
+    assert report.first_difference is None  # "the rewrite stopped before ...": the crash's doing, not said
+    assert report.error == (
+        "the rewrite crashed: TypeError: bad dtype: True; no sign of the runner's emulation in the failure "
+        "(raised outside ampfix, no bfloat16 stand-in named): the script's own"
+    )
+
+
+def test_a_crashed_rewrite_keeps_the_mismatch_its_trace_showed_before_the_crash() -> None:
+    changed = [*TRACE[:1], _event(0, "autocast", device="cuda", dtype="True", enabled=True, cache_enabled=True)]
+    crashed = RunReport("/x/train.py", 1, [_process(trace=changed, failure=_failure(type="TypeError"))])
+    report = api.compare_runs(_report(_process(trace=TRACE)), crashed)
+    assert report.crashed == "rewrite" and report.error.startswith("the rewrite crashed: TypeError: boom; ")
+    # A flag landed in `dtype`: no region hands that on, so no word of inherited settings.
+    assert report.first_difference == (
+        "step 0: original autocast(device=cuda dtype=float16 enabled=True cache_enabled=True) at train.py:10; "
+        "rewrite autocast(device=cuda dtype=True enabled=True cache_enabled=True) at train.py:10")
+
+
+def test_a_side_that_exits_nonzero_without_an_exception_did_not_crash() -> None:
+    report = api.compare_runs(_report(_process(trace=TRACE)), _report(_process(trace=TRACE), exit_code=1))
+    assert report.exit_code == 1 and report.crashed is None
+    assert report.first_difference == "exit status: original 0, rewrite 1"
 
 
 def test_a_rewrite_that_still_calls_a_deprecated_api_is_not_equivalent() -> None:

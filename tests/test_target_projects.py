@@ -26,6 +26,9 @@ UP_TO_2_3 = AUTOCAST_ONLY.replace("torch.cuda.amp.GradScaler()", 'torch.amp.Grad
 EVERYTHING = UP_TO_2_3.replace("@torch.cuda.amp.custom_fwd", '@torch.amp.custom_fwd(device_type="cuda")')
 
 SUMMARY = "rewrote {files} ({fixes}); {left} left."
+# A project that declares no torch: the newest, said with what a GradScaler's fix (2.3) or an autocast's (1.10) needs.
+NEEDS_SCALER = "target torch: the newest (none declared); the output needs torch >= 2.3 (AMP002)"
+NEEDS_AUTOCAST = "target torch: the newest (none declared); the output needs torch >= 1.10 (AMP001)"
 
 
 def run(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
@@ -44,7 +47,7 @@ def project(root: Path, files: dict[str, str]) -> Path:
 
 def held(path: str, line: int, col: int, code: str, name: str, need: str, target: str, source: str,
          suggestion: str) -> str:
-    return (f"{path}:{line}:{col}: {code} left: `{name}` left: needs torch >= {need}; the target is torch {target}; "
+    return (f"{path}:{line}:{col}: {code} `{name}` left: needs torch >= {need}; the target is torch {target}; "
             f"raise the torch requirement in {source} or pass --target-torch; suggested: {suggestion}")
 
 
@@ -100,8 +103,7 @@ def test_setup_cfg_install_requires(tmp_path: Path, monkeypatch):
     root = project(tmp_path, {"setup.cfg": "[options]\ninstall_requires =\n    torch~=2.2\n", "m.py": LIBRARY})
     result = run(root, monkeypatch, "check", "m.py")
     assert result.exit_code == 1
-    # `check` marks no "left:" before the message
-    assert result.stdout.splitlines()[0] == held_scaler("m.py", "2.2", "setup.cfg").replace(" left:", "", 1)
+    assert result.stdout.splitlines()[0] == held_scaler("m.py", "2.2", "setup.cfg")
     assert result.stdout.splitlines()[-2:] == [
         "target torch 2.2, from setup.cfg",
         "3 findings (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes).",
@@ -126,13 +128,15 @@ def test_a_monorepo_gets_a_target_per_project_and_names_each_once(tmp_path: Path
     assert (root / "old/a.py").read_text() == (root / "old/sub/b.py").read_text() == AUTOCAST_ONLY
 
 
-def test_no_metadata_is_the_newest_torch_and_goes_unsaid(tmp_path: Path, monkeypatch):
+def test_no_metadata_is_the_newest_torch_said_with_what_the_output_now_needs(tmp_path: Path, monkeypatch):
     root = project(tmp_path, {"m.py": LIBRARY})
     result = run(root, monkeypatch, "rewrite", "m.py")
     assert result.stdout.splitlines() == [
         "m.py:2:10: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device \"cuda\"",
         "m.py:3:6: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device \"cuda\"",
         "m.py:5:2: AMP003 fixed: `@torch.cuda.amp.custom_fwd` -> `@torch.amp.custom_fwd(device_type=\"cuda\")`",
+        # custom_fwd's twin came with torch 2.4: a project that runs older torch must declare it.
+        "target torch: the newest (none declared); the output needs torch >= 2.4 (AMP003)",
         SUMMARY.format(files="1 file", fixes="3 fixes", left="0 findings"),
     ]
     assert (root / "m.py").read_text() == EVERYTHING
@@ -145,7 +149,7 @@ def test_an_unparsable_requirement_is_said_with_its_file_and_the_target_is_the_n
     # pip cannot install from that requirement: it promises no torch, so nothing is held back; the summary says why.
     assert result.stdout.splitlines()[-2] == (
         "target torch: the newest; requirements.txt: cannot parse the requirement 'torch >= two' "
-        "(Expected semicolon (after name with no version specifier) or end)")
+        "(Expected semicolon (after name with no version specifier) or end); the output needs torch >= 2.4 (AMP003)")
     assert (root / "m.py").read_text() == EVERYTHING
 
 
@@ -153,7 +157,8 @@ def test_a_requirement_without_a_lower_bound_is_said(tmp_path: Path, monkeypatch
     root = project(tmp_path, {"requirements.txt": "torch<3\n", "m.py": LIBRARY})
     result = run(root, monkeypatch, "check", "m.py")
     assert result.stdout.splitlines()[-2] == (
-        "target torch: the newest; requirements.txt: the torch requirement has no lower bound")
+        "target torch: the newest; requirements.txt: the torch requirement has no lower bound; the fixes need torch "
+        ">= 2.4 (AMP003)")
 
 
 def test_the_flag_then_the_key_win_over_the_metadata(tmp_path: Path, monkeypatch):
@@ -315,9 +320,9 @@ def test_strings_a_librarys_tests_patch_move_with_the_code_they_patch(tmp_path: 
         assert result.exit_code == 1, result.stdout  # findings left, or files changed
         copies[name + " output"] = result.stdout.splitlines()
     assert copies["floor output"][:2] == [
-        "tests/test_engine.py:10:21: AMP001 left: string names the deprecated `torch.cuda.amp.autocast`; left: "
+        "tests/test_engine.py:10:21: AMP001 string names the deprecated `torch.cuda.amp.autocast`; left: "
         f'needs torch >= 1.10; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp.autocast"',
-        "tests/test_engine.py:18:40: AMP010 left: string names the deprecated `torch.cuda.amp`; left: "
+        "tests/test_engine.py:18:40: AMP010 string names the deprecated `torch.cuda.amp`; left: "
         f'needs torch >= 2.3; the target is torch 1.3; {FLOOR_HINT}; suggested: "torch.amp"',
     ]
     assert copies["floor output"][-2:] == ["target torch 1.3, from setup.py",
@@ -367,9 +372,10 @@ def test_names_a_project_module_binds_are_resolved_through_it(tmp_path: Path, mo
     elsewhere = ("`autocast` is imported from this module by pkg/train.py:2, whose uses move with this import: "
                  "migrate them together")
     assert result.stdout.splitlines()[3:] == [
-        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {elsewhere}",
-        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {elsewhere}; suggested: "
+        f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {elsewhere}",
+        f"pkg/utils.py:7:12: AMP001 `torch.cuda.amp.autocast` left: {elsewhere}; suggested: "
         'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        NEEDS_SCALER,
         SUMMARY.format(files="2 files", fixes="2 fixes", left="3 findings"),
     ]
     # What a pre-commit hook given utils.py alone sees: the project's other modules are read for it.
@@ -431,11 +437,12 @@ def test_a_scaler_subclass_is_rebased_where_every_construction_in_the_project_pa
     outputs = {name: _rewritten_copy(tmp_path, monkeypatch, name, *flags)
                for name, flags in (("subclass_keywords", ()), ("subclass_positional", ("--unsafe-fixes",)))}
     assert outputs == {
-        "subclass_keywords": [REBASED, SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings")],
+        "subclass_keywords": [REBASED, NEEDS_SCALER, SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings")],
         "subclass_positional": [
             NOT_REBASED,
             'pkg/train.py:7:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
             '"cuda"',
+            NEEDS_AUTOCAST,
             SUMMARY.format(files="1 file", fixes="1 fix", left="1 finding"),
         ],
     }
@@ -545,6 +552,7 @@ RETURNED = [
     "pkg/utils.py:10:16: AMP001 fixed: `torch.cuda.amp.autocast` is referenced without a call and only called without "
     'positional arguments (pkg/evaluate.py:7, pkg/train.py:6): functools.partial(torch.amp.autocast, "cuda", '
     "dtype=torch.float16, cache_enabled=True) keeps the old defaults",
+    NEEDS_AUTOCAST,
     SUMMARY.format(files="3 files", fixes="3 fixes", left="0 findings"),
 ]
 
@@ -562,9 +570,10 @@ def test_references_read_through_other_modules_of_the_project(tmp_path: Path, mo
         '"cuda"',
         "pkg/train.py:9:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="utils.autocast"),
         "pkg/train.py:11:10: AMP001 left: " + ATTRIBUTE_READ.format(chain="pkg.utils.autocast"),
-        f"pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.autocast` import left: {READERS}",
-        f"pkg/utils.py:7:12: AMP001 left: `torch.cuda.amp.autocast` left: {READERS}; suggested: "
+        f"pkg/utils.py:1:28: AMP010 `torch.cuda.amp.autocast` import left: {READERS}",
+        f"pkg/utils.py:7:12: AMP001 `torch.cuda.amp.autocast` left: {READERS}; suggested: "
         'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+        NEEDS_SCALER,
         SUMMARY.format(files="1 file", fixes="1 fix", left="4 findings"),
     ]
     assert _rewritten_copy(tmp_path, monkeypatch, "references_across_modules") == RETURNED
@@ -595,11 +604,12 @@ def test_references_read_through_other_modules_of_the_project(tmp_path: Path, mo
 ALIASED_READERS = ("`amp_autocast` is imported from this module by pkg/evaluate.py:5 (`utils.amp_autocast`), "
                    "pkg/train.py:1, whose uses move with this import: migrate them together")
 ALIASED = [
-    "pkg/utils.py:1:28: AMP010 left: `torch.cuda.amp.GradScaler` import left: `Scaler` is imported from this module by "
+    "pkg/utils.py:1:28: AMP010 `torch.cuda.amp.GradScaler` import left: `Scaler` is imported from this module by "
     "pkg/train.py:1, whose uses move with this import: migrate them together",
-    f"pkg/utils.py:2:28: AMP010 left: `torch.cuda.amp.autocast` import left: {ALIASED_READERS}",
-    f"pkg/utils.py:10:12: AMP001 left: `torch.cuda.amp.autocast` left: {ALIASED_READERS}; suggested: "
+    f"pkg/utils.py:2:28: AMP010 `torch.cuda.amp.autocast` import left: {ALIASED_READERS}",
+    f"pkg/utils.py:10:12: AMP001 `torch.cuda.amp.autocast` left: {ALIASED_READERS}; suggested: "
     'torch.amp.autocast("cuda", enabled=..., dtype=..., cache_enabled=...)',
+    "target torch: the newest (none declared)",  # nothing fixed: the code needs nothing newer
     SUMMARY.format(files="0 files", fixes="0 fixes", left="3 findings"),
 ]
 

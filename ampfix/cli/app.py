@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from ampfix import __version__
 from ampfix.cli.console import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fast_path, run_files
@@ -25,7 +25,10 @@ def _runner_command(name: str):
     from ampfix.runner.host import commands
 
     single = typer.Typer(add_completion=False, rich_markup_mode=None)
-    single.command(name, context_settings=_PASS_THROUGH)(getattr(commands, _RUNNER_COMMANDS[name]))
+    # run stops at its script as launchers do (everything after it is the script's); verify takes its
+    # options anywhere and passes on what follows `--`.
+    settings = {"cls": commands.LauncherCommand} if name == "run" else {"context_settings": _PASS_THROUGH}
+    single.command(name, **settings)(getattr(commands, _RUNNER_COMMANDS[name]))
     return typer.main.get_command(single)
 
 
@@ -49,6 +52,51 @@ class _Group(TyperGroup):
                 self._load(name)
         return super().resolve_command(ctx, args)
 
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command's first sentence whole, wrapped under its name: click would cut it with "..."."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=_WHOLE_SENTENCE)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+_WHOLE_SENTENCE = 1_000
+
+
+class _Command(TyperCommand):
+    """Arguments shown as click shows them (`[PATH]...`, `CODE`), without typer's braces around a required one
+    and its type labels (`PATH <list[Path]>`)."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        return pieces + [self._shown(param, usage=True) for param in self.get_params(ctx)
+                         if param.param_type_name == "argument"]
+
+    def format_options(self, ctx, formatter) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append((self._shown(param, usage=False), record[1]))
+            else:
+                options.append(record)
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    @staticmethod
+    def _shown(argument, usage: bool) -> str:
+        name = argument.metavar or argument.name.upper()
+        if usage and not argument.required:
+            name = f"[{name}]"
+        return name + ("..." if argument.nargs != 1 else "")
+
 
 # Plain help, as click prints it: typer's rich panels label every flag `<bool>`, and read
 # `[tool.ampfix]` in a help text as markup.
@@ -68,8 +116,10 @@ class OutputFormat(str, enum.Enum):
     sarif = "sarif"
 
 
-PathsArg = Annotated[list[Path], typer.Argument(
-    metavar="PATH", help="Files or folders (folders: every *.py below); `-` reads stdin.")]
+_PATHS_HELP = "Files or folders (folders: every *.py and *.ipynb below); `-` reads stdin."
+PathsArg = Annotated[list[Path], typer.Argument(metavar="PATH", help=_PATHS_HELP)]
+CheckPathsArg = Annotated[list[Path] | None, typer.Argument(
+    metavar="PATH", help=_PATHS_HELP + " Default: the current folder.", show_default=False)]
 UnsafeOpt = Annotated[bool | None, typer.Option(
     "--unsafe-fixes/--no-unsafe-fixes", show_default=False,
     help="Also apply fixes that may change meaning (default: `unsafe-fixes` in [tool.ampfix], else off).")]
@@ -127,22 +177,28 @@ def _codes(value: str | None) -> list[str] | None:
     return None if value is None else [code.strip() for code in value.split(",") if code.strip()]
 
 
-@app.command()
-def check(paths: PathsArg, output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
+FixOpt = Annotated[bool, typer.Option(
+    "--fix", help="Fix what can be fixed, as `ampfix rewrite` does (ruff's `check --fix`).")]
+
+
+@app.command(cls=_Command)
+def check(paths: CheckPathsArg = None, fix: FixOpt = False, output_format: FormatOpt = OutputFormat.text,
+          unsafe_fixes: UnsafeOpt = None,
           target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
           stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
           device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
           explicit_autocast_defaults: ExplicitDefaultsOpt = None, no_cache: NoCacheOpt = False) -> None:
-    """List every deprecated AMP use; write nothing. Exit 0 clean, 1 findings, 2 error."""
+    """List every deprecated AMP use; write nothing (with --fix, rewrite). Exit 0 clean, 1 findings, 2 error."""
     flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
                    target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
                    explicit_autocast_defaults=explicit_autocast_defaults)
-    raise typer.Exit(run_files(paths, "check", flags, output_format.value, force_exclude=force_exclude,
+    mode = "rewrite" if fix else "check"  # ruff's `check --fix`: the rewrite
+    raise typer.Exit(run_files(paths or [Path(".")], mode, flags, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet, cache=not no_cache))
 
 
-@app.command()
+@app.command(cls=_Command)
 def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="Print a diff; write nothing.")] = False,
             output_format: FormatOpt = OutputFormat.text, unsafe_fixes: UnsafeOpt = None,
             target_torch: TargetOpt = None, select: SelectOpt = None, ignore: IgnoreOpt = None,
@@ -172,7 +228,7 @@ TableTargetOpt = Annotated[str | None, typer.Option(
          "[tool.ampfix], else its project's torch requirement, else the newest).")]
 
 
-@app.command()
+@app.command(cls=_Command)
 def rules(code: CodeArg = None, output_format: TableFormatOpt = TableFormat.text,
           target_torch: TableTargetOpt = None) -> None:
     """The rule table: code, old -> new, minimum torch, fix; what is held back at the target torch. With a
@@ -192,7 +248,7 @@ def rules(code: CodeArg = None, output_format: TableFormatOpt = TableFormat.text
     sys.stdout.write(text + "\n")
 
 
-@app.command()
+@app.command(cls=_Command)
 def rule(code: Annotated[str, typer.Argument(metavar="CODE", help="A rule's code: AMP001.")]) -> None:
     """One rule's page: what it migrates, its minimum torch, what is fixed and what is left and why, its examples."""
     from ampfix.cli.rule_page import find_rule, rule_page

@@ -78,7 +78,7 @@ def _run(paths: Sequence[Path], mode: str, flags: Mapping[str, Any], output_form
             results, failure = _collect(_noting_targets(terminal.follow(found), targets), interrupts)
         terminal.finish()
     _emit(results, mode, output_format, terminal, findings_to_stderr=reading_stdin and mode == "rewrite",
-          targets=_said(targets))
+          targets=_said(targets), targets_in_text=_said(targets, newest_too=True))
     stopped = _stopped(failure, interrupts)
     if stopped is not None:
         return stopped
@@ -103,10 +103,12 @@ def _noting_targets(results, targets: set[Target]):
         yield result
 
 
-def _said(targets: set[Target]) -> list[Target]:
+def _said(targets: set[Target], newest_too: bool = False) -> list[Target]:
     """The targets a report names, once each, by source: those that something set (a flag, a key,
-    project metadata); the newest torch by default goes unsaid."""
-    return sorted((t for t in targets if t.source is not None), key=lambda t: (t.source or "", t.version or ()))
+    project metadata), and with `newest_too` (the text report: a person reads which torch each file was
+    worked at) the newest torch that nothing declared, first."""
+    return sorted((t for t in targets if newest_too or t.source is not None),
+                  key=lambda t: (t.source is not None, t.source or "", t.version or ()))
 
 
 def _run_stdin(name: str, mode: str, options: Options, settings: Settings, force_exclude: bool,
@@ -232,7 +234,7 @@ def exit_code(results, mode: str) -> int:
 
 
 def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_to_stderr: bool = False,
-          targets: Sequence[Target] = ()) -> None:
+          targets: Sequence[Target] = (), targets_in_text: Sequence[Target] = ()) -> None:
     from ampfix.cli import report
 
     # With --diff the diff alone goes to stdout (it can be piped to `git apply`); so does the new
@@ -252,7 +254,7 @@ def _emit(results, mode: str, output_format: str, terminal: _Terminal, findings_
             for line in report.finding_lines(result, mode, colour):
                 findings_out.write(line + "\n")
         if not terminal.quiet:
-            findings_out.write("".join(target.describe() + "\n" for target in targets))
+            findings_out.write("".join(line + "\n" for line in report.target_lines(results, mode, targets_in_text)))
             findings_out.write(report.summary(results, mode) + "\n")
         if not terminal.quiet and _is_terminal(findings_out):
             summary = report.terminal_summary(results, mode, terminal.scanned, terminal.elapsed())

@@ -39,8 +39,8 @@ def finding_lines(result: FileResult, mode: str, colour: bool = False) -> list[s
             mark = " [*]" if finding.fixable and not finding.unsafe else " [unsafe]" if finding.fixable else ""
         elif finding.fixed:
             mark = f" {_done(finding, mode)}{' (unsafe)' if finding.unsafe else ''}:"
-        else:
-            mark = " left:"
+        else:  # left: said once, where the message does not say it already
+            mark = "" if "left: " in finding.message else " left:"
         where = paint(f"{result.path}:{_place(finding)}:", "bold", colour)
         code = paint(finding.code, "green" if finding.fixed else "red", colour)
         lines.append(f"{where} {code}{mark} {shown_message(finding)}")
@@ -68,6 +68,8 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     fixed = sum(1 for f in findings if f.fixed)
     left = len(findings) - fixed
     followed = sum(1 for f in findings if f.fixed and f.follows)  # no text of their own: not fixes
+    if mode == "check" and not findings and not errors:
+        return "All checks passed!"  # as ruff says it
     parts = []
     if mode == "check":
         safe = sum(1 for f in findings if f.fixable and not f.unsafe)
@@ -83,6 +85,44 @@ def summary(results: Sequence[FileResult], mode: str) -> str:
     if errors:
         parts.append(f"{_count(errors, 'file')} could not be processed")
     return "; ".join(parts) + "."
+
+
+def target_lines(results: Sequence[FileResult], mode: str, targets: Sequence[TorchTarget]) -> list[str]:
+    """Each target torch the files were worked at and what set it, one a line, when anything was found; the newest
+    (a target no version bounds) says what the fixes made the code require: `target torch: the newest (none
+    declared); the output needs torch >= 2.3 (AMP002)`."""
+    if not any(result.findings for result in results):
+        return []  # nothing found: the target decided nothing
+    lines = [target.describe() for target in targets]
+    needs = _needs(results, mode)
+    if needs is None:
+        return lines
+    unbounded = [index for index, target in enumerate(targets) if target.version is None]
+    if not unbounded:
+        return [*lines, needs]
+    lines[unbounded[-1]] += f"; {needs}"
+    return lines
+
+
+def _needs(results: Sequence[FileResult], mode: str) -> str | None:
+    """What the fixes make the code require, in the files worked at the newest torch (a declared target holds
+    back every newer fix: the output runs on it): `the output needs torch >= 2.4 (AMP003, AMP004)`. A module
+    path's rename (AMP010) needs what the names it moves need, each reported under its own rule: not counted."""
+    done = [finding for result in results if result.target is not None and result.target.version is None
+            for finding in result.findings if (finding.fixed if mode != "check" else finding.fixable)]
+    if not done:
+        return None
+    from ampfix.families import MODULE_PATH_CODE
+
+    minimum = {rule.code: rule.min_torch for rule in _all_rules() if rule.min_torch is not None}
+    needed = {finding.code: minimum[finding.code] for finding in done
+              if finding.code in minimum and finding.code != MODULE_PATH_CODE}
+    if not needed:
+        return None
+    top = max(needed.values())
+    codes = ", ".join(sorted(code for code, version in needed.items() if version == top))
+    said = {"check": "the fixes need", "diff": "the output would need", "rewrite": "the output needs"}[mode]
+    return f"{said} torch >= {version_text(top)} ({codes})"
 
 
 def terminal_summary(results: Sequence[FileResult], mode: str, scanned: int, seconds: float) -> str:

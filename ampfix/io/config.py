@@ -67,7 +67,7 @@ def _codes(value: object) -> tuple[str, ...]:
     codes = _strings(value)
     from ampfix.families import ALL_RULES
 
-    known = [rule.code for rule in ALL_RULES]
+    known = sorted({rule.code for rule in ALL_RULES})  # in order, each once (AMP008 and AMP009 share a rule's place)
     for code in codes:
         if not code or not any(known_code.startswith(code) for known_code in known):
             raise ValueError(f"{code!r} is not a rule code or a prefix of one ({', '.join(known)})")

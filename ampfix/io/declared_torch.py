@@ -73,7 +73,7 @@ class Target:
         if self.version is not None:
             return f"target torch {self.version[0]}.{self.version[1]}, from {self.source}"
         if self.source is None:
-            return "target torch: the newest"
+            return "target torch: the newest (none declared)"
         why = self.problem or "the torch requirement has no lower bound"
         return f"target torch: the newest; {self.source}: {why}"
 

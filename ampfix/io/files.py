@@ -157,9 +157,10 @@ _NO_SUGGESTION_CODES = frozenset({INTERNAL_ERROR_CODE, SYNTAX_ERROR_CODE, READ_E
 
 def shown_message(finding: Finding) -> str:
     """The message as every report shows it (the text and GitHub formats, SARIF, the flake8 plugin): with the
-    suggested rewrite when a person has to finish the job."""
+    suggested rewrite when a person has to finish the job, unless the message already spells it out."""
     needs_hand = not finding.fixed and not (finding.fixable and not finding.unsafe)
-    if needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES:
+    if (needs_hand and finding.suggestion and finding.code not in _NO_SUGGESTION_CODES
+            and finding.suggestion not in finding.message):
         return f"{finding.message}; suggested: {finding.suggestion}"
     return finding.message
 

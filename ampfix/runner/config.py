@@ -16,6 +16,13 @@ RUNNER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 # Put first on a child's PYTHONPATH: its sitecustomize starts the runner in every process below `ampfix run`.
 BOOTSTRAP_DIR = os.path.join(RUNNER_DIR, "child", "bootstrap")
 
+# Runner functions that only pass the script's call on to torch (the device mode runs every torch call; the
+# autocast state setters hand torch the script's arguments): an exception raised there is not the emulation's
+# doing. (module below runner/ without .py, function)
+PASS_THROUGH = frozenset({
+    ("gpu/device_mode", "call"), ("gpu/device_mode", "__torch_function__"), ("gpu/amp_patches", "set_state"),
+})
+
 CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
 # "main" for the process that runs the script; the harness flips it to "child" in its own
 # environment so that every process started below it knows it is not the main one.

@@ -262,8 +262,8 @@ def _decide_reference(context: ModuleContext, use: Use, rule: Rule, target: Targ
                             f"{_only_called(flow, ' without positional arguments')}: {partial} keeps the old "
                             f"defaults{said}{note}", edit,
                             fixable=True, suggestion=partial, module_device=module_device)
-        said = (f"; {left}; {partial} keeps the old defaults, and a call that passes arguments by position raises "
-                f"TypeError instead of shifting them{said}")
+        said = (f"; {left}; {partial} keeps the old defaults, and a positional call raises TypeError instead of "
+                f"shifting its arguments{said}")
         return replace(unsafe(message + said + note, edit, suggestion=partial), module_device=module_device)
     return Decision(rule.code, message, suggestion=suggestion)
 

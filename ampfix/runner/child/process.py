@@ -23,11 +23,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import Any
 
 from ampfix.runner.apex.provider import ApexProvider
-from ampfix.runner.config import CONFIG_ENV, ROLE_ENV, RUNNER_DIR, RunnerConfig
+from ampfix.runner.child import progress
+from ampfix.runner.config import CONFIG_ENV, PASS_THROUGH, ROLE_ENV, RUNNER_DIR, RunnerConfig
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace, with_arguments_adjusted
 
@@ -50,6 +51,7 @@ def start() -> None:
     _capture_deprecations(recorder)
     if role == "main":
         _record_failure(recorder)
+        progress.start(recorder)
     _AfterImport.install(
         {
             "torch": lambda torch: _install_harness(torch, recorder, config),
@@ -104,9 +106,32 @@ def _record_failure(recorder: Recorder) -> None:
         try:
             recorder.failure = _failure(kind, value, tb)
         finally:
-            previous(kind, value, tb)
+            shown = _as_shown(recorder.failure, tb)
+            # Python's own hook prints the exception's traceback, not the one it is given.
+            previous(kind, value.with_traceback(shown), shown)
 
     sys.excepthook = excepthook
+
+
+def _as_shown(failure: dict[str, Any] | None, tb: TracebackType | None) -> TracebackType | None:
+    """The traceback the script's user sees: without the runner's frames (as pytest's ``__tracebackhide__``
+    hides its own), so that it reads as it would on a GPU, ending in the script's or torch's code. Kept whole
+    when the exception was raised in the runner's own emulation: `why:` blames the runner, and these frames
+    are what a report of it needs."""
+    if failure is None:
+        return tb
+    module, function = failure["runner_module"], failure["runner_function"]
+    if module is not None and not failure["gpu_too"] and (module, function) not in PASS_THROUGH:
+        return tb
+    kept = []
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(RUNNER_DIR):
+            kept.append(tb)
+        tb = tb.tb_next
+    shown = None
+    for entry in reversed(kept):
+        shown = TracebackType(shown, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return shown
 
 
 def _runner_module(filename: str) -> str:

@@ -218,6 +218,9 @@ def compare_runs(
     if not original.ran or not rewritten.ran:
         failed, report = ("original", original) if not original.ran else ("rewrite", rewritten)
         return VerifyReport(original, rewritten, None, error=f"the {failed} could not be run: {report.error}")
+    crash = _crash("original", original, "; nothing to compare against")
+    if crash is not None:
+        return VerifyReport(original, rewritten, None, error=crash, crashed="original")
     if original.exit_code != 0:
         # Without a run that works there is nothing to hold the rewrite to.
         error = f"the original exited with status {original.exit_code} under the runner; nothing to compare against"
@@ -237,8 +240,28 @@ def compare_runs(
         difference = first_difference(as_cpu_rewrite_promises(original, keep_dtype), rewritten)
     else:
         difference = first_difference(original, rewritten)
+    crash = _crash("rewrite", rewritten)
+    if crash is not None:  # the cause; a mismatch its trace showed before it is kept beside it (what led there)
+        before = difference if difference and not _only_the_crash(difference) else None
+        return VerifyReport(original, rewritten, None, before, error=crash, notes=notes, crashed="rewrite")
     difference = difference or _still_deprecated(rewritten)
     return VerifyReport(original, rewritten, difference is None, difference, notes=notes)
+
+
+def _crash(side: str, run: RunReport, consequence: str = "") -> str | None:
+    """`the rewrite crashed: <its exception's line><consequence>; <why>` for a side that died of an exception,
+    else None."""
+    failure = run.failure
+    if run.exit_code == 0 or failure is None:
+        return None
+    cause = _last_line(run.stderr) or f"{failure['type']}: {failure['message']}"
+    why = explain(failure)
+    return f"the {side} crashed: {cause}{consequence}" + (f"; {why}" if why else "")
+
+
+def _only_the_crash(difference: str) -> bool:
+    """A difference that only says a side ended early or with another status: the crash's doing, not a cause."""
+    return difference.startswith("exit status") or ": the rewrite stopped before " in difference
 
 
 def _still_deprecated(rewritten: RunReport) -> str | None:

@@ -1,9 +1,10 @@
 """``ampfix run`` and ``ampfix verify``: options in, exit status out. The work is in :mod:`api`.
 
-The CLI registers these with ``context_settings={"allow_extra_args": True,
-"ignore_unknown_options": True}``, so whatever follows the script (after ``--``) reaches the
-script as its arguments through ``ctx.args``. Importing this module must not import torch or
-libcst: it only starts child processes.
+``run`` parses as launchers do (``python -m``, ``torchrun``, ``coverage run``): ampfix's options
+come before the script (or ``-m MODULE``), and every word after it is the script's, through
+``ctx.args`` (:class:`LauncherCommand`); a ``--`` right after the script is dropped, the form
+these docs once showed. ``verify`` takes its options anywhere and the script's after ``--``.
+Importing this module must not import torch or libcst: it only starts child processes.
 """
 
 from __future__ import annotations
@@ -19,8 +20,65 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 
 from ampfix.runner.host import api, render
+
+
+MODULE_OPTIONS = ("-m", "--module")
+
+
+def split_at_script(args: list[str], value_options: frozenset[str]) -> tuple[list[str], list[str]]:
+    """The launcher's words (its options, then the script or ``-m MODULE``) and the script's (every word
+    after it, less one ``--`` right after it). ``value_options``: the options that take the next word as
+    their value. A ``--`` before the script ends the launcher's options; the next word is the script."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "--":
+            return args[:index + 2], _without_separator(args[index + 2:])
+        if not word.startswith("-") or word == "-":  # the script
+            return args[:index + 1], _without_separator(args[index + 1:])
+        name = word.split("=", 1)[0]
+        takes_next = "=" not in word and (name in value_options or name in MODULE_OPTIONS)
+        if name in MODULE_OPTIONS or (word.startswith("-m") and not word.startswith("--")):
+            end = index + (2 if takes_next else 1)
+            return args[:end], _without_separator(args[end:])
+        index += 2 if takes_next else 1
+    return list(args), []
+
+
+def _without_separator(script_args: list[str]) -> list[str]:
+    return script_args[1:] if script_args[:1] == ["--"] else script_args
+
+
+class LauncherCommand(TyperCommand):
+    """A command whose options stop at its script: what follows is the script's, whatever it looks like."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        value_options = frozenset(  # typer's options (its own click's): those that are no flag take a value
+            name for param in self.params if param.param_type_name == "option" and not getattr(param, "is_flag", True)
+            for name in (*param.opts, *param.secondary_opts)
+        )
+        own, script_args = split_at_script(list(args), value_options)
+        super().parse_args(ctx, own)
+        ctx.args = script_args
+        return script_args
+
+
+def summary_console() -> Console:
+    """Where the summaries go (stderr: the script owns stdout). On a terminal, wrapped to its width; elsewhere (a
+    CI log, `2>&1 | cat`) plain lines, never wrapped, unless COLUMNS asks for a width: a phrase or a path split
+    across lines cannot be searched for."""
+    console = Console(stderr=True)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(stderr=True, soft_wrap=True, width=UNWRAPPED_WIDTH)
+
+
+# Wide enough for any line the summaries print: rich lays a table out within the width it is given.
+UNWRAPPED_WIDTH = 10_000
+
 
 class AmpDtype(str, enum.Enum):
     bfloat16 = "bfloat16"
@@ -118,7 +176,7 @@ def _check_json_path(command: str, path: Path | None) -> None:
         return
     problem = _json_path_problem(path)
     if problem is not None:
-        Console(stderr=True).print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red",
+        summary_console().print(f"ampfix {command}: cannot write the report to {path}: {problem}", style="red",
                                    highlight=False)
         raise typer.Exit(2)
 
@@ -171,7 +229,7 @@ def run_command(
     script: Annotated[Path | None, typer.Argument(help="The script to run (as __main__).", show_default=False)] = None,
     module: Annotated[str | None, typer.Option(
         "-m", "--module", metavar="MODULE",
-        help="Run a module as `python -m MODULE` does (a test suite: -m pytest -- tests/).")] = None,
+        help="Run a module as `python -m MODULE` does (a test suite: -m pytest tests/).")] = None,
     max_steps: MaxStepsOption = None,
     amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
     autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
@@ -186,15 +244,13 @@ def run_command(
     """Run a CUDA-written script (or module) on the CPU as a GPU would, with mixed precision really exercised,
     and report what AMP did.
 
-    The script's own arguments go after `--`: ampfix run train.py --max-steps 5 -- --epochs 1;
-    a module's too: ampfix run -m pytest -- tests/ -x
+    ampfix's options come before the script; every word after the script is the script's, as with
+    `python`: ampfix run --max-steps 5 train.py --epochs 1; a module's too: ampfix run -m pytest tests/ -x
     """
     if script is None and module is None:
-        Console(stderr=True).print("ampfix run: give a script, or -m MODULE", style="red", highlight=False)
+        summary_console().print("ampfix run: give a script, or -m MODULE", style="red", highlight=False)
         raise typer.Exit(2)
     arguments = list(ctx.args)
-    if module is not None and script is not None:  # with -m, the first word after `--` is the module's
-        arguments.insert(0, str(script))
     _check_json_path("run", json_path)
     options = _options(max_steps, amp_dtype, autocast_policy, seed, threads, gpus, gpu_memory, device_checks)
     with _ending_signals_raise():
@@ -203,7 +259,7 @@ def run_command(
         else:
             assert script is not None
             report = api.run_script(script, arguments, options, timeout=_seconds(timeout))
-    render.render_run(report, Console(stderr=True))
+    render.render_run(report, summary_console())
     _write_json(json_path, report.to_json())
     if report.exit_code is None:
         raise typer.Exit(2)
@@ -248,7 +304,8 @@ def verify_command(
 ) -> None:
     """Run a script and its rewrite side by side on the CPU and compare them step by step.
 
-    Exit 0 when they behave the same, 1 when not, 2 when either could not run. The rewrite is
+    Exit 0 when they behave the same, 1 when not, 2 when either could not run, 3 when either crashed (died of an
+    exception: the cause, whatever else differs). The rewrite is
     ampfix's own unless --rewritten names a hand migration; script arguments go after `--`.
     Each side runs in its own copy of the working directory, so scripts that write files do not meet.
     """
@@ -258,7 +315,7 @@ def verify_command(
         report = api.verify_scripts(
             script, rewritten, ctx.args, options, timeout=_seconds(timeout), device=device.value, keep_dtype=keep_dtype
         )
-    render.render_verify(report, Console(stderr=True))
+    render.render_verify(report, summary_console())
     _write_json(json_path, report.to_json())
     raise typer.Exit(report.exit_code)
 
@@ -284,7 +341,7 @@ def _verify_run_options(
     ):
         needed = getattr(decided, field_name)
         if chosen is not None and chosen.value != needed:
-            Console(stderr=True).print(
+            summary_console().print(
                 f"ampfix verify: --device {device.value} runs both sides with {flag} {needed}; "
                 f"{flag} {chosen.value} does not apply",
                 style="red",

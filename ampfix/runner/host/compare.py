@@ -114,6 +114,8 @@ def _trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, 
 
 # What an autocast takes from the enclosing state when the call does not give it.
 INHERITED_SETTINGS = ("dtype", "cache_enabled")
+# The dtypes an enclosing region can hand on: a rewrite's `dtype=True` (a flag moved into `dtype`) is no such thing.
+AUTOCAST_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -123,6 +125,8 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
     old, new = before.get("fields") or {}, after.get("fields") or {}
     differing = [name for name in old if old.get(name) != new.get(name)]
     if not differing or any(name not in INHERITED_SETTINGS for name in differing):
+        return ""
+    if "dtype" in differing and str(new.get("dtype")) not in AUTOCAST_DTYPES:
         return ""
     return (
         f" (the region's effective {' and '.join(differing)} differ: an autocast that does not give them takes the "

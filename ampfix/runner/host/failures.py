@@ -10,6 +10,8 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from ampfix.runner.config import PASS_THROUGH
+
 # A runner module (its path below ampfix/runner, without .py) an exception can be raised from while it emulates,
 # what it emulates there, and the option that runs it otherwise (None: none does).
 EMULATING_MODULES: dict[str, tuple[str, str | None]] = {
@@ -25,15 +27,18 @@ EMULATING_MODULES: dict[str, tuple[str, str | None]] = {
     "apex/amp": ("apex.amp, emulated with torch.amp", None),
     "gpu/fake_cuda": ("torch.cuda, answered by a fake CUDA device", None),
 }
-# Runner frames that only pass a call on (the device mode runs every torch call): not the emulation's doing.
-PASS_THROUGH = {("gpu/device_mode", "call"), ("gpu/device_mode", "__torch_function__")}
 STAND_IN_NAMES = ("BFloat16", "bfloat16")
+# What the script dies of when the environment ampfix runs in has no torch (installed without the runner's extra).
+NO_TORCH = ("ModuleNotFoundError", "No module named 'torch'")
+NO_TORCH_HINT = 'torch is not installed where ampfix runs: pip install "ampfix[runner]"'
 
 
 def explain(failure: dict[str, Any] | None) -> str | None:
     """A sentence on whether the failure is inside the runner's emulation, or None when nothing was recorded."""
     if failure is None:
         return None
+    if (failure.get("type"), failure.get("message")) == NO_TORCH:
+        return NO_TORCH_HINT
     if failure.get("gpu_too"):
         return "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"
     module, function = failure.get("runner_module"), failure.get("runner_function")

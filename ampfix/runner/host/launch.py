@@ -103,6 +103,7 @@ class LaunchedRun:
         self._process: subprocess.Popen | None = None
         self._group_ended = False
         self._outputs: tuple[IO[bytes], IO[bytes]] | None = None
+        self._started: float | None = None
         self._out_dir = tempfile.mkdtemp(prefix="ampfix-run-")
         self.error = precheck(self.script) if module is None else None
         if self.error is None:
@@ -119,6 +120,7 @@ class LaunchedRun:
         stdout, stderr = self._outputs or (None, None)
         # A captured run has nobody at the keyboard: a breakpoint() must not wait for one.
         stdin = subprocess.DEVNULL if capture_output else None
+        self._started = time.monotonic()
         try:
             self._process = subprocess.Popen(
                 [python, *(["-m", self._module] if self._module is not None else [str(self.script)]), *script_args],
@@ -135,6 +137,7 @@ class LaunchedRun:
     def finish(self) -> RunReport:
         try:
             exit_code = self._wait()
+            seconds = None if self._process is None or self._started is None else time.monotonic() - self._started
             stdout, stderr = self._read_outputs()
             processes = read_observations(self._out_dir)
         finally:
@@ -143,7 +146,7 @@ class LaunchedRun:
         if error is None and not any(process["label"] == "main" for process in processes):
             error = "the script's process ended without reporting (os._exit, or killed by a signal)"
         target = f"-m {self._module}" if self._module is not None else str(self.script)
-        return RunReport(target, exit_code, processes, error, stdout, stderr)
+        return RunReport(target, exit_code, processes, error, stdout, stderr, seconds)
 
     def abort(self) -> None:
         """End the script and everything it started, now, and remove the run's folder. Idempotent."""

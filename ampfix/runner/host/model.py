@@ -23,6 +23,14 @@ class RunReport:
     error: str | None = None
     stdout: str | None = None  # only when the output was captured (verify, tests)
     stderr: str | None = None
+    seconds: float | None = None  # wall time from the script's start to its end; None: it never started
+
+    @property
+    def steps_per_second(self) -> float | None:
+        """Optimizer steps per second of the whole run (its start-up included), or None without a step."""
+        if not self.seconds or not self.optimizer_steps:
+            return None
+        return self.optimizer_steps / self.seconds
 
     @property
     def ran(self) -> bool:
@@ -153,8 +161,13 @@ class RunReport:
             "gpu_memory": self.gpu_memory,
             "gpu_refusals": self.gpu_refusals,
             "stopped_at_max_steps": self.stopped_at_max_steps,
+            "seconds": self.seconds,
+            "steps_per_second": self.steps_per_second,
             "processes": processes,
         }
+
+
+EXIT_CRASHED = 3  # verify's exit status when a side crashed (0 equivalent, 1 not, 2 could not run)
 
 
 @dataclass
@@ -165,9 +178,14 @@ class VerifyReport:
     first_difference: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    # "original" or "rewrite": the side that died of an exception, the cause whatever else differs (``error``
+    # says how, with the exception's line); None: neither did.
+    crashed: str | None = None
 
     @property
     def exit_code(self) -> int:
+        if self.crashed is not None:
+            return EXIT_CRASHED
         if self.equivalent is None:
             return 2
         return 0 if self.equivalent else 1
@@ -178,6 +196,7 @@ class VerifyReport:
             "first_difference": self.first_difference,
             "exit_code": self.exit_code,
             "error": self.error,
+            "crashed": self.crashed,
             "notes": self.notes,
             "original": self.original.to_json() if self.original is not None else None,
             "rewritten": self.rewritten.to_json() if self.rewritten is not None else None,

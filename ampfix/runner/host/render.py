@@ -106,7 +106,7 @@ def _facts_grid(report: RunReport) -> Table:
         grid.add_row("", f"created at {_where(scaler['file'], scaler['line'])}{emulating}: {arguments}")
     for index, item in enumerate(report.custom_fwd):
         grid.add_row("custom_fwd" if index == 0 else "", _custom_fwd_text(item))
-    grid.add_row("optimizer steps", str(report.optimizer_steps))
+    grid.add_row("optimizer steps", _steps_text(report))
     grid.add_row("losses", _losses_text(report.losses))
     # Which path the script took: each device question it asked, and the emulated device's answer.
     for index, item in enumerate(report.device_queries):
@@ -119,6 +119,14 @@ def _facts_grid(report: RunReport) -> Table:
     if len(report.processes) > 1:
         grid.add_row("processes", ", ".join(process["label"] for process in report.processes))
     return grid
+
+
+def _steps_text(report: RunReport) -> str:
+    """'30 in 12.4 s (2.42 steps/s)': the run's wall time, start-up included, as a person timing it sees it."""
+    if report.seconds is None:
+        return str(report.optimizer_steps)
+    rate = report.steps_per_second
+    return f"{report.optimizer_steps} in {report.seconds:.1f} s" + (f" ({rate:.3g} steps/s)" if rate else "")
 
 
 def _gpu_memory_text(item: dict[str, Any], name_process: bool) -> str:
@@ -194,12 +202,17 @@ def _run_line(label: str, report: RunReport | None) -> str:
     if report.error is not None:
         return f"{label}: {report.error}"
     calls = report.deprecated_api_calls
-    deprecated = (f", {sum(item['count'] for item in calls)} deprecated API call(s) at {len(calls)} site(s)"
-                  if calls else "")
+    deprecated = (f", {_count(sum(item['count'] for item in calls), 'deprecated API call')} at "
+                  f"{_count(len(calls), 'site')}" if calls else "")
     return (
-        f"{label}: exit {report.exit_code}, {report.optimizer_steps} optimizer steps, "
-        f"{len(report.losses)} losses, {len(report.autocast_regions)} autocast sites{deprecated}"
+        f"{label}: exit {report.exit_code}, {_count(report.optimizer_steps, 'optimizer step')}, "
+        f"{_count(len(report.losses), 'loss', 'losses')}, {_count(len(report.autocast_regions), 'autocast site')}"
+        f"{deprecated}"
     )
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
 def render_verify(report: VerifyReport, console: Console) -> None:
@@ -207,7 +220,12 @@ def render_verify(report: VerifyReport, console: Console) -> None:
     console.print(_run_line("rewrite ", report.rewritten))
     for note in report.notes:
         console.print(f"note: {note}")
-    if report.equivalent is None:
+    if report.crashed is not None:
+        console.print(Text.assemble(("NOT verified", "bold red"), f" — {report.error}"))
+        if report.first_difference:
+            console.print(f"before it, the first difference: {report.first_difference}")
+        _print_failure_output(report, console)
+    elif report.equivalent is None:
         console.print(Text.assemble(("could not verify: ", "bold red"), report.error or ""))
         _print_failure_output(report, console)
     elif report.equivalent and _against_apex(report):
