@@ -781,6 +781,60 @@ def test_an_opt_level_that_is_not_a_literal_names_what_the_runs_it_may_be_lose(
     assert (_O0 in initialize.message) is names_o0
 
 
+@pytest.mark.parametrize(("declared", "default", "choices", "level", "safe", "rewritten"), [
+    ("O1", "O2", ', choices=["O1", "O2"]', "args.opt_level", True, True),  # the declaration wins over a default
+    ("O1", "O1", "", 'config["level"]', True, True),  # not readable here, declared
+    ("O2", "O1", "", "args.opt_level", False, True),  # O2 declared: the numerics change, --unsafe-fixes only
+    ("O1", "O2", ', choices=["O2", "O3"]', "args.opt_level", False, False),  # the option cannot run the level
+    ("O2", "O1", "", '"O1"', True, True),  # the code says O1: the declaration is not asked
+])
+def test_a_declared_opt_level_decides_what_the_code_does_not_say(
+        declared: str, default: str, choices: str, level: str, safe: bool, rewritten: bool):
+    """`--apex-opt-level` (issue 44): the level the project runs, where initialize's opt_level is not a literal. O1 is
+    rewritten in the default mode, O2 under --unsafe-fixes only, saying what changes; a literal is what it says."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default=default, choices=choices, level=level)
+    default_mode = fix_source(source, Options(apex_opt_level=declared))
+    assert (default_mode.new_source != source) is (safe and rewritten)
+    unsafe = fix_source(source, Options(apex_opt_level=declared, unsafe_fixes=True))
+    assert (unsafe.new_source != source) is rewritten
+    [initialize] = [f for f in unsafe.findings if f.code == "AMP101"]
+    assert initialize.fixed is rewritten
+    said = {"O1": "declared O1 (--apex-opt-level): autocast and a GradScaler, as O1 ran",
+            "O2": f"declared O2 (--apex-opt-level) becomes native AMP: {_O2_O3}"}[declared]
+    assert (said in initialize.message) is (rewritten and level != '"O1"')
+    if not rewritten:
+        assert f"whose choices (O2, O3) do not hold the declared {declared} (--apex-opt-level)" in initialize.message
+    assert _O0 not in initialize.message  # the project said which level runs
+
+
+def test_an_undeclared_opt_level_read_from_elsewhere_names_the_declaration():
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='config["level"]')
+    [initialize] = [f for f in fix_source(source, Options()).findings if f.code == "AMP101"]
+    assert not initialize.fixed
+    assert "the project may declare the level it runs: --apex-opt-level O1|O2 (apex-opt-level in [tool.ampfix])" \
+        in initialize.message
+
+
+def test_the_declared_opt_level_is_a_flag_and_a_key(tmp_path: Path):
+    """One option, one place: `--apex-opt-level` and `apex-opt-level` in [tool.ampfix] decide alike; another value
+    is refused (exit 2)."""
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='config["level"]')
+    script = tmp_path / "train.py"
+    for given in (["--apex-opt-level", "O1"], []):
+        script.write_text(source)
+        (tmp_path / "pyproject.toml").write_text("" if given else '[tool.ampfix]\napex-opt-level = "O1"\n')
+        assert CliRunner().invoke(app, ["rewrite", *given, str(script)]).exit_code == 1
+        assert "amp.initialize" not in script.read_text() and "GradScaler" in script.read_text()
+    result = CliRunner().invoke(app, ["check", "--apex-opt-level", "O3", str(script)])
+    assert result.exit_code == 2 and "expected one of O1, O2, got 'O3'" in result.output
+
+
 SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"
 _SHARED = ("(apex's loss scaler was one for the process, so the halves are one set-up; one torch.amp.GradScaler the "
            "modules share is not made, docs/apex.md: rewriting one module would leave the other calling apex)")

@@ -495,6 +495,14 @@ OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master c
 # What an O0 run loses, where a level that is not a literal may be O0 (no choices, or choices that list it).
 O0_LOSS = ("O0 is plain float32 (loss scale 1): a run that sets it now gets float16 autocast and a dynamic loss "
            "scale, unless the scaler and autocast are given `enabled=False` for it")
+# Where the project declares its level (`--apex-opt-level`, `apex-opt-level` in [tool.ampfix]) and the code reads it
+# from elsewhere: what the finding says the declaration decided.
+DECLARED_O1 = ("declared O1 (--apex-opt-level): autocast and a GradScaler, as O1 ran; a run that passes another "
+               "level than the declared one is not what was rewritten")
+DECLARED_O2 = (f"declared O2 (--apex-opt-level) becomes native AMP: {OPT_LEVEL_LOSS}; keep_batchnorm_fp32 and the "
+               "float32 master weights have no native twin (every weight stays float32)")
+DECLARE_THE_LEVEL = ("the project may declare the level it runs: --apex-opt-level O1|O2 (apex-opt-level in "
+                     "[tool.ampfix])")
 UNSAFE_OPT_LEVELS: dict[str, str] = {
     "O2": f"opt_level O2 becomes native AMP: {OPT_LEVEL_LOSS}",
     "O3": f"opt_level O3 (pure float16, no master weights) becomes native AMP: {OPT_LEVEL_LOSS}",

@@ -39,9 +39,12 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
         return _unsafe_level(tree, value.value, [rules.UNSAFE_OPT_LEVELS[value.value], *extras])
     text = tree.text(value)
     option = _argparse_option(tree, value) or _parameter_default(tree, value)
+    declared = tree.engine.options.apex_opt_level
+    if declared is not None:
+        return _declared_level(text, declared, call, option)
     if option is None:
         return _unsafe_level(tree, text, [f"opt_level `{text}` cannot be read here: {rules.OPT_LEVEL_LOSS}",
-                                          rules.O0_LOSS, *extras])
+                                          rules.O0_LOSS, *extras, rules.DECLARE_THE_LEVEL])
     flag, default, choices = option
     kind = "option" if flag.startswith("-") else "parameter"
     said = f"opt_level `{text}` is the {kind} {flag} (default {default!r}" + (
@@ -49,7 +52,27 @@ def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
     o0 = [rules.O0_LOSS] if not choices or "O0" in choices else []  # any string may be given where none are listed
     if default == rules.NATIVE_OPT_LEVEL and not extras:
         return _OptLevel(text, "; ".join([f"{said}; where a run sets O2/O3: {rules.OPT_LEVEL_LOSS}", *o0]), False)
-    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *o0, *extras])
+    return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *o0, *extras, rules.DECLARE_THE_LEVEL])
+
+
+def _declared_level(text: str, declared: str, call: ast.Call, option: tuple[str, str, list[str]] | None) -> _OptLevel:
+    """A level the code does not say (not a literal), decided by the project's declaration: O1 is rewritten as O1
+    (a safe fix: the person said which level runs), O2 under --unsafe-fixes with what changes. An option whose
+    choices leave the declared level out cannot run it: not rewritten. Under a declared O1, the O2 keywords
+    (`keep_batchnorm_fp32`, `master_weights`) must be None, the only value apex's O1 accepted."""
+    if option is not None and option[2] and declared not in option[2]:
+        raise NotMechanical(f"opt_level `{text}` is the option {option[0]}, whose choices ({', '.join(option[2])}) do "
+                            f"not hold the declared {declared} (--apex-opt-level)")
+    said = f"opt_level `{text}`" + (f" (the {'option' if option[0].startswith('-') else 'parameter'} {option[0]}, "
+                                     f"default {option[1]!r})" if option is not None else "")
+    extras = [k for k in call.keywords if k.arg in rules.UNSAFE_KEYWORDS]
+    if declared == rules.NATIVE_OPT_LEVEL:
+        given = [k.arg for k in extras if not (isinstance(k.value, ast.Constant) and k.value.value is None)]
+        return _OptLevel(text, f"{said}: {rules.DECLARED_O1}" + (
+            f"; {', '.join(map(str, given))} must be None under O1 (apex refused any other value), so nothing is "
+            "mapped" if given else ""), False)
+    return _OptLevel(text, "; ".join([f"{said}: {rules.DECLARED_O2}",
+                                      *(rules.INITIALIZE_KEYWORDS[str(k.arg)] for k in extras)]), True)
 
 
 def _several_losses(opt_level: _OptLevel, init_call: ast.Call, scale_losses: list[AmpUse]) -> _OptLevel:
