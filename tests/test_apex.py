@@ -835,6 +835,31 @@ def test_the_declared_opt_level_is_a_flag_and_a_key(tmp_path: Path):
     assert result.exit_code == 2 and "expected one of O1, O2, got 'O3'" in result.output
 
 
+@pytest.mark.parametrize(("loss_scale", "rewritten"), [
+    ("128", True), ("1024.0", True), ('"dynamic"', True), ("0", False), ("args.loss_scale", False), ("True", False),
+])
+def test_a_static_loss_scale_becomes_the_nearest_grad_scaler(loss_scale: str, rewritten: bool):
+    """A positive number literal: GradScaler(init_scale=N, growth_interval=2**31 - 1) under --unsafe-fixes only, the
+    finding saying what differs (a skipped step and a halved scale on inf/NaN gradients); anything else is left."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='"O1"').replace(
+        'opt_level="O1")', f'opt_level="O1", loss_scale={loss_scale})')
+    static = loss_scale[0].isdigit()
+    assert (fix_source(source, Options()).new_source != source) is (rewritten and not static)
+    fixed = fix_source(source, Options(unsafe_fixes=True))
+    [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
+    assert initialize.fixed is rewritten
+    assert ("apex's static scale stepped on inf/NaN gradients, the GradScaler skips that step and halves its scale"
+            in initialize.message) is (rewritten and static)
+    expected = f'torch.amp.GradScaler("cuda", init_scale={float(loss_scale)!r}, growth_interval=2147483647)' \
+        if rewritten and static else 'torch.amp.GradScaler("cuda")'
+    assert (expected in fixed.new_source) is rewritten
+    if not rewritten:
+        assert 'loss_scale is neither "dynamic" nor a positive number literal' in initialize.message
+
+
 SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"
 _SHARED = ("(apex's loss scaler was one for the process, so the halves are one set-up; one torch.amp.GradScaler the "
            "modules share is not made, docs/apex.md: rewriting one module would leave the other calling apex)")

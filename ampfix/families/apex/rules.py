@@ -495,6 +495,12 @@ OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master c
 # What an O0 run loses, where a level that is not a literal may be O0 (no choices, or choices that list it).
 O0_LOSS = ("O0 is plain float32 (loss scale 1): a run that sets it now gets float16 autocast and a dynamic loss "
            "scale, unless the scaler and autocast are given `enabled=False` for it")
+# A static `loss_scale=N`: its nearest GradScaler (init_scale=N, a growth interval never reached), and what differs.
+NEVER_GROWS = 2**31 - 1  # the largest growth interval GradScaler's int32 tracker counts to
+STATIC_LOSS_SCALE = ("a static loss scale becomes a GradScaler that starts at it and never grows it (growth_interval "
+                     f"{NEVER_GROWS}); apex's static scale stepped on inf/NaN gradients, the GradScaler skips that "
+                     "step and halves its scale, which then stays lower (GradScaler has no fixed scale: its growth "
+                     "and backoff factors must differ from 1)")
 # Where the project declares its level (`--apex-opt-level`, `apex-opt-level` in [tool.ampfix]) and the code reads it
 # from elsewhere: what the finding says the declaration decided.
 DECLARED_O1 = ("declared O1 (--apex-opt-level): autocast and a GradScaler, as O1 ran; a run that passes another "

@@ -5,7 +5,7 @@ with O2/O3 loses), anything else under --unsafe-fixes only."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.tree import _Tree, _name_stores
@@ -19,9 +19,33 @@ class _OptLevel:
     level: str  # for the message: "O1", "O2", or the expression's text
     note: str  # what the finding adds: what O2/O3 users lose ("" for O1)
     unsafe: bool  # the rewrite changes the numerics where the level is not O1: --unsafe-fixes only
+    scaler_keywords: str = ""  # what the GradScaler is given beyond its device (a static loss scale's twin)
 
 
 def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
+    """The level (`_level`), and a static `loss_scale`: its nearest native twin under --unsafe-fixes."""
+    return _static_loss_scale(_level(tree, call), call)
+
+
+def _static_loss_scale(opt_level: _OptLevel, call: ast.Call) -> _OptLevel:
+    """`loss_scale=128.0` (a positive number literal): apex multiplied every loss by it, never changed it and
+    stepped on whatever the gradients held. The nearest GradScaler starts at that scale and never grows
+    (`growth_interval` the largest its int32 tracker holds), under --unsafe-fixes, the note saying what differs: on
+    inf/NaN gradients it skips the step and halves the scale, which apex's static scale never did. Any other
+    value but "dynamic" is not rewritten."""
+    value = next((k.value for k in call.keywords if k.arg == "loss_scale"), None)
+    if value is None or isinstance(value, ast.Constant) and value.value == rules.DYNAMIC_LOSS_SCALE:
+        return opt_level
+    number = value.value if isinstance(value, ast.Constant) else None
+    if not (isinstance(number, (int, float)) and not isinstance(number, bool) and number > 0):
+        raise NotMechanical(f'loss_scale is neither "{rules.DYNAMIC_LOSS_SCALE}" nor a positive number literal')
+    note = f"loss_scale {ast.unparse(value)}: {rules.STATIC_LOSS_SCALE}"
+    keywords = f"init_scale={float(number)!r}, growth_interval={rules.NEVER_GROWS}"
+    return replace(opt_level, note="; ".join(n for n in (opt_level.note, note) if n), unsafe=True,
+                   scaler_keywords=keywords)
+
+
+def _level(tree: _Tree, call: ast.Call) -> _OptLevel:
     """A literal O1 (or none) as before; an argparse option in the module whose default is O1: rewritten, the note
     saying what a run with O2/O3 loses; a literal O2/O3, an option with another default, or a value that cannot be
     read: rewritten under --unsafe-fixes only, with the note."""
@@ -84,7 +108,7 @@ def _several_losses(opt_level: _OptLevel, init_call: ast.Call, scale_losses: lis
             or any(len(c.args) > 2 or any(k.arg == "loss_id" for k in c.keywords) for c in calls)):
         return opt_level
     notes = [opt_level.note] if opt_level.note else []
-    return _OptLevel(opt_level.level, "; ".join([*notes, rules.SEVERAL_LOSSES]), True)
+    return replace(opt_level, note="; ".join([*notes, rules.SEVERAL_LOSSES]), unsafe=True)
 
 
 def _unsafe_level(tree: _Tree, level: str, notes: list[str]) -> _OptLevel:

@@ -49,7 +49,9 @@ class _Rewrite:
 
     @property
     def scaler_args(self) -> str:
-        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "")
+        keywords = self.shape.opt_level.scaler_keywords
+        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "") + (
+            f", {keywords}" if keywords else "")
 
     @property
     def autocast(self) -> str:
