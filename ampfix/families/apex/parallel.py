@@ -40,7 +40,7 @@ Splices = list[tuple[int, int, str]]
 
 def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
           torch_imported_at: int | None) -> tuple[Splices, dict[int, str]]:
-    index, tree = engine.index, engine.tree
+    index = engine.index
     _, torch_bindings = engine.module_scope.lookup(rules.NATIVE.package)
     imported = bool(torch_bindings) or torch_imported_at is not None and all(
         ref.node.lineno > torch_imported_at for ref, _ in uses if ref.scope is engine.module_scope)
@@ -48,7 +48,7 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
         raise NotMechanical("the module does not import torch by its own name")
     splices: Splices = []
     messages: dict[int, str] = {}
-    imports: set[int] = set()
+    sites: dict[int, ast.ImportFrom] = {}
     for ref, full in uses:
         twin = rules.PARALLEL_TWINS.get(full)
         call = ref.parent
@@ -56,11 +56,12 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             raise NotMechanical(f"`{full}` is not called directly, or has no rewrite")
         _, bindings = ref.scope.lookup(ref.parts[0])
         statement = bindings[0].imported_by.node if len(bindings) == 1 and bindings[0].imported_by else None
-        if not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and statement in tree.body
-                and len(ref.parts) == 1):
+        if not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and len(ref.parts) == 1
+                and _binds_before(engine, _import_site(engine, statement), call)):
             raise NotMechanical("an apex.parallel name does not come from `from apex.parallel import ...` at module "
-                                "level")
-        imports.add(id(statement))
+                                "level, or before its use in the use's block (alone, or in a `try` whose handlers "
+                                "only raise)")
+        sites[id(statement)] = statement
         new, keywords, positional = twin
         if len(call.args) > positional or any(isinstance(a, ast.Starred) for a in call.args) \
                 or any(k.arg not in keywords for k in call.keywords):
@@ -79,28 +80,63 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             splices.append((at, at, f", device_ids=[{rank}]"))
             extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
         messages[id(ref)] = f"`{ref.parts[0]}` -> `{new}`{extra}"
-    for top in tree.body:
-        if id(top) in imports:
-            assert isinstance(top, ast.ImportFrom)
-            _remove(engine, top, splices, messages)
+    for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()}.values(),
+                       key=lambda node: node.lineno):
+        _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
     for edit_start, edit_end in engine.edit_spans():
         if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):
             raise NotMechanical("another rewrite edits a statement this one changes")
     return splices, messages
 
 
-def _remove(engine: Engine, statement: ast.ImportFrom, splices: Splices, messages: dict[int, str]) -> None:
-    """The import goes when every name it binds is one of the names rewritten (and used only through them)."""
+def _import_site(engine: Engine, statement: ast.ImportFrom) -> ast.stmt:
+    """What removing the import removes: the import, or the `try` holding only apex.parallel imports whose handlers
+    only raise (the import failing was an error, and torch's names, which take their place, are always there:
+    DeepLearningExamples' `try: from apex.parallel import DistributedDataParallel as DDP` / `except ImportError:
+    raise ImportError("Please install apex ...")`)."""
+    parent = engine.parents.of(statement)
+    if isinstance(parent, ast.Try) and not parent.orelse and not parent.finalbody and all(
+            isinstance(s, ast.ImportFrom) and s.module == "apex.parallel" for s in parent.body) and all(
+            len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
+        return parent
+    return statement
+
+
+def _binds_before(engine: Engine, site: ast.stmt, call: ast.Call) -> bool:
+    """The import binds its names for the call wherever the call runs: at module level, or earlier in the block that
+    holds the call's statement (a local import before `model = DDP(model)`); one alone in its block is not removed
+    (the block would be empty)."""
+    if site in engine.tree.body:
+        return True
+    parent = engine.parents.of(site)
+    node: ast.AST | None = call
+    while node is not None and engine.parents.of(node) is not parent:
+        node = engine.parents.of(node)
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and site in block and node in block:
+            return block.index(site) < block.index(node)
+    return False
+
+
+def _remove(engine: Engine, site: ast.stmt, statements: list[ast.ImportFrom], splices: Splices,
+            messages: dict[int, str]) -> None:
+    """The import (or its `try`, `_import_site`) goes when every name it binds is one of the names rewritten (and
+    used only through them)."""
     index = engine.index
-    rewritten = {f"apex.parallel.{alias.name}" for alias in statement.names}
-    if not rewritten <= set(rules.PARALLEL_TWINS):
+    held = [s for s in site.body if isinstance(s, ast.ImportFrom)] if isinstance(site, ast.Try) else statements
+    rewritten = {f"apex.parallel.{alias.name}" for statement in held for alias in statement.names}
+    if not rewritten <= set(rules.PARALLEL_TWINS) or len(held) != len(statements):
         raise NotMechanical("the apex.parallel import also imports a name with no rewrite")
-    start, end = index.line_start(statement.lineno), index.line_end(statement.end_lineno or statement.lineno)
+    last = site.end_lineno or site.lineno
+    start, end = index.line_start(site.lineno), index.line_end(last)
     text = index.text[start:end]
-    if text.strip() != index.text[index.span(statement)[0]:index.span(statement)[1]].strip() or "#" in text:
+    if text.strip() != index.text[index.span(site)[0]:index.span(site)[1]].strip() or "#" in text:
         raise NotMechanical("the apex.parallel import shares its lines (or a comment)")
-    splices.append((*index.removal(statement.lineno, statement.end_lineno or statement.lineno), ""))
-    messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place"
+    splices.append((*index.removal(site.lineno, last), ""))
+    for statement in statements:
+        messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place" + (
+            " (with the `try` whose handlers only raised where it failed)" if site is not statement else "")
 
 
 def _local_rank(engine: Engine, ref: ChainRef) -> str | None:
