@@ -214,8 +214,8 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "not rewritten: a scale_loss under a flag is not alone in its `if`, or its `else` is not the same loss's "
      "`.backward(...)` with the same arguments"),
     ("optional_handler_does_more", "AMP101",
-     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
-     "(removing it would drop that)"),
+     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass, print or "
+     "raise (removing it would drop that)"),
     # adapter-transformers 1.0.1's regularization loss: its backward would add unscaled gradients to scaled ones
     ("o1_plain_backward_beside_scale_loss", "AMP101",
      "not rewritten: `fusion_reg_loss.backward(...)` on line 16 is a backward not through scale_loss: apex had "
