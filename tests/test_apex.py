@@ -860,6 +860,54 @@ def test_a_static_loss_scale_becomes_the_nearest_grad_scaler(loss_scale: str, re
         assert 'loss_scale is neither "dynamic" nor a positive number literal' in initialize.message
 
 
+_GAN = """\
+import torch
+from apex import amp
+
+
+def train(generator, discriminator, opt_g, opt_d, loader):
+    [generator, discriminator], [opt_g, opt_d] = amp.initialize([generator, discriminator], [opt_g, opt_d])
+    for x, real in loader:
+        discriminator.zero_grad()
+        loss_d = discriminator(generator(x).detach()).mean() - discriminator(real).mean()
+        with amp.scale_loss(loss_d, opt_d) as scaled_loss:
+            scaled_loss.backward()
+        {first}.step()
+        generator.zero_grad()
+        loss_g = -discriminator(generator(x)).mean()
+        with amp.scale_loss(loss_g, opt_g) as scaled_loss:
+            scaled_loss.backward()
+        {second}.step()
+"""
+
+
+@pytest.mark.parametrize(("first", "second", "rewritten"), [
+    ("opt_d", "opt_g", True),  # each optimizer steps after the backward of the loss it was given
+    ("opt_g", "opt_d", False),  # opt_g steps before loss_g's backward: its gradients would wait for the next update
+])
+def test_a_gans_alternating_steps_share_one_scaler_under_unsafe_fixes(first: str, second: str, rewritten: bool):
+    """issue 44 (apex's DCGAN): a scale_loss given one of several optimizers is an unsafe fix, named in the findings;
+    a backward after a step is rewritten only where the optimizer it was given steps after it."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _GAN.format(first=first, second=second)
+    default = fix_source(source, Options())
+    [initialize] = [f for f in default.findings if f.code == "AMP101"]
+    assert default.new_source == source and not initialize.fixed
+    assert ("a scale_loss is given one of initialize's optimizers (a GAN's alternating steps)" in initialize.message) \
+        is rewritten
+    fixed = fix_source(source, Options(unsafe_fixes=True))
+    assert (fixed.new_source != source) is rewritten
+    if rewritten:
+        assert "        scaler.step(opt_d)\n        with torch.autocast(" in fixed.new_source
+        assert fixed.new_source.endswith("        scaler.step(opt_g)\n        scaler.update()\n")
+    else:
+        [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
+        assert "a scale_loss comes after a step of one of the optimizers, and is not given one optimizer that steps " \
+               "after it" in initialize.message
+
+
 SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"
 _SHARED = ("(apex's loss scaler was one for the process, so the halves are one set-up; one torch.amp.GradScaler the "
            "modules share is not made, docs/apex.md: rewriting one module would leave the other calling apex)")

@@ -485,6 +485,13 @@ SEVERAL_LOSSES = ("num_losses/loss_id become one GradScaler for every loss (PyTo
                   "one step per optimizer, one update per iteration): apex kept a loss scale per loss, the one "
                   "scale is bounded by the loss whose gradients overflow first, so a loss with small gradients is "
                   "scaled less than apex scaled it")
+# A scale_loss given one of several optimizers (a GAN's alternating steps): one GradScaler, what changes.
+ONE_OF_SEVERAL_OPTIMIZERS = (
+    "a scale_loss is given one of initialize's optimizers (a GAN's alternating steps): apex unscaled only that "
+    "optimizer's gradients when scale_loss exited; the one GradScaler unscales each optimizer's gradients at its "
+    "step, so gradients a backward leaves in another optimizer's parameters (the discriminator's, from the "
+    "generator's loss) are unscaled at that optimizer's next step, where apex added them still scaled: the same "
+    "only where they are zeroed before (`zero_grad()` before each backward, as apex's DCGAN example does)")
 # The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
 # an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
 UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
