@@ -49,14 +49,7 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
             rw.unsafe_notes.append(rules.ONE_OF_SEVERAL_OPTIMIZERS)
         if id(kept_if or statement) == id(rw.backward_statements[0]):
             rw.messages[id(use.ref)] = f"; {rules.ONE_OF_SEVERAL_OPTIMIZERS}"  # said once, at the first
-    block, position = tree.block_of(kept_if or statement)  # a kept `if`: its forward pass is before it
-    # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-    begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
-                                  if shape.init_statement in block else 0)
-    while begin < position and block[begin] in shape.method_imports:
-        begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
-    # a GAN's alternating steps: the forward pass of the next loss starts after the step before it
-    begin = max([begin, *(block.index(step) + 1 for step in rw.steps if step in block[begin:position])])
+    block, position, begin = _forward_pass(rw, kept_if or statement)  # a kept `if`: its forward pass is before it
     # a loss given by the caller: the statements before it (`optimizer.zero_grad()`) are no forward pass
     caller_forward = id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
     if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
@@ -90,6 +83,34 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
         before += (f" in the `if` on line {kept_if.lineno}, kept with its `else` (where the scaler is disabled): it "
                    "clips right before the step")
     rw.messages[id(use.ref)] = f"{before}{where}{rw.messages.get(id(use.ref), '')}"
+
+
+def _forward_pass(rw: _Rewrite, statement: ast.stmt) -> tuple[list[ast.stmt], int, int]:
+    """Where the forward pass of a backward `statement` is: the block, the backward's position there, and where the
+    forward pass starts (the statements between them, after initialize where that is in the block too). A backward
+    first in the body of a `with` (a profiler's range: FastSpeech's `with Nvtx("backward"):`) has its forward pass
+    before that `with`, in the block around it."""
+    shape, tree = rw.shape, rw.tree
+    while True:
+        block, position = tree.block_of(statement)
+        begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
+                                      if shape.init_statement in block else 0)
+        while begin < position and block[begin] in shape.method_imports:
+            begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
+        # a GAN's alternating steps: the forward pass of the next loss starts after the step before it
+        begin = max([begin, *(block.index(step) + 1 for step in rw.steps if step in block[begin:position])])
+        holder = tree.parent(statement)
+        if position > begin or id(block) in rw.forward_blocks or not isinstance(holder, ast.With) \
+                or block is not holder.body or not _plain_context(holder):
+            return block, position, begin
+        statement = holder
+
+
+def _plain_context(with_node: ast.With) -> bool:
+    """A `with` whose items are calls, none of them apex's or autocast's (a profiler's range, a timer): the forward
+    pass before it is the backward's."""
+    return all(isinstance(item.context_expr, ast.Call) and "autocast" not in ast.unparse(item.context_expr.func)
+               and "amp" not in ast.unparse(item.context_expr.func).split(".") for item in with_node.items)
 
 
 def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
