@@ -131,7 +131,8 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/declared_opt_level_o1", "unsafe_fixes/apex_declared_opt_level_o2",
                 "unsafe_fixes/apex_static_loss_scale", "apex/parallel_import_in_try_that_raises",
                 "apex/parallel_local_import_in_try", "apex/parallel_local_import_in_another_block",
-                "apex/import_in_try_that_raises",
+                "apex/import_in_try_that_raises", "apex/parallel_through_import_apex",
+                "apex/parallel_through_import_apex_kept",
                 "unsafe_fixes/apex_gan_alternating", "apex/scale_loss_in_a_profiler_range",
                 "roots/star_import_torch"}
 

@@ -2,7 +2,9 @@
 
 Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
 uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
-own, no comment on them) and called directly; `torch` is imported at module level (or by the apex.amp rewrite made
+own, no comment on them; or in a `try` whose handlers only raise; or earlier in the block of the call), or read as
+`apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
+module level (or by the apex.amp rewrite made
 beside it, before the module-level uses); each call passes only what
 means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
 one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
@@ -49,6 +51,7 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
     splices: Splices = []
     messages: dict[int, str] = {}
     sites: dict[int, ast.ImportFrom] = {}
+    packages: dict[int, tuple[ast.Import, list[ChainRef]]] = {}  # `import apex`, and the apex.parallel calls through it
     for ref, full in uses:
         twin = rules.PARALLEL_TWINS.get(full)
         call = ref.parent
@@ -56,12 +59,16 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             raise NotMechanical(f"`{full}` is not called directly, or has no rewrite")
         _, bindings = ref.scope.lookup(ref.parts[0])
         statement = bindings[0].imported_by.node if len(bindings) == 1 and bindings[0].imported_by else None
-        if not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and len(ref.parts) == 1
+        if isinstance(statement, ast.Import) and _package_import(statement, ref) \
+                and _binds_before(engine, statement, call):
+            packages.setdefault(id(statement), (statement, []))[1].append(ref)
+        elif not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and len(ref.parts) == 1
                 and _binds_before(engine, _import_site(engine, statement), call)):
             raise NotMechanical("an apex.parallel name does not come from `from apex.parallel import ...` at module "
                                 "level, or before its use in the use's block (alone, or in a `try` whose handlers "
                                 "only raise)")
-        sites[id(statement)] = statement
+        if isinstance(statement, ast.ImportFrom):
+            sites[id(statement)] = statement
         new, keywords, positional = twin
         if len(call.args) > positional or any(isinstance(a, ast.Starred) for a in call.args) \
                 or any(k.arg not in keywords for k in call.keywords):
@@ -79,7 +86,9 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
                 raise NotMechanical("DistributedDataParallel is not given the module alone")
             splices.append((at, at, f", device_ids=[{rank}]"))
             extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
-        messages[id(ref)] = f"`{ref.parts[0]}` -> `{new}`{extra}"
+        messages[id(ref)] = f"`{'.'.join(ref.parts)}` -> `{new}`{extra}"
+    for package, refs in packages.values():
+        _remove_package_import(engine, package, refs, splices)
     for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()}.values(),
                        key=lambda node: node.lineno):
         _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
@@ -100,6 +109,30 @@ def _import_site(engine: Engine, statement: ast.ImportFrom) -> ast.stmt:
             len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
         return parent
     return statement
+
+
+def _package_import(statement: ast.Import, ref: ChainRef) -> bool:
+    """`import apex` (no alias), its name read as `apex.parallel.<name>(...)`: apex's ImageNet example's
+    `import apex; model = apex.parallel.convert_syncbn_model(model)`."""
+    return [(a.name, a.asname) for a in statement.names] == [("apex", None)] \
+        and list(ref.parts[:2]) == ["apex", "parallel"] and len(ref.parts) == 3
+
+
+def _remove_package_import(engine: Engine, statement: ast.Import, refs: list[ChainRef], splices: Splices) -> None:
+    """`import apex` goes where the calls rewritten are every read of its name in its scope (apex's surviving
+    modules, `apex.optimizers`, keep it) and it stands alone on its lines, not alone in its block; else it stays."""
+    scope: ast.AST | None = engine.parents.of(statement)  # the function (or module) that binds the name
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = engine.parents.of(scope)
+    scope = scope or engine.tree
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == "apex"]
+    index = engine.index
+    start, end = index.line_start(statement.lineno), index.line_end(statement.end_lineno or statement.lineno)
+    parent = engine.parents.of(statement)
+    alone = any(getattr(parent, name, None) == [statement] for name in ("body", "orelse", "finalbody"))
+    if len(reads) != len(refs) or alone or index.text[start:end].strip() != "import apex":
+        return
+    splices.append((*index.removal(statement.lineno, statement.end_lineno or statement.lineno), ""))
 
 
 def _binds_before(engine: Engine, site: ast.stmt, call: ast.Call) -> bool:
