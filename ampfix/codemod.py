@@ -27,6 +27,7 @@ _ARGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--keep-dtype", {"action": argparse.BooleanOptionalAction, "help": "with --device cpu, keep float16"}),
     ("--explicit-autocast-defaults", {"action": argparse.BooleanOptionalAction,
                                       "help": "write the old autocast defaults in every rewrite"}),
+    ("--apex-opt-level", {"metavar": "O1|O2", "help": "the apex opt level run where the code does not say"}),
 )
 
 

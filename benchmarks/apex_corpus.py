@@ -3,6 +3,7 @@
     python benchmarks/apex_corpus.py                  # download what is missing, unpack, measure
     python benchmarks/apex_corpus.py --offline        # the cache only
     python benchmarks/apex_corpus.py --details        # every file that trains with apex, what is left and why
+    python benchmarks/apex_corpus.py --apex-opt-level O1   # the opt level a project declares (docs/apex.md)
 
 Releases are fetched as benchmarks/corpus.py fetches them (`pip download --no-deps`), into
 benchmarks/.corpus/apex/ (gitignored; `--cache DIR` for another folder), never into the repository's history. apex's own canonical example
@@ -132,7 +133,7 @@ def _initialize_without_optimizer(source: str, uses: DeprecatedUses) -> bool:
     return bool(calls) and all(g is None or isinstance(g, ast.Constant) and g.value is None for g in given)
 
 
-def measure(path: Path, rel: str, result: Result, root: Path | None = None) -> None:
+def measure(path: Path, rel: str, result: Result, root: Path | None = None, level: str | None = None) -> None:
     from ampfix.core.options import Options
     from ampfix.engine import INTERNAL_ERROR_CODE, check_source, fix_source
     from ampfix.io.project_modules import FileModules
@@ -154,7 +155,8 @@ def measure(path: Path, rel: str, result: Result, root: Path | None = None) -> N
     result.whole += whole
     inference = training and not any(q.startswith(STEP) for q in called) and _initialize_without_optimizer(source, uses)
     result.inference += inference
-    for mode, options in (("default", Options()), ("unsafe", Options(unsafe_fixes=True))):
+    for mode, options in (("default", Options(apex_opt_level=level)),
+                          ("unsafe", Options(unsafe_fixes=True, apex_opt_level=level))):
         try:  # the CLI turns an exception into AMP900 per file; the engine called directly raises it
             fixed = fix_source(source, options, project)
             internal = [f.message for f in fixed.findings if f.code == INTERNAL_ERROR_CODE]
@@ -192,11 +194,11 @@ def measure(path: Path, rel: str, result: Result, root: Path | None = None) -> N
             result.details.append(f"left {rel} ({mode}{'' if whole else ', half a set-up'}): {why}")
 
 
-def measure_tree(name: str, tree: Path) -> Result:
+def measure_tree(name: str, tree: Path, level: str | None = None) -> Result:
     result = Result(name)
     root = tree.resolve()
     for path in sorted(tree.rglob("*.py")):
-        measure(path, str(path.relative_to(tree)), result, root)
+        measure(path, str(path.relative_to(tree)), result, root, level)
     return result
 
 
@@ -209,11 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--offline", action="store_true")
     parser.add_argument("--details", action="store_true")
+    parser.add_argument("--apex-opt-level", choices=("O1", "O2"), help="the opt level declared (docs/apex.md)")
     args = parser.parse_args(argv)
     trees = [(req, fetch(req, kind, args.cache / kind, args.offline)) for req, kind in PACKAGES]
     if (args.cache / "extra").is_dir():
         trees.append(("apex examples (extra/)", args.cache / "extra"))
-    results = [measure_tree(name, tree) for name, tree in trees]
+    results = [measure_tree(name, tree, args.apex_opt_level) for name, tree in trees]
     print("| release | apex files | train with apex.amp | no apex.amp left (default) | (--unsafe-fixes) "
           "| unreported | AMP900 | broken |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|")

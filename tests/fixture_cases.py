@@ -38,6 +38,9 @@ CASE_OPTIONS: dict[str, dict[str, object]] = {
     "guards/outdated_espnet_trainer": {"target_torch": (2, 0)},
     "guards/outdated_speechbrain": {"target_torch": (2, 0)},
     "autocast/explicit_defaults_option": {"explicit_autocast_defaults": True},
+    # the apex opt level a project declares it runs (`--apex-opt-level`), where its code does not say
+    "apex/declared_opt_level_o1": {"apex_opt_level": "O1"},
+    "unsafe_fixes/apex_declared_opt_level_o2": {"apex_opt_level": "O2"},
     # a project that declares black or ruff's formatter (`ampfix.io.formatter`)
     "format/formatter_split": {"formatted": True},
 }

@@ -73,7 +73,8 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
                                              ("apex_init_trainer", False), ("apex_init_trainer_step", True),
                                              ("apex_optimizers", False), ("apex_setup_box", False),
                                              ("apex_condition_key", False), ("apex_objectives", False),
-                                             ("apex_clip_helpers", False), ("apex_single_file", False)])
+                                             ("apex_clip_helpers", False), ("apex_single_file", False),
+                                             ("apex_dcgan", True)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
@@ -214,8 +215,8 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "not rewritten: a scale_loss under a flag is not alone in its `if`, or its `else` is not the same loss's "
      "`.backward(...)` with the same arguments"),
     ("optional_handler_does_more", "AMP101",
-     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass or print "
-     "(removing it would drop that)"),
+     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass, print or "
+     "raise (removing it would drop that)"),
     # adapter-transformers 1.0.1's regularization loss: its backward would add unscaled gradients to scaled ones
     ("o1_plain_backward_beside_scale_loss", "AMP101",
      "not rewritten: `fusion_reg_loss.backward(...)` on line 16 is a backward not through scale_loss: apex had "
@@ -779,6 +780,133 @@ def test_an_opt_level_that_is_not_a_literal_names_what_the_runs_it_may_be_lose(
     assert initialize.fixed and initialize.line == 12
     assert _O2_O3 in initialize.message
     assert (_O0 in initialize.message) is names_o0
+
+
+@pytest.mark.parametrize(("declared", "default", "choices", "level", "safe", "rewritten"), [
+    ("O1", "O2", ', choices=["O1", "O2"]', "args.opt_level", True, True),  # the declaration wins over a default
+    ("O1", "O1", "", 'config["level"]', True, True),  # not readable here, declared
+    ("O2", "O1", "", "args.opt_level", False, True),  # O2 declared: the numerics change, --unsafe-fixes only
+    ("O1", "O2", ', choices=["O2", "O3"]', "args.opt_level", False, False),  # the option cannot run the level
+    ("O2", "O1", "", '"O1"', True, True),  # the code says O1: the declaration is not asked
+])
+def test_a_declared_opt_level_decides_what_the_code_does_not_say(
+        declared: str, default: str, choices: str, level: str, safe: bool, rewritten: bool):
+    """`--apex-opt-level` (issue 44): the level the project runs, where initialize's opt_level is not a literal. O1 is
+    rewritten in the default mode, O2 under --unsafe-fixes only, saying what changes; a literal is what it says."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default=default, choices=choices, level=level)
+    default_mode = fix_source(source, Options(apex_opt_level=declared))
+    assert (default_mode.new_source != source) is (safe and rewritten)
+    unsafe = fix_source(source, Options(apex_opt_level=declared, unsafe_fixes=True))
+    assert (unsafe.new_source != source) is rewritten
+    [initialize] = [f for f in unsafe.findings if f.code == "AMP101"]
+    assert initialize.fixed is rewritten
+    said = {"O1": "declared O1 (--apex-opt-level): autocast and a GradScaler, as O1 ran",
+            "O2": f"declared O2 (--apex-opt-level) becomes native AMP: {_O2_O3}"}[declared]
+    assert (said in initialize.message) is (rewritten and level != '"O1"')
+    if not rewritten:
+        assert f"whose choices (O2, O3) do not hold the declared {declared} (--apex-opt-level)" in initialize.message
+    assert _O0 not in initialize.message  # the project said which level runs
+
+
+def test_an_undeclared_opt_level_read_from_elsewhere_names_the_declaration():
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='config["level"]')
+    [initialize] = [f for f in fix_source(source, Options()).findings if f.code == "AMP101"]
+    assert not initialize.fixed
+    assert "the project may declare the level it runs: --apex-opt-level O1|O2 (apex-opt-level in [tool.ampfix])" \
+        in initialize.message
+
+
+def test_the_declared_opt_level_is_a_flag_and_a_key(tmp_path: Path):
+    """One option, one place: `--apex-opt-level` and `apex-opt-level` in [tool.ampfix] decide alike; another value
+    is refused (exit 2)."""
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='config["level"]')
+    script = tmp_path / "train.py"
+    for given in (["--apex-opt-level", "O1"], []):
+        script.write_text(source)
+        (tmp_path / "pyproject.toml").write_text("" if given else '[tool.ampfix]\napex-opt-level = "O1"\n')
+        assert CliRunner().invoke(app, ["rewrite", *given, str(script)]).exit_code == 1
+        assert "amp.initialize" not in script.read_text() and "GradScaler" in script.read_text()
+    result = CliRunner().invoke(app, ["check", "--apex-opt-level", "O3", str(script)])
+    assert result.exit_code == 2 and "expected one of O1, O2, got 'O3'" in result.output
+
+
+@pytest.mark.parametrize(("loss_scale", "rewritten"), [
+    ("128", True), ("1024.0", True), ('"dynamic"', True), ("0", False), ("args.loss_scale", False), ("True", False),
+])
+def test_a_static_loss_scale_becomes_the_nearest_grad_scaler(loss_scale: str, rewritten: bool):
+    """A positive number literal: GradScaler(init_scale=N, growth_interval=2**31 - 1) under --unsafe-fixes only, the
+    finding saying what differs (a skipped step and a halved scale on inf/NaN gradients); anything else is left."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='"O1"').replace(
+        'opt_level="O1")', f'opt_level="O1", loss_scale={loss_scale})')
+    static = loss_scale[0].isdigit()
+    assert (fix_source(source, Options()).new_source != source) is (rewritten and not static)
+    fixed = fix_source(source, Options(unsafe_fixes=True))
+    [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
+    assert initialize.fixed is rewritten
+    assert ("apex's static scale stepped on inf/NaN gradients, the GradScaler skips that step and halves its scale"
+            in initialize.message) is (rewritten and static)
+    expected = f'torch.amp.GradScaler("cuda", init_scale={float(loss_scale)!r}, growth_interval=2147483647)' \
+        if rewritten and static else 'torch.amp.GradScaler("cuda")'
+    assert (expected in fixed.new_source) is rewritten
+    if not rewritten:
+        assert 'loss_scale is neither "dynamic" nor a positive number literal' in initialize.message
+
+
+_GAN = """\
+import torch
+from apex import amp
+
+
+def train(generator, discriminator, opt_g, opt_d, loader):
+    [generator, discriminator], [opt_g, opt_d] = amp.initialize([generator, discriminator], [opt_g, opt_d])
+    for x, real in loader:
+        discriminator.zero_grad()
+        loss_d = discriminator(generator(x).detach()).mean() - discriminator(real).mean()
+        with amp.scale_loss(loss_d, opt_d) as scaled_loss:
+            scaled_loss.backward()
+        {first}.step()
+        generator.zero_grad()
+        loss_g = -discriminator(generator(x)).mean()
+        with amp.scale_loss(loss_g, opt_g) as scaled_loss:
+            scaled_loss.backward()
+        {second}.step()
+"""
+
+
+@pytest.mark.parametrize(("first", "second", "rewritten"), [
+    ("opt_d", "opt_g", True),  # each optimizer steps after the backward of the loss it was given
+    ("opt_g", "opt_d", False),  # opt_g steps before loss_g's backward: its gradients would wait for the next update
+])
+def test_a_gans_alternating_steps_share_one_scaler_under_unsafe_fixes(first: str, second: str, rewritten: bool):
+    """issue 44 (apex's DCGAN): a scale_loss given one of several optimizers is an unsafe fix, named in the findings;
+    a backward after a step is rewritten only where the optimizer it was given steps after it."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = _GAN.format(first=first, second=second)
+    default = fix_source(source, Options())
+    [initialize] = [f for f in default.findings if f.code == "AMP101"]
+    assert default.new_source == source and not initialize.fixed
+    assert ("a scale_loss is given one of initialize's optimizers (a GAN's alternating steps)" in initialize.message) \
+        is rewritten
+    fixed = fix_source(source, Options(unsafe_fixes=True))
+    assert (fixed.new_source != source) is rewritten
+    if rewritten:
+        assert "        scaler.step(opt_d)\n        with torch.autocast(" in fixed.new_source
+        assert fixed.new_source.endswith("        scaler.step(opt_g)\n        scaler.update()\n")
+    else:
+        [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
+        assert "a scale_loss comes after a step of one of the optimizers, and is not given one optimizer that steps " \
+               "after it" in initialize.message
 
 
 SPLIT = ROOT / "fixtures" / "projects" / "apex_split_set_up"

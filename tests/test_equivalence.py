@@ -128,6 +128,12 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/condition_module_import_other_flag", "apex/condition_module_import_changed_by_a_helper",
                 "apex/condition_module_import_global_rebound", "apex/condition_module_import_scale_loss_unguarded",
                 "unsafe_fixes/apex_condition_module_import_opt_level_argument",
+                "apex/declared_opt_level_o1", "unsafe_fixes/apex_declared_opt_level_o2",
+                "unsafe_fixes/apex_static_loss_scale", "apex/parallel_import_in_try_that_raises",
+                "apex/parallel_local_import_in_try", "apex/parallel_local_import_in_another_block",
+                "apex/import_in_try_that_raises", "apex/parallel_through_import_apex",
+                "apex/parallel_through_import_apex_kept",
+                "unsafe_fixes/apex_gan_alternating", "apex/scale_loss_in_a_profiler_range",
                 "roots/star_import_torch"}
 
 

@@ -42,6 +42,7 @@ JOBS: dict[str, list[str]] = {
     "clip_helpers_verify": ["verify", "apex_clip_helpers.py", "--rewritten", "apex_clip_helpers.native.py"],
     "clip_helpers_wrong_verify": ["verify", "apex_clip_helpers.py", "--rewritten", "apex_clip_helpers.wrong_clip.py"],
     "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py"],
+    "dcgan_verify": ["verify", "apex_dcgan.py", "--rewritten", "apex_dcgan.native.py"],
     "optimizers_verify": ["verify", "apex_optimizers.py", "--rewritten", "apex_optimizers.native.py"],
     "optimizers_wrong_clip_verify": ["verify", "apex_optimizers.py", "--rewritten",
                                      "apex_optimizers.wrong_clip.py"],
@@ -343,6 +344,19 @@ def test_several_losses_on_one_grad_scaler_differ_only_by_the_number_of_scales(l
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 8
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 4
     assert rewritten["scaler"] == {"scale": 8, "unscale": 0, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_apexs_dcgan_on_one_grad_scaler_differs_only_by_the_number_of_scales(dcgan_verify: Job) -> None:
+    """issue 44: apex's DCGAN loop (three loss_ids, a GAN's alternating steps), rewritten under --unsafe-fixes: verify
+    names the number of loss scales as the one difference; the 18 losses bit for bit, the 12 steps, one update per
+    iteration."""
+    report = dcgan_verify.report
+    assert dcgan_verify.returncode == 1, dcgan_verify.stderr
+    assert report["first_difference"].startswith("loss scaling: the original has 3 loss scalers, the rewrite 1; ")
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 18
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 12
+    assert rewritten["scaler"] == {"scale": 18, "unscale": 0, "step": 12, "update": 6, "skipped_steps": 0}
 
 
 def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimizers_verify: Job) -> None:

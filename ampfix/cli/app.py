@@ -146,6 +146,10 @@ ExplicitDefaultsOpt = Annotated[bool | None, typer.Option(
     "--explicit-autocast-defaults/--no-explicit-autocast-defaults", show_default=False,
     help="Write the old autocast's dtype/cache_enabled defaults in every rewrite (default: only where an "
          "enclosing autocast or a changed default shows; docs/autocast-defaults.md).")]
+ApexOptLevelOpt = Annotated[str | None, typer.Option(
+    "--apex-opt-level", metavar="O1|O2",
+    help="The apex opt level your project runs where initialize's opt_level is not a literal (a command-line "
+         "argument, a config value): O1 is rewritten as O1; O2 under --unsafe-fixes, as a change of numerics.")]
 FormatOpt = Annotated[OutputFormat, typer.Option(
     "--output-format", help="text; json (one array); github (workflow annotations); sarif (2.1.0).")]
 ExitZeroOpt = Annotated[bool, typer.Option(
@@ -188,11 +192,12 @@ def check(paths: CheckPathsArg = None, fix: FixOpt = False, output_format: Forma
           exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
           stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
           device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
-          explicit_autocast_defaults: ExplicitDefaultsOpt = None, no_cache: NoCacheOpt = False) -> None:
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None, apex_opt_level: ApexOptLevelOpt = None,
+          no_cache: NoCacheOpt = False) -> None:
     """List every deprecated AMP use; write nothing (with --fix, rewrite). Exit 0 clean, 1 findings, 2 error."""
     flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
                    target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
-                   explicit_autocast_defaults=explicit_autocast_defaults)
+                   explicit_autocast_defaults=explicit_autocast_defaults, apex_opt_level=apex_opt_level)
     mode = "rewrite" if fix else "check"  # ruff's `check --fix`: the rewrite
     raise typer.Exit(run_files(paths or [Path(".")], mode, flags, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet, cache=not no_cache))
@@ -205,12 +210,13 @@ def rewrite(paths: PathsArg, diff: Annotated[bool, typer.Option("--diff", help="
             exit_zero: ExitZeroOpt = False, force_exclude: ForceExcludeOpt = False,
             stdin_filename: StdinNameOpt = None, quiet: QuietOpt = False, device: DeviceOpt = None,
             device_expr: DeviceExprOpt = None, keep_dtype: KeepDtypeOpt = None,
-          explicit_autocast_defaults: ExplicitDefaultsOpt = None, no_cache: NoCacheOpt = False) -> None:
+          explicit_autocast_defaults: ExplicitDefaultsOpt = None, apex_opt_level: ApexOptLevelOpt = None,
+          no_cache: NoCacheOpt = False) -> None:
     """Rewrite in place (or --diff; `-`: stdin to stdout). Exit 0 nothing to do, 1 changed or findings left, 2 error."""
     mode = "diff" if diff else "rewrite"
     flags = _flags(device=device, device_expr=device_expr, keep_dtype=keep_dtype, unsafe_fixes=unsafe_fixes,
                    target_torch=target_torch, select=_codes(select), ignore=_codes(ignore),
-                   explicit_autocast_defaults=explicit_autocast_defaults)
+                   explicit_autocast_defaults=explicit_autocast_defaults, apex_opt_level=apex_opt_level)
     raise typer.Exit(run_files(paths, mode, flags, output_format.value, force_exclude=force_exclude,
                                exit_zero=exit_zero, stdin_filename=stdin_filename, quiet=quiet, cache=not no_cache))
 

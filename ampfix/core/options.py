@@ -56,6 +56,17 @@ def parse_device_expr(value: object) -> str:
     return text
 
 
+# The apex opt levels a project may declare it runs (`--apex-opt-level`), where its code reads the level from
+# elsewhere (a command-line argument, a config): O1 and O2, the two NVIDIA's deprecation notice points to native AMP.
+APEX_OPT_LEVELS = ("O1", "O2")
+
+
+def parse_apex_opt_level(value: object) -> str:
+    if isinstance(value, str) and value in APEX_OPT_LEVELS:
+        return value
+    raise ValueError(f"expected one of {', '.join(APEX_OPT_LEVELS)}, got {value!r}")
+
+
 def _option(default: Any, parse: Callable[[object], Any]) -> Any:
     """A field that is also a `[tool.ampfix]` key and a flag, read by `parse` (which raises ValueError)."""
     return field(default=default, metadata={"parse": parse})
@@ -77,6 +88,10 @@ class Options:
     # Every autocast rewrite writes the old class's dtype/cache_enabled defaults, not only where the code shows
     # an enclosing region or a changed default (docs/autocast-defaults.md).
     explicit_autocast_defaults: bool = _option(False, parse_bool)
+    # The apex opt level the project runs where initialize's `opt_level` is not a literal (an argparse option, a
+    # config value): O1 makes that initialize a safe rewrite; O2 an unsafe one, reported as a change of numerics
+    # (docs/apex.md, "Decisions declared once"). None: not declared, decided from the code alone.
+    apex_opt_level: str | None = _option(None, parse_apex_opt_level)
     # The rule codes to apply and report (from `select` / `ignore`); None: every rule. A rule left out
     # is held back like a rule newer than the target, so its names and their imports stay together.
     rules: frozenset[str] | None = None

@@ -54,8 +54,8 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     if not all(_sets(s, True) for s in rest):
         return "the optional import's `try` does more than import apex.amp and set flags True"
     if not all(_handles(s, binding.name, module_scope) for s in handler.body):
-        return ("the optional import's `except` does more than set `amp = None` and flags False, pass or print "
-                "(removing it would drop that)")
+        return ("the optional import's `except` does more than set `amp = None` and flags False, pass, print or "
+                "raise (removing it would drop that)")
     others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
     if not all(b.kind == "none" and _made_in(handler, b) for b in others):
         return f"`{binding.name}` is also bound to something else"
@@ -76,9 +76,11 @@ def _sets(statement: ast.stmt, value: bool) -> bool:
 
 
 def _handles(statement: ast.stmt, amp_name: str, module_scope: Scope) -> bool:
-    """A statement the handler may hold: `amp = None`, `FLAG = False`, `pass`, or a call of the builtin print
-    (the message that apex is missing, moot once nothing needs apex)."""
-    if isinstance(statement, ast.Pass) or _sets(statement, False):
+    """A statement the handler may hold: `amp = None`, `FLAG = False`, `pass`, a call of the builtin print (the
+    message that apex is missing, moot once nothing needs apex), or a `raise` (apex missing was an error: apex's
+    DCGAN example, `raise ImportError("Please install apex ...")`; torch.amp, which takes its place, is always
+    there)."""
+    if isinstance(statement, (ast.Pass, ast.Raise)) or _sets(statement, False):
         return True
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Constant):
         target = statement.targets[0]

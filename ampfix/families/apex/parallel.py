@@ -2,7 +2,9 @@
 
 Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
 uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
-own, no comment on them) and called directly; `torch` is imported at module level (or by the apex.amp rewrite made
+own, no comment on them; or in a `try` whose handlers only raise; or earlier in the block of the call), or read as
+`apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
+module level (or by the apex.amp rewrite made
 beside it, before the module-level uses); each call passes only what
 means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
 one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
@@ -40,7 +42,7 @@ Splices = list[tuple[int, int, str]]
 
 def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
           torch_imported_at: int | None) -> tuple[Splices, dict[int, str]]:
-    index, tree = engine.index, engine.tree
+    index = engine.index
     _, torch_bindings = engine.module_scope.lookup(rules.NATIVE.package)
     imported = bool(torch_bindings) or torch_imported_at is not None and all(
         ref.node.lineno > torch_imported_at for ref, _ in uses if ref.scope is engine.module_scope)
@@ -48,7 +50,8 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
         raise NotMechanical("the module does not import torch by its own name")
     splices: Splices = []
     messages: dict[int, str] = {}
-    imports: set[int] = set()
+    sites: dict[int, ast.ImportFrom] = {}
+    packages: dict[int, tuple[ast.Import, list[ChainRef]]] = {}  # `import apex`, and the apex.parallel calls through it
     for ref, full in uses:
         twin = rules.PARALLEL_TWINS.get(full)
         call = ref.parent
@@ -56,11 +59,16 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             raise NotMechanical(f"`{full}` is not called directly, or has no rewrite")
         _, bindings = ref.scope.lookup(ref.parts[0])
         statement = bindings[0].imported_by.node if len(bindings) == 1 and bindings[0].imported_by else None
-        if not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and statement in tree.body
-                and len(ref.parts) == 1):
+        if isinstance(statement, ast.Import) and _package_import(statement, ref) \
+                and _binds_before(engine, statement, call):
+            packages.setdefault(id(statement), (statement, []))[1].append(ref)
+        elif not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and len(ref.parts) == 1
+                and _binds_before(engine, _import_site(engine, statement), call)):
             raise NotMechanical("an apex.parallel name does not come from `from apex.parallel import ...` at module "
-                                "level")
-        imports.add(id(statement))
+                                "level, or before its use in the use's block (alone, or in a `try` whose handlers "
+                                "only raise)")
+        if isinstance(statement, ast.ImportFrom):
+            sites[id(statement)] = statement
         new, keywords, positional = twin
         if len(call.args) > positional or any(isinstance(a, ast.Starred) for a in call.args) \
                 or any(k.arg not in keywords for k in call.keywords):
@@ -78,29 +86,90 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
                 raise NotMechanical("DistributedDataParallel is not given the module alone")
             splices.append((at, at, f", device_ids=[{rank}]"))
             extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
-        messages[id(ref)] = f"`{ref.parts[0]}` -> `{new}`{extra}"
-    for top in tree.body:
-        if id(top) in imports:
-            assert isinstance(top, ast.ImportFrom)
-            _remove(engine, top, splices, messages)
+        messages[id(ref)] = f"`{'.'.join(ref.parts)}` -> `{new}`{extra}"
+    for package, refs in packages.values():
+        _remove_package_import(engine, package, refs, splices)
+    for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()}.values(),
+                       key=lambda node: node.lineno):
+        _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
     for edit_start, edit_end in engine.edit_spans():
         if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):
             raise NotMechanical("another rewrite edits a statement this one changes")
     return splices, messages
 
 
-def _remove(engine: Engine, statement: ast.ImportFrom, splices: Splices, messages: dict[int, str]) -> None:
-    """The import goes when every name it binds is one of the names rewritten (and used only through them)."""
+def _import_site(engine: Engine, statement: ast.ImportFrom) -> ast.stmt:
+    """What removing the import removes: the import, or the `try` holding only apex.parallel imports whose handlers
+    only raise (the import failing was an error, and torch's names, which take their place, are always there:
+    DeepLearningExamples' `try: from apex.parallel import DistributedDataParallel as DDP` / `except ImportError:
+    raise ImportError("Please install apex ...")`)."""
+    parent = engine.parents.of(statement)
+    if isinstance(parent, ast.Try) and not parent.orelse and not parent.finalbody and all(
+            isinstance(s, ast.ImportFrom) and s.module == "apex.parallel" for s in parent.body) and all(
+            len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):
+        return parent
+    return statement
+
+
+def _package_import(statement: ast.Import, ref: ChainRef) -> bool:
+    """`import apex` (no alias), its name read as `apex.parallel.<name>(...)`: apex's ImageNet example's
+    `import apex; model = apex.parallel.convert_syncbn_model(model)`."""
+    return [(a.name, a.asname) for a in statement.names] == [("apex", None)] \
+        and list(ref.parts[:2]) == ["apex", "parallel"] and len(ref.parts) == 3
+
+
+def _remove_package_import(engine: Engine, statement: ast.Import, refs: list[ChainRef], splices: Splices) -> None:
+    """`import apex` goes where the calls rewritten are every read of its name in its scope (apex's surviving
+    modules, `apex.optimizers`, keep it) and it stands alone on its lines, not alone in its block; else it stays."""
+    scope: ast.AST | None = engine.parents.of(statement)  # the function (or module) that binds the name
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = engine.parents.of(scope)
+    scope = scope or engine.tree
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == "apex"]
     index = engine.index
-    rewritten = {f"apex.parallel.{alias.name}" for alias in statement.names}
-    if not rewritten <= set(rules.PARALLEL_TWINS):
-        raise NotMechanical("the apex.parallel import also imports a name with no rewrite")
     start, end = index.line_start(statement.lineno), index.line_end(statement.end_lineno or statement.lineno)
-    text = index.text[start:end]
-    if text.strip() != index.text[index.span(statement)[0]:index.span(statement)[1]].strip() or "#" in text:
-        raise NotMechanical("the apex.parallel import shares its lines (or a comment)")
+    parent = engine.parents.of(statement)
+    alone = any(getattr(parent, name, None) == [statement] for name in ("body", "orelse", "finalbody"))
+    if len(reads) != len(refs) or alone or index.text[start:end].strip() != "import apex":
+        return
     splices.append((*index.removal(statement.lineno, statement.end_lineno or statement.lineno), ""))
-    messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place"
+
+
+def _binds_before(engine: Engine, site: ast.stmt, call: ast.Call) -> bool:
+    """The import binds its names for the call wherever the call runs: at module level, or earlier in the block that
+    holds the call's statement (a local import before `model = DDP(model)`); one alone in its block is not removed
+    (the block would be empty)."""
+    if site in engine.tree.body:
+        return True
+    parent = engine.parents.of(site)
+    node: ast.AST | None = call
+    while node is not None and engine.parents.of(node) is not parent:
+        node = engine.parents.of(node)
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and site in block and node in block:
+            return block.index(site) < block.index(node)
+    return False
+
+
+def _remove(engine: Engine, site: ast.stmt, statements: list[ast.ImportFrom], splices: Splices,
+            messages: dict[int, str]) -> None:
+    """The import (or its `try`, `_import_site`) goes when every name it binds is one of the names rewritten (and
+    used only through them)."""
+    index = engine.index
+    held = [s for s in site.body if isinstance(s, ast.ImportFrom)] if isinstance(site, ast.Try) else statements
+    rewritten = {f"apex.parallel.{alias.name}" for statement in held for alias in statement.names}
+    if not rewritten <= set(rules.PARALLEL_TWINS) or len(held) != len(statements):
+        raise NotMechanical("the apex.parallel import also imports a name with no rewrite")
+    last = site.end_lineno or site.lineno
+    start, end = index.line_start(site.lineno), index.line_end(last)
+    text = index.text[start:end]
+    if text.strip() != index.text[index.span(site)[0]:index.span(site)[1]].strip() or "#" in text:
+        raise NotMechanical("the apex.parallel import shares its lines (or a comment)")
+    splices.append((*index.removal(site.lineno, last), ""))
+    for statement in statements:
+        messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place" + (
+            " (with the `try` whose handlers only raised where it failed)" if site is not statement else "")
 
 
 def _local_rank(engine: Engine, ref: ChainRef) -> str | None:

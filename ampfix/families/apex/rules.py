@@ -485,6 +485,13 @@ SEVERAL_LOSSES = ("num_losses/loss_id become one GradScaler for every loss (PyTo
                   "one step per optimizer, one update per iteration): apex kept a loss scale per loss, the one "
                   "scale is bounded by the loss whose gradients overflow first, so a loss with small gradients is "
                   "scaled less than apex scaled it")
+# A scale_loss given one of several optimizers (a GAN's alternating steps): one GradScaler, what changes.
+ONE_OF_SEVERAL_OPTIMIZERS = (
+    "a scale_loss is given one of initialize's optimizers (a GAN's alternating steps): apex unscaled only that "
+    "optimizer's gradients when scale_loss exited; the one GradScaler unscales each optimizer's gradients at its "
+    "step, so gradients a backward leaves in another optimizer's parameters (the discriminator's, from the "
+    "generator's loss) are unscaled at that optimizer's next step, where apex added them still scaled: the same "
+    "only where they are zeroed before (`zero_grad()` before each backward, as apex's DCGAN example does)")
 # The keywords that belong to O2/O3 (float16 weights): nothing to map where native AMP keeps float32 weights, so
 # an unsafe rewrite drops them, each named in the finding (INITIALIZE_KEYWORDS says why).
 UNSAFE_KEYWORDS = frozenset({"keep_batchnorm_fp32", "master_weights"})
@@ -495,6 +502,20 @@ OPT_LEVEL_LOSS = ("O2 and O3 cast the model to float16 (O2 with float32 master c
 # What an O0 run loses, where a level that is not a literal may be O0 (no choices, or choices that list it).
 O0_LOSS = ("O0 is plain float32 (loss scale 1): a run that sets it now gets float16 autocast and a dynamic loss "
            "scale, unless the scaler and autocast are given `enabled=False` for it")
+# A static `loss_scale=N`: its nearest GradScaler (init_scale=N, a growth interval never reached), and what differs.
+NEVER_GROWS = 2**31 - 1  # the largest growth interval GradScaler's int32 tracker counts to
+STATIC_LOSS_SCALE = ("a static loss scale becomes a GradScaler that starts at it and never grows it (growth_interval "
+                     f"{NEVER_GROWS}); apex's static scale stepped on inf/NaN gradients, the GradScaler skips that "
+                     "step and halves its scale, which then stays lower (GradScaler has no fixed scale: its growth "
+                     "and backoff factors must differ from 1)")
+# Where the project declares its level (`--apex-opt-level`, `apex-opt-level` in [tool.ampfix]) and the code reads it
+# from elsewhere: what the finding says the declaration decided.
+DECLARED_O1 = ("declared O1 (--apex-opt-level): autocast and a GradScaler, as O1 ran; a run that passes another "
+               "level than the declared one is not what was rewritten")
+DECLARED_O2 = (f"declared O2 (--apex-opt-level) becomes native AMP: {OPT_LEVEL_LOSS}; keep_batchnorm_fp32 and the "
+               "float32 master weights have no native twin (every weight stays float32)")
+DECLARE_THE_LEVEL = ("the project may declare the level it runs: --apex-opt-level O1|O2 (apex-opt-level in "
+                     "[tool.ampfix])")
 UNSAFE_OPT_LEVELS: dict[str, str] = {
     "O2": f"opt_level O2 becomes native AMP: {OPT_LEVEL_LOSS}",
     "O3": f"opt_level O3 (pure float16, no master weights) becomes native AMP: {OPT_LEVEL_LOSS}",

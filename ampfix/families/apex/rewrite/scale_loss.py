@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.core.locations import first_line
+from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.conditions import _availability_guard, _config_key, _parameter_chain
 from ampfix.families.apex.rewrite.shape import _call_of
 from ampfix.families.apex.rewrite.statements import (_all_optimizers, _ends_its_line, _is_optimizer, _reindentable,
@@ -41,12 +42,14 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
                             "disabled scaler would train on")
     statement = guard if guard is not None else with_node
     rw.backward_statements.append(kept_if or statement)
-    block, position = tree.block_of(kept_if or statement)  # a kept `if`: its forward pass is before it
-    # the forward pass: the statements before it in its block (after initialize, when that is in the block too)
-    begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
-                                  if shape.init_statement in block else 0)
-    while begin < position and block[begin] in shape.method_imports:
-        begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
+    given = call.args[1] if len(call.args) > 1 else None
+    if shape.optimizers and given is not None and _one_of(given, shape.optimizers):
+        rw.backward_optimizers[id(kept_if or statement)] = ast.unparse(given)
+        if rules.ONE_OF_SEVERAL_OPTIMIZERS not in rw.unsafe_notes:
+            rw.unsafe_notes.append(rules.ONE_OF_SEVERAL_OPTIMIZERS)
+        if id(kept_if or statement) == id(rw.backward_statements[0]):
+            rw.messages[id(use.ref)] = f"; {rules.ONE_OF_SEVERAL_OPTIMIZERS}"  # said once, at the first
+    block, position, begin = _forward_pass(rw, kept_if or statement)  # a kept `if`: its forward pass is before it
     # a loss given by the caller: the statements before it (`optimizer.zero_grad()`) are no forward pass
     caller_forward = id(block) not in rw.forward_blocks and _loss_from_caller(rw, block, loss)
     if position <= begin and id(block) not in rw.forward_blocks and not caller_forward:
@@ -79,7 +82,35 @@ def _rewrite_scale_loss(rw: _Rewrite, use: AmpUse) -> None:
     if kept_if is not None:
         before += (f" in the `if` on line {kept_if.lineno}, kept with its `else` (where the scaler is disabled): it "
                    "clips right before the step")
-    rw.messages[id(use.ref)] = f"{before}{where}"
+    rw.messages[id(use.ref)] = f"{before}{where}{rw.messages.get(id(use.ref), '')}"
+
+
+def _forward_pass(rw: _Rewrite, statement: ast.stmt) -> tuple[list[ast.stmt], int, int]:
+    """Where the forward pass of a backward `statement` is: the block, the backward's position there, and where the
+    forward pass starts (the statements between them, after initialize where that is in the block too). A backward
+    first in the body of a `with` (a profiler's range: FastSpeech's `with Nvtx("backward"):`) has its forward pass
+    before that `with`, in the block around it."""
+    shape, tree = rw.shape, rw.tree
+    while True:
+        block, position = tree.block_of(statement)
+        begin = rw.forward_blocks.get(id(block), block.index(shape.init_statement) + 1
+                                      if shape.init_statement in block else 0)
+        while begin < position and block[begin] in shape.method_imports:
+            begin += 1  # a trainer method's local import: removed (`_rewrite_method_imports`), not a forward pass
+        # a GAN's alternating steps: the forward pass of the next loss starts after the step before it
+        begin = max([begin, *(block.index(step) + 1 for step in rw.steps if step in block[begin:position])])
+        holder = tree.parent(statement)
+        if position > begin or id(block) in rw.forward_blocks or not isinstance(holder, ast.With) \
+                or block is not holder.body or not _plain_context(holder):
+            return block, position, begin
+        statement = holder
+
+
+def _plain_context(with_node: ast.With) -> bool:
+    """A `with` whose items are calls, none of them apex's or autocast's (a profiler's range, a timer): the forward
+    pass before it is the backward's."""
+    return all(isinstance(item.context_expr, ast.Call) and "autocast" not in ast.unparse(item.context_expr.func)
+               and "amp" not in ast.unparse(item.context_expr.func).split(".") for item in with_node.items)
 
 
 def _flag_guard(rw: _Rewrite, use: AmpUse, with_node: ast.With, loss: ast.expr, backward: ast.Call) -> ast.If | None:
@@ -193,10 +224,10 @@ def _scale_loss_arguments(call: ast.Call, with_node: ast.AST | None, opt_name: s
     assert isinstance(with_node, ast.With)
     scaled = item.optional_vars.id
     optimizer = call.args[1] if len(call.args) in (2, 3) else None  # (loss, optimizer[, loss_id])
-    if optimizers and optimizer is not None and not _all_optimizers(optimizer, optimizers):
-        raise NotMechanical(f"a scale_loss is not given every optimizer of initialize ({', '.join(optimizers)}): "
-                            "apex unscaled only the gradients of those it was given, the scaler unscales every "
-                            "optimizer's")
+    if optimizers and optimizer is not None and not _all_optimizers(optimizer, optimizers) \
+            and not _one_of(optimizer, optimizers):
+        raise NotMechanical(f"a scale_loss is given neither every optimizer of initialize ({', '.join(optimizers)}) "
+                            "nor one of them")
     if not (optimizer is not None and (_is_optimizer(optimizer, opt_name) or bool(optimizers))
             and all(k.arg in ("delay_unscale", "loss_id") for k in call.keywords)):
         raise NotMechanical("a scale_loss is not given (loss, optimizer) of initialize, or has keywords beyond "
@@ -241,7 +272,23 @@ def _plain_backward_else(guard: ast.If, with_node: ast.With, loss: ast.expr, bac
 
 def _steps_after_the_backwards(rw: _Rewrite) -> None:
     """Several optimizers: every backward comes before the first step (the one update after the last step then
-    ends the iteration)."""
-    if rw.shape.optimizers and any(b.lineno > rw.steps[0].lineno for b in rw.backward_statements):
-        raise NotMechanical("a scale_loss comes after a step of one of the optimizers, so the place of the scaler's "
-                            "one update per iteration is not clear")
+    ends the iteration), or, a GAN's alternating steps, a backward after a step is given one optimizer whose step
+    comes after it (each optimizer steps on the gradients of the losses it was given; the one update ends the
+    iteration after the last step)."""
+    if not rw.shape.optimizers:
+        return
+    stepped = {ast.unparse(step.value.func.value): step.lineno for step in rw.steps  # `o.step()` statements
+               if isinstance(step.value, ast.Call) and isinstance(step.value.func, ast.Attribute)}
+    for backward in rw.backward_statements:
+        if backward.lineno < rw.steps[0].lineno:
+            continue
+        given = rw.backward_optimizers.get(id(backward))
+        if given is None or stepped.get(given, 0) < backward.lineno:
+            raise NotMechanical("a scale_loss comes after a step of one of the optimizers, and is not given one "
+                                "optimizer that steps after it, so the place of the scaler's one update per "
+                                "iteration is not clear")
+
+
+def _one_of(node: ast.expr, optimizers: tuple[str, ...]) -> bool:
+    """`node` names one of the optimizers initialize was given."""
+    return _chain(node) and ast.unparse(node) in optimizers

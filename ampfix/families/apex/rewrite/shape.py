@@ -640,10 +640,7 @@ def _initialize_arguments(call: ast.Call, items: bool = False) -> tuple[ast.expr
                 and keyword.arg != "num_losses":
             raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
                                 "keep_batchnorm_fp32, master_weights and num_losses")
-        value = keyword.value
-        if keyword.arg == "loss_scale" and not (isinstance(value, ast.Constant)
-                                                and value.value == rules.DYNAMIC_LOSS_SCALE):
-            raise NotMechanical(f'loss_scale is not "{rules.DYNAMIC_LOSS_SCALE}"')
+        value = keyword.value  # loss_scale: opt_level's `_static_loss_scale`
         if keyword.arg == "enabled":
             # evaluated once by initialize, then by the scaler and by each autocast: no side effects
             if not isinstance(value, (ast.Name, ast.Attribute, ast.Constant)):

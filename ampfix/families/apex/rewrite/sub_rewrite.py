@@ -27,6 +27,8 @@ class _Rewrite:
     # id() of the blocks holding a scale_loss, and where the forward pass of the next one there starts
     forward_blocks: dict[int, int] = field(default_factory=dict)
     backward_statements: list[ast.stmt] = field(default_factory=list)  # what each scale_loss became
+    # several optimizers: the one optimizer a scale_loss was given (a GAN's alternating steps), by id() of its statement
+    backward_optimizers: dict[int, str] = field(default_factory=dict)
     unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
     unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
     evaluation: list[ast.With] = field(default_factory=list)  # the `no_grad` blocks given the autocast
@@ -49,7 +51,9 @@ class _Rewrite:
 
     @property
     def scaler_args(self) -> str:
-        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "")
+        keywords = self.shape.opt_level.scaler_keywords
+        return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "") + (
+            f", {keywords}" if keywords else "")
 
     @property
     def autocast(self) -> str:
