@@ -222,7 +222,8 @@ def test_a_module_appearing_beside_a_script_is_seen_by_a_warm_check(root: Path, 
     assert check("tools/run.py") == unfollowed and len(engine_runs) == 1  # replayed
     (root / "tools" / "compat.py").write_text("import torch\n")
     fixed = (1, ['tools/run.py:3:6: AMP001 [*] `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device '
-                 '"cuda"', "1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes)."])
+                 '"cuda"', "target torch: the newest (none declared); the fixes need torch >= 1.10 (AMP001)",
+                 "1 finding (1 fixable with `ampfix rewrite`, 0 more with --unsafe-fixes)."])
     assert check("tools/run.py") == fixed and len(engine_runs) == 2
     (root / "tools" / "compat").mkdir()  # a package beside it: Python takes it before the module
     (root / "tools" / "compat" / "__init__.py").write_text("torch = None\n")
