@@ -665,30 +665,35 @@ SCRIPTS = {
     "scripts_arguments": (["train.py"], [
         f"train.py:10:20: AMP001 fixed: {ONLY_CALLED} (engine.py:7, engine.py:17): {SCRIPT_PARTIAL}",
         f"train.py:12:39: AMP001 fixed: {ONLY_CALLED} (engine.py:12): {SCRIPT_PARTIAL}",
+        NEEDS_AUTOCAST,
         SUMMARY.format(files="1 file", fixes="2 fixes", left="0 findings"),
     ]),
     "scripts_returned": (["train.py"], [
         f"utils.py:9:16: AMP001 fixed: {ONLY_CALLED} (train.py:10, train.py:12): {SCRIPT_PARTIAL}",
+        NEEDS_AUTOCAST,
         SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings"),
     ]),
     "scripts_subclass": (["main.py"], [
         "scaling.py:4:22: AMP002 fixed: class derives from `torch.cuda.amp.GradScaler` -> `torch.amp.GradScaler`: "
         "every construction of `CountingScaler` in the project passes keywords only or nothing (main.py:7, "
         "main.py:9), so none binds `device`",
+        NEEDS_SCALER,
         SUMMARY.format(files="1 file", fixes="1 fix", left="0 findings"),
     ]),
     "scripts_compat": (["train.py"], [
         'train.py:6:14: AMP002 fixed: `torch.cuda.amp.GradScaler(...)` -> `torch.amp.GradScaler(...)` with device '
         '"cuda"',
         'train.py:7:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cuda"',
+        NEEDS_SCALER,
         SUMMARY.format(files="1 file", fixes="2 fixes", left="0 findings"),
     ]),
     "scripts_shadowed": (["train.py", "tools/evaluate.py"], [
         "helpers.py:2:1: AMP010 fixed: `from torch.cuda.amp import autocast` -> `from torch.amp import autocast`",
-        "helpers/__init__.py:3:28: AMP010 left: `torch.cuda.amp.autocast` import left: `autocast` is imported from "
+        "helpers/__init__.py:3:28: AMP010 `torch.cuda.amp.autocast` import left: `autocast` is imported from "
         "this module by train.py:3, whose uses move with this import: migrate them together",
-        "tools/helpers.py:3:28: AMP010 left: `torch.cuda.amp.autocast` import left: `autocast` is imported from this "
+        "tools/helpers.py:3:28: AMP010 `torch.cuda.amp.autocast` import left: `autocast` is imported from this "
         "module by tools/evaluate.py:3, whose uses move with this import: migrate them together",
+        "target torch: the newest (none declared)",
         SUMMARY.format(files="1 file", fixes="1 fix", left="2 findings"),
     ]),
 }
@@ -782,6 +787,7 @@ def test_a_scaler_subclass_is_not_rebased_onto_cuda_where_another_device_is_aske
     assert _rewritten_copy(tmp_path, monkeypatch, "subclass_device_cpu", "--device", "cpu") == [
         "scaling.py:4:22: AMP002 left: " + ON_CUDA_BY_DEFAULT.format(device='"cpu"'),
         'train.py:9:10: AMP001 fixed: `torch.cuda.amp.autocast(...)` -> `torch.amp.autocast(...)` with device "cpu"',
+        NEEDS_AUTOCAST,
         SUMMARY.format(files="1 file", fixes="1 fix", left="1 finding"),
     ]
     original, copy = PROJECTS / "subclass_device_cpu" / "train.py", tmp_path / "subclass_device_cpu" / "train.py"
