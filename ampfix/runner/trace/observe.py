@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -116,6 +117,9 @@ class Recorder:
         # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
         self.pool_worker = False
         self._calls = threading.local()  # the deprecated call running in each thread (see deprecated_call)
+        # Whether float16 results are watched here (gpu/numerics installed): the report can then name the op that
+        # overflowed.
+        self.float16_watched = False
         self.reset()
 
     def reset(self) -> None:
@@ -145,6 +149,13 @@ class Recorder:
         # the trace's loss scalers of apex's last initialize, while no scale_loss has used them
         self._apex_unused_scalers: list[dict[str, Any]] = []
         self.stopped_at_max_steps = False
+        # float16 as a GPU computes it (gpu/numerics): the first float16 result that overflowed since the last
+        # optimizer step, each step a scaler skipped (with that overflow), the first non-finite loss, and the
+        # gradient values float16 flushed to zero without a loss scaler.
+        self._float16_overflow: dict[str, Any] | None = None
+        self.float16_skipped_steps: list[dict[str, Any]] = []
+        self.first_nonfinite_loss: dict[str, Any] | None = None
+        self.float16_underflows = 0
 
     # -- the trace -------------------------------------------------------------------------
 
@@ -257,18 +268,47 @@ class Recorder:
         fields = {"module": module, "device": region.device_requested, "dtype": region.dtype_requested}
         self._trace("model_call", site=site, fields=fields, defaulted=region.defaulted_fields())
 
-    def scaler_step_skipped(self) -> None:
+    def scaler_step_skipped(self, scale: float | None = None) -> None:
+        """``scale``: the loss scale the skipped step's gradients were scaled by (None: not known)."""
         self.skipped_steps += 1
         self._trace("scaler.skipped_step", "")
+        self.float16_skipped_steps.append({
+            "step": self.optimizer_steps + self.skipped_steps, "scale": scale, "overflow": self._float16_overflow,
+        })
+        self._float16_overflow = None
 
     def optimizer_stepped(self) -> None:
         self.optimizer_steps += 1
         self._trace("optimizer_step", str(self.optimizer_steps))
+        self._float16_overflow = None
 
     def loss(self, value: float, site: Site) -> None:
         self.losses.append(value)
+        if self.first_nonfinite_loss is None and not math.isfinite(value):
+            self.first_nonfinite_loss = {
+                "value": value, "file": site.file, "line": site.line, "loss": len(self.losses),
+                "overflow": self._float16_overflow,
+            }
         # float.hex: verify compares losses bit for bit, and a NaN equals itself as text.
         self._trace("loss", value.hex(), site)
+
+    # -- float16 numerics (gpu/numerics) ---------------------------------------------------
+
+    def float16_overflow_pending(self) -> bool:
+        """Whether a float16 overflow is already noted for this step (only the first is reported)."""
+        return self._float16_overflow is not None
+
+    def float16_overflowed(self, op: str, phase: str, site: Site) -> None:
+        """``op``'s float16 result (``phase``: "forward", or "backward" for its gradient) held an inf or a NaN."""
+        if self._float16_overflow is None:
+            self._float16_overflow = {"op": op, "phase": phase, "file": site.file, "line": site.line}
+
+    def scales_losses(self) -> bool:
+        """Whether the script made an enabled loss scaler (a GradScaler, apex.amp's)."""
+        return any(scaler.get("enabled", True) is True for scaler in self.grad_scalers)
+
+    def float16_underflowed(self, values: int) -> None:
+        self.float16_underflows += values
 
     # -- what the user should know ---------------------------------------------------------
 
@@ -375,6 +415,12 @@ class Recorder:
                 for (message, f, n), count in self.gpu_refusals.items()
             ],
             "stopped_at_max_steps": self.stopped_at_max_steps,
+            "float16": {
+                "watched": self.float16_watched,
+                "skipped_steps": self.float16_skipped_steps,
+                "first_nonfinite_loss": self.first_nonfinite_loss,
+                "underflows": self.float16_underflows,
+            },
             "trace": self.trace,
             "trace_truncated": self.trace_truncated,
         }
