@@ -66,21 +66,22 @@ class Float16Watch:
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
+        self._record = recorder.float16
 
     def rounded(self, result: torch.Tensor, op: str) -> torch.Tensor:
         """A forward result of ``op`` in float32, rounded once to float16."""
-        if not self._recorder.float16_overflow_pending() and _overflows(result):
-            self._recorder.float16_overflowed(op, "forward", find_site())
+        if not self._record.overflow_pending() and _overflows(result):
+            self._record.overflowed(op, "forward", find_site())
         return result.to(HALF)
 
     def gradient_rounded(self, gradient: torch.Tensor, op: str, site: Site) -> torch.Tensor:
         half = gradient.to(HALF)
-        if not self._recorder.float16_overflow_pending() and _overflows(gradient):
-            self._recorder.float16_overflowed(op, "backward", site)
+        if not self._record.overflow_pending() and _overflows(gradient):
+            self._record.overflowed(op, "backward", site)
         if not self._recorder.scales_losses():
             flushed = int(torch.count_nonzero(gradient)) - int(torch.count_nonzero(half))
             if flushed:
-                self._recorder.float16_underflowed(flushed)
+                self._record.underflowed(flushed)
         return half
 
 
@@ -111,7 +112,7 @@ class Float16Numerics:
 
     def installed(self) -> None:
         """Called once CUDA's policy runs the matmul family with these kernels: float16 results are watched."""
-        self._recorder.float16_watched = True
+        self._recorder.float16.watched = True
 
     def widen(self, half: torch.Tensor, op: str, site: Site | None = None) -> torch.Tensor:
         """``half`` (float16) as float32 for ``op``; the gradient it gets back is rounded to float16 and watched."""

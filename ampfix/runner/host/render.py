@@ -176,7 +176,8 @@ def _float16_lines(report: RunReport) -> list[Text]:
     lines = []
     for item in numbers["skipped_steps"]:
         scale = "" if item["scale"] is None else f" (scale {item['scale']:g})"
-        lines.append(Text.assemble(("skipped step ", "yellow"), f"{item['step']}{scale}: {_overflow_text(item['overflow'], numbers['watched'])}"))
+        overflow = _overflow_text(item["overflow"], numbers["watched"])
+        lines.append(Text.assemble(("skipped step ", "yellow"), f"{item['step']}{scale}: {overflow}"))
     loss = numbers["first_nonfinite_loss"]
     if loss is not None:
         lines.append(Text.assemble(
