@@ -1,5 +1,9 @@
 """What `ampfix run` costs: against the bfloat16 CPU twin, against plain float32, and CUDA's op policy against the CPU's.
 
+float16 rows (issue 41): the CUDA-written script under the runner by default (float16 as a GPU computes it), with
+``--amp-dtype float16-cpu`` (the CPU's own float16 kernels), with ``--amp-dtype bfloat16`` (the stand-in, the
+"runner, CUDA policy" column), and with AMP off (``runner, float32``), all in the same round-robin.
+
 For a small CNN and a small GPT-style transformer, three versions of one training script are generated:
 
 * the CUDA-written one (``.to("cuda")``, ``torch.cuda.amp.autocast()``, ``torch.cuda.amp.GradScaler()``),
@@ -92,6 +96,12 @@ FLAVOURS = {
         "scaler": "torch.cuda.amp.GradScaler()",
         "autocast": "torch.cuda.amp.autocast()",
     },
+    # The CUDA-written script with AMP switched off: what float16's cost is measured against under the runner.
+    "cuda float32": {
+        "device": '"cuda"',
+        "scaler": "torch.cuda.amp.GradScaler(enabled=False)",
+        "autocast": "torch.cuda.amp.autocast(enabled=False)",
+    },
     "cpu bfloat16": {
         "device": '"cpu"',
         "scaler": 'torch.amp.GradScaler("cpu")',
@@ -182,15 +192,21 @@ class Timing:
 
 
 BASELINE_LABEL = "runner before devices"
+RUNNER_FLOAT32, RUNNER_FLOAT16, RUNNER_FLOAT16_CPU = "runner, float32", "runner, float16", "runner, float16-cpu"
 # (label, script flavour, extra runner options or None for a direct run)
 VARIANTS = [
     ("float32", "cpu float32", None),
     ("bfloat16 twin", "cpu bfloat16", None),
-    ("runner, CPU policy", "cuda", ["--autocast-policy", "cpu"]),
-    ("runner, CUDA policy", "cuda", []),
+    ("runner, CPU policy", "cuda", ["--autocast-policy", "cpu", "--amp-dtype", "bfloat16"]),
+    ("runner, CUDA policy", "cuda", ["--amp-dtype", "bfloat16"]),  # the bfloat16 stand-in
     # The runner as it was before each tensor carried its device (issue 28): the same policy, no device
     # bookkeeping, no memory count. Run from that commit's own ampfix package (see baseline_runner).
     (BASELINE_LABEL, "cuda", []),
+    # float16 (issue 41): the default (as a GPU computes it, gpu/numerics), the CPU's own float16 kernels, and
+    # the same script with AMP off under the runner: the default's goal is at most 1.5x that float32 run.
+    (RUNNER_FLOAT32, "cuda float32", []),
+    (RUNNER_FLOAT16, "cuda", []),
+    (RUNNER_FLOAT16_CPU, "cuda", ["--amp-dtype", "float16-cpu"]),
 ]
 # The last commit whose runner made "cuda" mean the CPU (devices read as cpu, no memory figures).
 BASELINE_REF = "e9ead87"
@@ -267,6 +283,13 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, ba
         "runner_vs_float32": loop["runner, CUDA policy"] / loop["float32"],
         "twin_vs_float32": loop["bfloat16 twin"] / loop["float32"],
         "cpu_policy_same_loss_as_twin": loss["runner, CPU policy"] == loss["bfloat16 twin"],
+        "float16_vs_float32": loop[RUNNER_FLOAT16] / loop[RUNNER_FLOAT32],
+        "float16_cpu_vs_float32": loop[RUNNER_FLOAT16_CPU] / loop[RUNNER_FLOAT32],
+        "bfloat16_vs_float32": loop["runner, CUDA policy"] / loop[RUNNER_FLOAT32],
+        "float16_cpu_vs_float16": loop[RUNNER_FLOAT16_CPU] / loop[RUNNER_FLOAT16],
+        # Where the float32 sums of the default's matmuls run in another order than the CPU's float16 kernels'.
+        "float16_loss_vs_float16_cpu": abs(loss[RUNNER_FLOAT16] - loss[RUNNER_FLOAT16_CPU])
+        / max(abs(loss[RUNNER_FLOAT16_CPU]), 1e-30),
     }
 
 
@@ -309,6 +332,13 @@ def print_table(rows: list[dict[str, object]], repeats: int, threads: int) -> No
             f"{row['runner_vs_float32']:>14.2f}x {row['twin_vs_float32']:>12.2f}x  "
             f"{'yes' if row['cpu_policy_same_loss_as_twin'] else 'NO'}"
         )
+    print("\nfloat16 under the runner (issue 41; goal: the default at most 1.5x the float32 run)")
+    print(f"{'workload':<18} {'float16/float32':>16} {'float16-cpu/float32':>20} {'bfloat16/float32':>17} "
+          f"{'float16-cpu/float16':>20}  final loss, float16 vs float16-cpu (relative)")
+    for row in rows:
+        print(f"{row['workload']:<18} {row['float16_vs_float32']:>15.2f}x {row['float16_cpu_vs_float32']:>19.2f}x "
+              f"{row['bfloat16_vs_float32']:>16.2f}x {row['float16_cpu_vs_float16']:>19.2f}x  "
+              f"{row['float16_loss_vs_float16_cpu']:.2e}")
     print("\nthe same in CPU time (time.process_time() of the loop: other processes' load disturbs it least)")
     print(f"{'workload':<18} {'CUDA runner/twin':>17} {'devices/before':>15}")
     for row in rows:

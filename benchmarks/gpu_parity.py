@@ -26,6 +26,8 @@ CASES: dict[str, tuple[list[str], int | None]] = {
     "gpu_refusals.py": (["--gpus", "2"], 2),
     "memory.py": ([], 1),
     "out_of_memory.py": (["--gpu-memory", "64MiB"], None),
+    # float16 as a GPU computes it (issue 41): rounding, overflow, subnormals, skipped steps, NaN, underflow.
+    "float16.py": ([], 1),
 }
 # Lines whose value is the machine's own (the host's or the GPU's total memory): compared by label only.
 MACHINE_LINES = ("mem_get_info:",)

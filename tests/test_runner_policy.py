@@ -68,7 +68,7 @@ def _dtypes(job: Job) -> dict[str, str]:
 # What CUDA autocast gives for each probe in fixtures/run/op_dtypes.py, written from PyTorch's
 # "Autocast Op Reference" (CUDA ops that can autocast to float16 / to float32 / to the widest input
 # type; ops not listed run in their inputs' type), and the aten op called. The run's low precision is
-# bfloat16, which the script reads as float16 (runner.boundaries): the dtypes printed are a GPU's. Ops in UNLISTED have no autocast kernel: type promotion
+# float16 (the default), as on a GPU: the dtypes printed are a GPU's. Ops in UNLISTED have no autocast kernel: type promotion
 # decides, or the input's dtype, or (a composite) the kernels of its parts.
 LOW, F32 = "float16", "float32"
 BCE_REFUSED = "error: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast."
@@ -98,7 +98,7 @@ CPU_DIFFERS = {
     "addmv": F32, "mv": F32, "layer_norm": LOW, "group_norm": LOW, "exp": LOW, "log": LOW, "pow": LOW,
     "rsqrt": LOW, "logsumexp": LOW, "cosine_similarity": LOW, "softmax": LOW, "log_softmax": LOW, "sum": LOW,
     "sum_dim": LOW, "cumsum": LOW, "norm": LOW,
-    "dot": "error: dot : expected both vectors to have same dtype, but found Float and BFloat16",
+    "dot": "error: dot : expected both vectors to have same dtype, but found Float and Half",
     "binary_cross_entropy": F32,
 }  # fmt: skip
 
@@ -124,7 +124,7 @@ def test_ops_inside_autocast_count_what_the_gpu_would_give(cuda_policy: Job, cpu
     cuda, cpu = cuda_policy.report, cpu_policy.report
     # The matmul that makes h and every probe that ran (not the two refused ones) were counted.
     assert cuda["op_dtypes"]["float32"] > cpu["op_dtypes"]["float32"]
-    assert cuda["op_dtypes"]["bfloat16"] < cpu["op_dtypes"]["bfloat16"]
+    assert cuda["op_dtypes"]["float16"] < cpu["op_dtypes"]["float16"]
 
 
 def _header_lists() -> dict[str, list[str]]:
@@ -350,7 +350,9 @@ F16, BF16, FP32 = torch.float16, torch.bfloat16, torch.float32
     [
         # cast_inputs for "cuda": float16, bfloat16, float32, None
         ("bfloat16", (BF16, BF16, FP32, None)),
-        ("float16", (F16, F16, FP32, None)),
+        # float16, the default, keeps a bfloat16 request (float16-cpu too: only how float16 is computed differs).
+        ("float16", (F16, BF16, FP32, None)),
+        ("float16-cpu", (F16, BF16, FP32, None)),
         ("keep", (F16, BF16, FP32, None)),
         ("explicit", (F16, BF16, FP32, None)),  # cast_inputs is always written: kept
     ],

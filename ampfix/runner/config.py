@@ -28,9 +28,16 @@ CONFIG_ENV = "AMPFIX_RUNNER_CONFIG"
 # environment so that every process started below it knows it is not the main one.
 ROLE_ENV = "AMPFIX_RUNNER_ROLE"
 
-# The dtype "cuda" autocast runs in on the CPU; "keep": the requested one (CUDA's default, float16, when
-# none is given); "explicit": a dtype the script gives, else the CPU's default (bfloat16).
-AMP_DTYPES = ("bfloat16", "float16", "keep", "explicit")
+# The dtype "cuda" autocast runs in on the CPU. "float16" (the default) and "keep": the requested one (CUDA's
+# default, float16, when none is given; a bfloat16 request stays bfloat16); "explicit": a dtype the script gives,
+# else the CPU's default (bfloat16). float16 is computed as a GPU computes it (gpu/numerics: the matmul family in
+# float32 from float16 operands, rounded once), except with "float16-cpu": the requested dtype too, on the CPU's
+# own float16 kernels (20-50x slower matmuls; what the default is checked against). "bfloat16": every request
+# runs in bfloat16, float16's read as float16 (the stand-in, gpu/boundaries): fast, but float16's overflow and
+# underflow do not happen.
+AMP_DTYPES = ("float16", "bfloat16", "float16-cpu", "keep", "explicit")
+# The run dtypes whose float16 is computed by gpu/numerics.
+GPU_FLOAT16_AMP_DTYPES = ("float16", "keep", "explicit")
 # Whose op lists "cuda" autocast regions follow on the CPU: CUDA's (the dtypes a GPU would give) or the CPU's.
 AUTOCAST_POLICIES = ("cuda", "cpu")
 
@@ -40,7 +47,7 @@ class RunnerConfig:
     out_dir: str
     seed: int = 0
     threads: int = 1
-    amp_dtype: str = "bfloat16"
+    amp_dtype: str = "float16"
     autocast_policy: str = "cuda"
     max_steps: int | None = None
     # verify: also record each top-level model call with the autocast it ran under and each gradient

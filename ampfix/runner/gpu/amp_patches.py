@@ -37,9 +37,11 @@ _original_set_autocast_dtype = AUTOCAST_STATE.set_dtype
 _original_set_autocast_enabled = AUTOCAST_STATE.set_enabled
 _original_cache_enabled = torch.is_autocast_cache_enabled
 
-FORCED_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# The run dtypes that replace every low-precision request; the others keep the requested dtype ("float16", the
+# default, and "float16-cpu" differ in how float16 is computed: gpu/numerics, or the CPU's own kernels).
+FORCED_DTYPES = {"bfloat16": torch.bfloat16}
 # Autocast's low precision: a custom_fwd that casts its inputs to one of these asks for it.
-LOW_PRECISION_DTYPES = tuple(FORCED_DTYPES.values())
+LOW_PRECISION_DTYPES = (torch.bfloat16, torch.float16)
 
 
 class AmpPlan:
@@ -575,7 +577,8 @@ def _patch_scaler_calls(scaler: Any, recorder: Recorder, at_step_boundary, recor
         finally:
             self._ampfix_in_step = False
         if self.is_enabled() and recorder.optimizer_steps == steps_before:
-            recorder.scaler_step_skipped()  # inf/NaN gradients: the optimizer step was skipped
+            # inf/NaN gradients: the optimizer step was skipped (update() has not yet backed the scale off)
+            recorder.scaler_step_skipped(_current_scale(self))
         return result
 
     @functools.wraps(original_update)

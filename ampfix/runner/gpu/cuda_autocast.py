@@ -192,9 +192,12 @@ def _eligible(value: Any) -> bool:
 class CudaPolicy:
     """Registers the kernels once; ``switch(on)`` turns the policy on or off in this thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, float16: Any = None) -> None:
         self.installed = False
         self._libraries: list[Any] = []
+        # numerics.Float16Numerics: where given, the matmul family runs in float16 as a GPU computes it (float32
+        # sums of exact products, rounded once) instead of on the CPU's own, slow, float16 kernels.
+        self._float16 = float16
 
     # -- installation (every private torch name is looked up here) -----------------------------
 
@@ -222,36 +225,67 @@ class CudaPolicy:
         fallback.fallback(torch.library.fallthrough_kernel, EMULATION_KEY_NAME)
         kernels = torch.library.Library("aten", "IMPL")
         self._libraries = [fallback, kernels]
-        cuda_registered = {name for name in ops_to_install(_registered_for_cuda_autocast()) if _exists(name)}
-        for name in sorted(cuda_registered):
+        registered = _registered_for_cuda_autocast()
+        taken = self._register_float16_matmuls(kernels, registered)
+        cuda_registered = {name for name in ops_to_install(registered) if _exists(name)}
+        for name in sorted(cuda_registered - taken):
             kernels.impl(name, self._kernel(name, CUDA_POLICY[name]), EMULATION_KEY_NAME)
         for name in cpu_registered:  # the ops only the CPU's lists name (in this torch)
-            if name not in cuda_registered and name not in CPU_KERNEL_IS_CUDA_POLICY:
+            if name not in cuda_registered and name not in CPU_KERNEL_IS_CUDA_POLICY and name not in taken:
                 kernels.impl(name, self._below_cpu_autocast(_op_handle(name)), EMULATION_KEY_NAME, with_keyset=True)
         self.installed = True
+
+    def _register_float16_matmuls(self, kernels: Any, registered: set[str] | None) -> frozenset[str]:
+        """The matmul family computed as cuBLAS/cuDNN do (gpu/numerics), where float16 is computed as a GPU does:
+        each op this torch has and registers for CUDA autocast (all it has, where it cannot say)."""
+        if self._float16 is None:
+            return frozenset()
+        from ampfix.runner.gpu.numerics import MATMUL_FAMILY
+
+        def below_autocast() -> Any:
+            return _Both(self._no_torch_function(), self._exclude_guard(self._below_autocast))
+
+        taken = frozenset(
+            name for name in MATMUL_FAMILY if _exists(name) and (registered is None or name in registered)
+        )
+        for name in taken:
+            kernel = self._float16.matmul_kernel(_op_handle(name), name, lambda: self._autocast_dtype("cpu"),
+                                                 below_autocast)
+            kernels.impl(name, kernel, EMULATION_KEY_NAME)
+        self._float16.installed()
+        return taken
 
     def _kernel(self, name: str, policy: str) -> Callable[..., Any]:
         op = _op_handle(name)
         if policy == "lower_precision_fp":
             return self._cast_all(op, lambda args, kwargs: self._autocast_dtype("cpu"))
         if policy == "fp32":
-            return self._cast_all(op, lambda args, kwargs: torch.float32)
+            return self._cast_all(op, lambda args, kwargs: torch.float32, self._widening(name))
         if policy == "promote":
             return self._cast_all(op, self._widest)
         if policy == "fp32_set_opt_dtype":
-            return self._set_opt_dtype(op)
+            return self._set_opt_dtype(op, self._widening(name))
         if policy == "fp32_append_dtype":
             return self._append_dtype(_op_handle(FP32_APPEND_DTYPE[name]))
         return self._banned(BANNED[name])
 
     # -- the policies (autocast_mode.h's WrapFunction_ specialisations) --------------------------
 
-    def _cast_all(self, op: Any, target: Callable[[tuple, dict], torch.dtype]) -> Callable[..., Any]:
+    def _widening(self, name: str) -> Callable[[Any], Any] | None:
+        """With float16 computed as a GPU does, a float16 input of a float32 op is widened by
+        numerics.Float16Numerics.widen: its gradient's one rounding to float16 is watched (overflow, underflow)."""
+        if self._float16 is None:
+            return None
+        label, widen = name.partition(".")[0], self._float16.widen
+        return lambda half: widen(half, label)
+
+    def _cast_all(self, op: Any, target: Callable[[tuple, dict], torch.dtype],
+                  widen: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
         def kernel(*args, **kwargs):
             with self._no_torch_function(), self._exclude_guard(self._below_autocast):
                 dtype = target(args, kwargs)
-                args = tuple(_cast(value, dtype) for value in args)
-                kwargs = {name: _cast(value, dtype) for name, value in kwargs.items()}
+                args = tuple(_cast(value, dtype, widen) for value in args)
+                kwargs = {name: _cast(value, dtype, widen) for name, value in kwargs.items()}
                 return op(*args, **kwargs)
 
         return kernel
@@ -266,7 +300,7 @@ class CudaPolicy:
                     return torch.float32
         return widest
 
-    def _set_opt_dtype(self, op: Any) -> Callable[..., Any]:
+    def _set_opt_dtype(self, op: Any, widen: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
         names = [argument.name for argument in op._schema.arguments]
         position = names.index("dtype")
         keyword_only = op._schema.arguments[position].kwarg_only
@@ -274,6 +308,8 @@ class CudaPolicy:
         def kernel(*args, **kwargs):
             with self._no_torch_function(), self._exclude_guard(self._below_autocast):
                 if _eligible(args[0]):
+                    if widen is not None and args[0].dtype == torch.float16:  # the same values, converted here
+                        args = (widen(args[0]), *args[1:])
                     if keyword_only or len(args) <= position:
                         if kwargs.get("dtype") is None:
                             kwargs = {**kwargs, "dtype": torch.float32}
@@ -346,6 +382,29 @@ def ops_to_install(registered: set[str] | None) -> set[str]:
     return candidates - CPU_KERNEL_IS_CUDA_POLICY
 
 
+class _Both:
+    """Two context managers entered as one (the policy's guards, made fresh for each call)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Any, second: Any) -> None:
+        self._first, self._second = first, second
+
+    def __enter__(self) -> None:
+        self._first.__enter__()
+        try:
+            self._second.__enter__()
+        except BaseException:
+            self._first.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._second.__exit__(*exc)
+        finally:
+            self._first.__exit__(*exc)
+
+
 def _exists(name: str) -> bool:
     try:
         _op_handle(name)
@@ -354,10 +413,14 @@ def _exists(name: str) -> bool:
     return True
 
 
-def _cast(value: Any, dtype: torch.dtype) -> Any:
+def _cast(value: Any, dtype: torch.dtype, widen: Callable[[Any], Any] | None = None) -> Any:
     if isinstance(value, torch.Tensor):
-        return torch.ops.aten.to.dtype(value, dtype) if _eligible(value) and value.dtype != dtype else value
+        if not _eligible(value) or value.dtype == dtype:
+            return value
+        if widen is not None and value.dtype == torch.float16 and dtype == torch.float32:
+            return widen(value)
+        return torch.ops.aten.to.dtype(value, dtype)
     if isinstance(value, (list, tuple)) and value and all(isinstance(item, torch.Tensor) for item in value):
-        return type(value)(_cast(item, dtype) for item in value)
+        return type(value)(_cast(item, dtype, widen) for item in value)
     return value
 

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from ampfix.runner.trace import sites
-from ampfix.runner.config import RunnerConfig
+from ampfix.runner.config import GPU_FLOAT16_AMP_DTYPES, RunnerConfig
 from ampfix.runner.trace.observe import Recorder
 
 
@@ -39,12 +39,14 @@ def install(torch: ModuleType, recorder: Recorder, config: RunnerConfig) -> None
     _fix_seed_and_threads(torch, config)
 
     from ampfix.runner.gpu import amp_patches, boundaries, compiler, cuda_autocast, deferred_dynamo, device_mode
-    from ampfix.runner.gpu import devices, fake_cuda, process_patches, unseen
+    from ampfix.runner.gpu import devices, fake_cuda, numerics, process_patches, unseen
     from ampfix.runner.trace import training_hooks
 
     global current
     limit = training_hooks.StepLimit(recorder, config.max_steps)
-    cuda_policy = cuda_autocast.CudaPolicy() if config.autocast_policy == "cuda" else None
+    gpu_float16 = config.amp_dtype in GPU_FLOAT16_AMP_DTYPES and config.autocast_policy == "cuda"
+    float16 = numerics.Float16Numerics(recorder) if gpu_float16 else None
+    cuda_policy = cuda_autocast.CudaPolicy(float16) if config.autocast_policy == "cuda" else None
     plan = amp_patches.AmpPlan(config.amp_dtype, cuda_policy, "cpu" if config.cuda_is_cpu else "cuda")
     scaling = training_hooks.GradientScaling()
     active = amp_patches.ActiveRegions()

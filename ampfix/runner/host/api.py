@@ -26,7 +26,7 @@ from ampfix.runner.host.workdir import mirror
 @dataclass(frozen=True)
 class RunOptions:
     max_steps: int | None = None
-    amp_dtype: str = "bfloat16"  # the dtype "cuda" autocast runs in on the CPU (see config.AMP_DTYPES)
+    amp_dtype: str = "float16"  # the dtype "cuda" autocast runs in on the CPU (see config.AMP_DTYPES)
     autocast_policy: str = "cuda"  # whose op lists "cuda" regions follow: CUDA's or the CPU's
     seed: int = 0
     threads: int = 1

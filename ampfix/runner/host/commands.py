@@ -81,8 +81,9 @@ UNWRAPPED_WIDTH = 10_000
 
 
 class AmpDtype(str, enum.Enum):
-    bfloat16 = "bfloat16"
     float16 = "float16"
+    bfloat16 = "bfloat16"
+    float16_cpu = "float16-cpu"
     keep = "keep"
     explicit = "explicit"
 
@@ -108,8 +109,10 @@ MaxStepsOption = Annotated[
     int | None, typer.Option("--max-steps", min=1, help="End the script cleanly (exit 0) after N optimizer steps.")
 ]
 _AMP_DTYPE_HELP = (
-    'The dtype "cuda" autocast runs in on the CPU; keep: the requested one; explicit: the one the script gives, '
-    "else the CPU's default."
+    'The dtype "cuda" autocast runs in on the CPU. float16: as a GPU computes it (float16 matmuls summed in '
+    "float32, rounded once); float16-cpu: on the CPU's own float16 kernels (slow); bfloat16: faster, read as "
+    "float16, without float16's overflow and underflow; keep: the requested one; explicit: the one the script "
+    "gives, else the CPU's default."
 )
 AmpDtypeOption = Annotated[AmpDtype, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP)]
 _AUTOCAST_POLICY_HELP = (
@@ -231,7 +234,7 @@ def run_command(
         "-m", "--module", metavar="MODULE",
         help="Run a module as `python -m MODULE` does (a test suite: -m pytest tests/).")] = None,
     max_steps: MaxStepsOption = None,
-    amp_dtype: AmpDtypeOption = AmpDtype.bfloat16,
+    amp_dtype: AmpDtypeOption = AmpDtype.float16,
     autocast_policy: AutocastPolicyOption = AutocastPolicy.cuda,
     gpus: GpusOption = 1,
     gpu_memory: GpuMemoryOption = None,
@@ -291,7 +294,7 @@ def verify_command(
     max_steps: MaxStepsOption = None,
     # None: not given; the default depends on --device (see _verify_run_options).
     amp_dtype: Annotated[
-        AmpDtype | None, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="bfloat16")
+        AmpDtype | None, typer.Option("--amp-dtype", help=_AMP_DTYPE_HELP, show_default="float16")
     ] = None,
     autocast_policy: Annotated[
         AutocastPolicy | None,
@@ -332,7 +335,7 @@ def _verify_run_options(
     """run's defaults; for a rewrite to the CPU, the options that device decides, and an error (exit 2)
     for a flag that asks otherwise: the losses could then never agree."""
     given = _options(
-        max_steps, amp_dtype or AmpDtype.bfloat16, autocast_policy or AutocastPolicy.cuda, seed, threads
+        max_steps, amp_dtype or AmpDtype.float16, autocast_policy or AutocastPolicy.cuda, seed, threads
     )
     decided = api.options_for_device(given, device.value, keep_dtype)
     for flag, chosen, field_name in (

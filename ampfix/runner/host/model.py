@@ -138,6 +138,27 @@ class RunReport:
     def stopped_at_max_steps(self) -> bool:
         return any(process["stopped_at_max_steps"] for process in self.processes)
 
+    @property
+    def float16(self) -> dict[str, Any]:
+        """What float16 did (gpu/numerics): each step a loss scaler skipped, with its scale and the first float16 result
+        that overflowed or was NaN (op, forward/backward, the script's line); the first non-finite loss and that
+        overflow; the gradient values float16 flushed to zero without a loss scaler. ``ran_as_bfloat16``: float16
+        requests ran as bfloat16 (--amp-dtype bfloat16), so none of this could happen. ``watched``: float16 results were
+        looked at (the default; not with --amp-dtype float16-cpu, whose CPU kernels are not watched)."""
+        skipped, first_loss, underflows, watched = [], None, 0, False
+        for process in self.processes:
+            numbers = process.get("float16") or {}
+            watched = watched or bool(numbers.get("watched"))
+            skipped += [{**item, "process": process["label"]} for item in numbers.get("skipped_steps", ())]
+            if first_loss is None and numbers.get("first_nonfinite_loss") is not None:
+                first_loss = {**numbers["first_nonfinite_loss"], "process": process["label"]}
+            underflows += numbers.get("underflows", 0)
+        ran_as_bfloat16 = any(
+            region["dtype_requested"] == "float16" and region["dtype"] == "bfloat16" for region in self.autocast_regions
+        )
+        return {"watched": watched, "skipped_steps": skipped, "first_nonfinite_loss": first_loss,
+                "underflows": underflows, "ran_as_bfloat16": ran_as_bfloat16}
+
     def to_json(self, include_traces: bool = False) -> dict[str, Any]:
         processes = self.processes if include_traces else [_without_trace(p) for p in self.processes]
         return {
@@ -163,6 +184,7 @@ class RunReport:
             "stopped_at_max_steps": self.stopped_at_max_steps,
             "seconds": self.seconds,
             "steps_per_second": self.steps_per_second,
+            "float16": self.float16,
             "processes": processes,
         }
 

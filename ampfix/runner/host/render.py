@@ -169,6 +169,39 @@ def _findings(report: RunReport) -> list[Text]:
     return lines
 
 
+def _overflow_text(overflow: dict[str, Any] | None, watched: bool) -> str:
+    if not watched:
+        return "which op overflowed is not watched with --amp-dtype float16-cpu"
+    if overflow is None:
+        return "no float16 result of the matmul family or of a float32 op's input overflowed (an elementwise op's?)"
+    return (f"first float16 inf/NaN: {overflow['op']} ({overflow['phase']}) at "
+            f"{_where(overflow['file'], overflow['line'])}")
+
+
+def _float16_lines(report: RunReport) -> list[Text]:
+    """Why an AMP run skipped steps or went NaN: float16's overflows, and its underflow without a loss scaler."""
+    numbers = report.float16
+    lines = []
+    for item in numbers["skipped_steps"]:
+        scale = "" if item["scale"] is None else f" (scale {item['scale']:g})"
+        overflow = _overflow_text(item["overflow"], numbers["watched"])
+        lines.append(Text.assemble(("skipped step ", "yellow"), f"{item['step']}{scale}: {overflow}"))
+    loss = numbers["first_nonfinite_loss"]
+    if loss is not None:
+        lines.append(Text.assemble(
+            ("non-finite loss ", "red"),
+            f"{loss['value']} (loss {loss['loss']}, at {_where(loss['file'], loss['line'])}): "
+            f"{_overflow_text(loss['overflow'], numbers['watched'])}",
+        ))
+    if numbers["underflows"]:
+        lines.append(Text.assemble(("float16 underflow ", "yellow"),
+                                   f"{numbers['underflows']} gradient value(s) flushed to zero (no loss scaler)"))
+    if numbers["ran_as_bfloat16"]:
+        lines.append(Text.assemble(("note ", "cyan"), "float16 ran as bfloat16 (--amp-dtype bfloat16): float16's "
+                                   "overflow past 65504 and underflow below 2^-24 cannot show in this run"))
+    return lines
+
+
 def _status_line(report: RunReport) -> Text:
     name = os.path.basename(report.script)
     if report.error is not None:
@@ -192,7 +225,7 @@ def render_run(report: RunReport, console: Console) -> None:
     else:
         console.print("no autocast region was created")
     console.print(_facts_grid(report))
-    for line in _findings(report):
+    for line in _findings(report) + _float16_lines(report):
         console.print(line)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -107,6 +108,51 @@ def dtype_name(dtype: Any) -> str:
     return text[len("torch.") :] if text.startswith("torch.") else repr(dtype)
 
 
+class Float16Record:
+    """What float16 did, as a GPU computes it (gpu/numerics): the first float16 result that overflowed since the last
+    optimizer step, each step a loss scaler skipped (with that overflow), the first non-finite loss, and the gradient
+    values float16 flushed to zero without a loss scaler."""
+
+    def __init__(self) -> None:
+        self.watched = False  # float16 results are watched here (gpu/numerics installed): the op can be named
+        self.reset()
+
+    def reset(self) -> None:
+        self._overflow: dict[str, Any] | None = None
+        self.skipped_steps: list[dict[str, Any]] = []
+        self.first_nonfinite_loss: dict[str, Any] | None = None
+        self.underflows = 0
+
+    def overflow_pending(self) -> bool:
+        """Whether a float16 overflow is already noted for this step (only the first is reported)."""
+        return self._overflow is not None
+
+    def overflowed(self, op: str, phase: str, site: Site) -> None:
+        """``op``'s float16 result (``phase``: "forward", or "backward" for its gradient) held an inf or a NaN."""
+        if self._overflow is None:
+            self._overflow = {"op": op, "phase": phase, "file": site.file, "line": site.line}
+
+    def underflowed(self, values: int) -> None:
+        self.underflows += values
+
+    def step_taken(self) -> None:
+        self._overflow = None
+
+    def step_skipped(self, step: int, scale: float | None) -> None:
+        self.skipped_steps.append({"step": step, "scale": scale, "overflow": self._overflow})
+        self._overflow = None
+
+    def loss(self, value: float, site: Site, index: int) -> None:
+        if self.first_nonfinite_loss is None and not math.isfinite(value):
+            self.first_nonfinite_loss = {
+                "value": value, "file": site.file, "line": site.line, "loss": index, "overflow": self._overflow,
+            }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"watched": self.watched, "skipped_steps": self.skipped_steps,
+                "first_nonfinite_loss": self.first_nonfinite_loss, "underflows": self.underflows}
+
+
 class Recorder:
     def __init__(self, role: str) -> None:
         self.role = role
@@ -116,6 +162,7 @@ class Recorder:
         # Set in a Pool's workers: which worker runs which task is up to the scheduler (see compare).
         self.pool_worker = False
         self._calls = threading.local()  # the deprecated call running in each thread (see deprecated_call)
+        self.float16 = Float16Record()
         self.reset()
 
     def reset(self) -> None:
@@ -145,6 +192,7 @@ class Recorder:
         # the trace's loss scalers of apex's last initialize, while no scale_loss has used them
         self._apex_unused_scalers: list[dict[str, Any]] = []
         self.stopped_at_max_steps = False
+        self.float16.reset()
 
     # -- the trace -------------------------------------------------------------------------
 
@@ -257,18 +305,26 @@ class Recorder:
         fields = {"module": module, "device": region.device_requested, "dtype": region.dtype_requested}
         self._trace("model_call", site=site, fields=fields, defaulted=region.defaulted_fields())
 
-    def scaler_step_skipped(self) -> None:
+    def scaler_step_skipped(self, scale: float | None = None) -> None:
+        """``scale``: the loss scale the skipped step's gradients were scaled by (None: not known)."""
         self.skipped_steps += 1
         self._trace("scaler.skipped_step", "")
+        self.float16.step_skipped(self.optimizer_steps + self.skipped_steps, scale)
 
     def optimizer_stepped(self) -> None:
         self.optimizer_steps += 1
         self._trace("optimizer_step", str(self.optimizer_steps))
+        self.float16.step_taken()
 
     def loss(self, value: float, site: Site) -> None:
         self.losses.append(value)
+        self.float16.loss(value, site, len(self.losses))
         # float.hex: verify compares losses bit for bit, and a NaN equals itself as text.
         self._trace("loss", value.hex(), site)
+
+    def scales_losses(self) -> bool:
+        """Whether the script made an enabled loss scaler (a GradScaler, apex.amp's)."""
+        return any(scaler.get("enabled", True) is True for scaler in self.grad_scalers)
 
     # -- what the user should know ---------------------------------------------------------
 
@@ -375,6 +431,7 @@ class Recorder:
                 for (message, f, n), count in self.gpu_refusals.items()
             ],
             "stopped_at_max_steps": self.stopped_at_max_steps,
+            "float16": self.float16.to_dict(),
             "trace": self.trace,
             "trace_truncated": self.trace_truncated,
         }
