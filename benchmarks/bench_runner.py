@@ -287,6 +287,8 @@ def measure(model: str, steps: int, repeats: int, threads: int, folder: Path, ba
         "float16_cpu_vs_float32": loop[RUNNER_FLOAT16_CPU] / loop[RUNNER_FLOAT32],
         "bfloat16_vs_float32": loop["runner, CUDA policy"] / loop[RUNNER_FLOAT32],
         "float16_cpu_vs_float16": loop[RUNNER_FLOAT16_CPU] / loop[RUNNER_FLOAT16],
+        "float16_vs_float32_cpu": cpu[RUNNER_FLOAT16] / cpu[RUNNER_FLOAT32],
+        "float16_cpu_vs_float32_cpu": cpu[RUNNER_FLOAT16_CPU] / cpu[RUNNER_FLOAT32],
         # Where the float32 sums of the default's matmuls run in another order than the CPU's float16 kernels'.
         "float16_loss_vs_float16_cpu": abs(loss[RUNNER_FLOAT16] - loss[RUNNER_FLOAT16_CPU])
         / max(abs(loss[RUNNER_FLOAT16_CPU]), 1e-30),
@@ -340,9 +342,11 @@ def print_table(rows: list[dict[str, object]], repeats: int, threads: int) -> No
               f"{row['bfloat16_vs_float32']:>16.2f}x {row['float16_cpu_vs_float16']:>19.2f}x  "
               f"{row['float16_loss_vs_float16_cpu']:.2e}")
     print("\nthe same in CPU time (time.process_time() of the loop: other processes' load disturbs it least)")
-    print(f"{'workload':<18} {'CUDA runner/twin':>17} {'devices/before':>15}")
+    print(f"{'workload':<18} {'CUDA runner/twin':>17} {'devices/before':>15} {'float16/float32':>16} "
+          f"{'float16-cpu/float32':>20}")
     for row in rows:
-        print(f"{row['workload']:<18} {row['cuda_runner_vs_twin_cpu']:>16.2f}x {row['devices_vs_before_cpu']:>14.2f}x")
+        print(f"{row['workload']:<18} {row['cuda_runner_vs_twin_cpu']:>16.2f}x {row['devices_vs_before_cpu']:>14.2f}x "
+              f"{row['float16_vs_float32_cpu']:>15.2f}x {row['float16_cpu_vs_float32_cpu']:>19.2f}x")
 
 
 def main() -> None:

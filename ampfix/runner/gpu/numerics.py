@@ -14,7 +14,7 @@ is rounded once to float16. The order of the float32 sums is the CPU kernel's, a
 the last bit of a result can differ from the CPU's own float16 kernel (see benchmarks/bench_runner.py).
 
 Backward follows from autograd: the gradient a float16 operand receives is computed in float32 from
-the widened operands and rounded once to float16 (:class:`_Widened`), as a GPU's backward matmul gives
+the widened operands and rounded once to float16 (the widening's own backward), as a GPU's backward matmul gives
 a float16 gradient from float32 sums. Elementwise ops and reductions keep the CPU's own float16 kernels,
 which compute in float32 and round once, as CUDA's do, at about float32's speed (measured: add,
 gelu, layer_norm, softmax within 1-4x of float32 on tensors of a million values; only the matmul
@@ -74,28 +74,29 @@ class Float16Watch:
             self._record.overflowed(op, "forward", find_site())
         return result.to(HALF)
 
-    def gradient_rounded(self, gradient: torch.Tensor, op: str, site: Site) -> torch.Tensor:
-        half = gradient.to(HALF)
+    def gradient_seen(self, gradient: torch.Tensor, op: str, site: Site) -> None:
+        """The float32 gradient of a widened float16 operand, before its one rounding to float16 (done by the
+        widening's own backward, torch's ``_to_copy``): past float16's range it overflows there."""
         if not self._record.overflow_pending() and _overflows(gradient):
             self._record.overflowed(op, "backward", site)
         if not self._recorder.scales_losses():
-            flushed = int(torch.count_nonzero(gradient)) - int(torch.count_nonzero(half))
+            flushed = int(torch.count_nonzero(gradient)) - int(torch.count_nonzero(gradient.to(HALF)))
             if flushed:
                 self._record.underflowed(flushed)
-        return half
 
 
-class _Widened(torch.autograd.Function):
-    """A float16 operand widened to float32 for a float32 kernel; its gradient is rounded back to float16 once."""
+# Tensor.register_hook as torch defines it: the device mode's wrapper (device_mode.py) re-enters the mode in the
+# script's hooks; the watch's own hook runs no op of the script's and needs none of it.
+_register_hook = getattr(torch.Tensor.register_hook, "__wrapped__", torch.Tensor.register_hook)
 
-    @staticmethod
-    def forward(ctx: Any, half: torch.Tensor, watch: Float16Watch, op: str, site: Site) -> torch.Tensor:
-        ctx.watch, ctx.op, ctx.site = watch, op, site
-        return half.to(FLOAT)
 
-    @staticmethod
-    def backward(ctx: Any, gradient: torch.Tensor) -> tuple[Any, ...]:
-        return ctx.watch.gradient_rounded(gradient, ctx.op, ctx.site), None, None, None
+def _widened_and_watched(half: torch.Tensor, watch: Float16Watch, op: str, site: Site) -> torch.Tensor:
+    """``half`` widened to float32 for a float32 kernel. Its gradient goes back through torch's own cast (rounded
+    once to float16, in C++); a tensor hook looks at it first. A hook rather than an autograd.Function: a
+    Python Function's node costs several times a hook's call, on each operand of each op."""
+    wide = half.to(FLOAT)
+    _register_hook(wide, lambda gradient: watch.gradient_seen(gradient, op, site))
+    return wide
 
 
 def _eligible(value: Any) -> bool:
@@ -118,7 +119,7 @@ class Float16Numerics:
         """``half`` (float16) as float32 for ``op``; the gradient it gets back is rounded to float16 and watched."""
         if not half.requires_grad:
             return half.to(FLOAT)
-        return _Widened.apply(half, self.watch, op, site or find_site())
+        return _widened_and_watched(half, self.watch, op, site or find_site())
 
     def matmul_kernel(self, op: Any, name: str, dtype_now: Callable[[], torch.dtype],
                       below_autocast: Callable[[], Any]) -> Callable[..., Any]:
@@ -143,7 +144,7 @@ class Float16Numerics:
         def widen(half: torch.Tensor) -> torch.Tensor:
             if site is None or not half.requires_grad:
                 return half.to(FLOAT)
-            return _Widened.apply(half, self.watch, op, site)
+            return _widened_and_watched(half, self.watch, op, site)
 
         return widen
 
