@@ -20,6 +20,7 @@ from ampfix.families.apex.rewrite.opt_level import _opt_level
 from ampfix.families.apex.rewrite.shape import (_Shape, _availability_tests, _call_of, _comment_lines,
                                                 _device_and_dtype, _guard, _initialize_holder, _line_ending,
                                                 _names_usable, _torch_importable)
+from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line, _Tree
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _NATIVE, _lines
@@ -88,6 +89,7 @@ def inference_shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom
 def _remove_initialize(rw: _Rewrite) -> None:
     """initialize goes, with its `if` where it guarded it (nothing is left to guard: the autocast takes the test)."""
     statement, index = rw.shape.init_statement, rw.tree.index
+    _whole_lines_only(rw, statement)
     rw.splices.append((*index.removal(statement.lineno, _last_line(statement)), ""))
 
 
