@@ -375,6 +375,11 @@ def test_an_updater_told_through_its_constructor_is_left_with_the_handover_named
     ("initialize_in_a_loop_same_optimizer",
      "not rewritten: initialize is called in a loop (line 8), once per iteration: a scaler is created once, in one "
      "place"),
+    # an evaluation model's initialize once losses were scaled: apex's second call reset its loss scalers there
+    ("initialize_twice_eval_model_after_scaling",
+     "not rewritten: initialize is called again on line 15 for a model alone, not as a statement beside the "
+     "unconditional first before any loss is scaled: apex's second call made fresh loss scalers there (the scale back "
+     "to its start), which one GradScaler does not do"),
 ])
 def test_initialize_called_more_than_once_says_why_at_each_call(case: str, reason: str):
     """A scaler is made once, in one place. Where a later call is given the optimizer an earlier one bound

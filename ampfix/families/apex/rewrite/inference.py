@@ -19,7 +19,7 @@ from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _r
 from ampfix.families.apex.rewrite.opt_level import _opt_level
 from ampfix.families.apex.rewrite.shape import (_Shape, _availability_tests, _call_of, _comment_lines,
                                                 _device_and_dtype, _guard, _initialize_holder, _line_ending,
-                                                _names_usable, _torch_importable)
+                                                _names_usable, _torch_importable, model_alone)
 from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line, _Tree
@@ -38,9 +38,7 @@ def for_inference_only(uses: list[AmpUse]) -> bool:
     inits = [use for use, code in zip(uses, codes) if code == rules.INITIALIZE.code]
     if len(inits) != 1 or any(code not in (rules.INITIALIZE.code, rules.OPTIONAL_IMPORT.code) for code in codes):
         return False
-    call = inits[0].ref.parent
-    return isinstance(call, ast.Call) and len(call.args) == 1 and not any(k.arg == "optimizers"
-                                                                          for k in call.keywords)
+    return model_alone(inits[0].ref.parent)
 
 
 def inference_shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom,
