@@ -103,9 +103,9 @@ def _model_reads_covered(rw: _Rewrite) -> None:
             continue
         parent = tree.parent(node)
         assert parent is not None  # a name read is inside its statement
-        if tree.function_of(node) is not shape.function:
-            raise NotMechanical(f"the model `{node.id}` is read on line {node.lineno} in a function inside "
-                                f"{shape.where}, where no autocast is added")
+        if _deferred(tree, node, shape.function):
+            raise NotMechanical(f"the model `{node.id}` is read on line {node.lineno} in a function, lambda or "
+                                f"generator inside {shape.where}, which may run outside the autocast added")
         if isinstance(parent, ast.Call) and parent.func is node:
             if not any(a <= node.lineno <= b for a, b in covered):
                 raise NotMechanical(f"the model `{node.id}` is called on line {node.lineno} outside a `no_grad`/"
@@ -121,6 +121,15 @@ def _model_reads_covered(rw: _Rewrite) -> None:
     if not calls:
         raise NotMechanical("initialize for inference, and no call of the model in a `no_grad`/`inference_mode` block "
                             "after it")
+
+
+def _deferred(tree: _Tree, node: ast.AST, function: ast.AST) -> bool:
+    """Is `node` in a scope nested in `function` that may run later, elsewhere (a function, a lambda, a class, a
+    generator expression), not in a list, set or dict comprehension, which runs where it stands?"""
+    scope = tree.function_of(node)
+    while scope is not function and isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp)):
+        scope = tree.function_of(scope)
+    return scope is not function
 
 
 def _wrapped_under_its_name(rw: _Rewrite, node: ast.Name, parent: ast.AST) -> bool:
