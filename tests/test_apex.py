@@ -284,8 +284,11 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "not rewritten: the model `model` is called on line 9 outside a `no_grad`/`inference_mode` block after "
      "initialize (O1 ran it in float16; no autocast is added there)"),
     ("initialize_for_inference_generator", "AMP101",
-     "not rewritten: the model `model` is read on line 10 in a function, lambda or generator inside `predictions`, "
-     "which may run outside the autocast added"),
+     "not rewritten: the model's name `model` is read on line 10 in a function, lambda or generator inside "
+     "`predictions`, which may run outside the autocast added"),
+    ("initialize_for_inference_script_function", "AMP101",
+     "not rewritten: the model's name `model` is read on line 10 in a function, lambda or generator inside the "
+     "script's top level, which may run outside the autocast added"),
     ("initialize_for_inference_commented", "AMP101",
      "not rewritten: a comment sits on a line that would be rebuilt"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's

@@ -93,19 +93,22 @@ def _remove_initialize(rw: _Rewrite) -> None:
 
 def _model_reads_covered(rw: _Rewrite) -> None:
     """Every read of the model after initialize in its function is a call in an evaluation block given the autocast,
-    a method that runs no forward pass, or torch's wrapper bound to the model's name."""
+    a method that runs no forward pass, or torch's wrapper bound to the model's name; and no function, lambda or
+    generator inside it reads the name, wherever it is defined (one defined before initialize may run after it: in a
+    script, a function of the module reading the global)."""
     shape, tree = rw.shape, rw.tree
     covered = [(block.lineno, _last_line(block)) for block in rw.evaluation]
     calls = 0
     for node in ast.walk(shape.function):
-        if not (isinstance(node, ast.Name) and node.id == shape.model_name and isinstance(node.ctx, ast.Load)
-                and node.lineno > _last_line(shape.init_statement)):
+        if not (isinstance(node, ast.Name) and node.id == shape.model_name and isinstance(node.ctx, ast.Load)):
             continue
+        if _deferred(tree, node, shape.function):
+            raise NotMechanical(f"the model's name `{node.id}` is read on line {node.lineno} in a function, lambda or "
+                                f"generator inside {shape.where}, which may run outside the autocast added")
         parent = tree.parent(node)
         assert parent is not None  # a name read is inside its statement
-        if _deferred(tree, node, shape.function):
-            raise NotMechanical(f"the model `{node.id}` is read on line {node.lineno} in a function, lambda or "
-                                f"generator inside {shape.where}, which may run outside the autocast added")
+        if node.lineno <= _last_line(shape.init_statement):
+            continue
         if isinstance(parent, ast.Call) and parent.func is node:
             if not any(a <= node.lineno <= b for a, b in covered):
                 raise NotMechanical(f"the model `{node.id}` is called on line {node.lineno} outside a `no_grad`/"
