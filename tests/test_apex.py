@@ -215,7 +215,7 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "not rewritten: a scale_loss under a flag is not alone in its `if`, or its `else` is not the same loss's "
      "`.backward(...)` with the same arguments"),
     ("optional_handler_does_more", "AMP101",
-     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass, print or "
+     "not rewritten: the optional import's `except` does more than set `amp = None` and flags False, pass, print, warn or "
      "raise (removing it would drop that)"),
     # adapter-transformers 1.0.1's regularization loss: its backward would add unscaled gradients to scaled ones
     ("o1_plain_backward_beside_scale_loss", "AMP101",
@@ -276,6 +276,21 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
     ("torch_imported_for_type_checkers_only", "AMP101",
      "not rewritten: `torch` is imported only for type checkers (under `if TYPE_CHECKING:`), and the names this "
      "rewrite writes need it at run time (by hand: `import torch` at run time, then run ampfix again)"),
+    # initialize given the model alone (inference): every call of the model after it must be in an evaluation block
+    ("initialize_for_inference_model_handed_on", "AMP101",
+     "not rewritten: the model `model` is handed on or kept on line 13 (`evaluator.predict(model)`): what runs it "
+     "there is not put under autocast"),
+    ("initialize_for_inference_called_outside_no_grad", "AMP101",
+     "not rewritten: the model `model` is called on line 9 outside a `no_grad`/`inference_mode` block after "
+     "initialize (O1 ran it in float16; no autocast is added there)"),
+    ("initialize_for_inference_generator", "AMP101",
+     "not rewritten: the model's name `model` is read on line 10 in a function, lambda or generator inside "
+     "`predictions`, which may run outside the autocast added"),
+    ("initialize_for_inference_script_function", "AMP101",
+     "not rewritten: the model's name `model` is read on line 10 in a function, lambda or generator inside the "
+     "script's top level, which may run outside the autocast added"),
+    ("initialize_for_inference_commented", "AMP101",
+     "not rewritten: a comment sits on a line that would be rebuilt"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "
@@ -366,6 +381,11 @@ def test_an_updater_told_through_its_constructor_is_left_with_the_handover_named
     ("initialize_in_a_loop_same_optimizer",
      "not rewritten: initialize is called in a loop (line 8), once per iteration: a scaler is created once, in one "
      "place"),
+    # an evaluation model's initialize once losses were scaled: apex's second call reset its loss scalers there
+    ("initialize_twice_eval_model_after_scaling",
+     "not rewritten: initialize is called again on line 15 for a model alone, not as a statement beside the "
+     "unconditional first before any loss is scaled: apex's second call made fresh loss scalers there (the scale back "
+     "to its start), which one GradScaler does not do"),
 ])
 def test_initialize_called_more_than_once_says_why_at_each_call(case: str, reason: str):
     """A scaler is made once, in one place. Where a later call is given the optimizer an earlier one bound

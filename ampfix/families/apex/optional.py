@@ -7,7 +7,7 @@ can remove it with mixed precision left on:
         has_apex = True                       (the try may also set flags True after the import)
     except ImportError:
         amp = None                            (the handler only sets `amp = None`, flags False,
-        mixed_precision = False                passes or prints)
+        mixed_precision = False                passes, prints or warns)
     ...
         if mixed_precision:                   (a guard: a flag as the whole test)
             model, optimizer = amp.initialize(...)
@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 
 from ampfix.families.apex import rules
-from ampfix.syntax.bindings import Binding, Scope, catches_missing_names
+from ampfix.syntax.bindings import Binding, Scope, catches_missing_names, qualified_name
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     if not all(_sets(s, True) for s in rest):
         return "the optional import's `try` does more than import apex.amp and set flags True"
     if not all(_handles(s, binding.name, module_scope) for s in handler.body):
-        return ("the optional import's `except` does more than set `amp = None` and flags False, pass, print or "
+        return ("the optional import's `except` does more than set `amp = None` and flags False, pass, print, warn or "
                 "raise (removing it would drop that)")
     others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
     if not all(b.kind == "none" and _made_in(handler, b) for b in others):
@@ -76,10 +76,10 @@ def _sets(statement: ast.stmt, value: bool) -> bool:
 
 
 def _handles(statement: ast.stmt, amp_name: str, module_scope: Scope) -> bool:
-    """A statement the handler may hold: `amp = None`, `FLAG = False`, `pass`, a call of the builtin print (the
-    message that apex is missing, moot once nothing needs apex), or a `raise` (apex missing was an error: apex's
-    DCGAN example, `raise ImportError("Please install apex ...")`; torch.amp, which takes its place, is always
-    there)."""
+    """A statement the handler may hold: `amp = None`, `FLAG = False`, `pass`, a call of the builtin print or of
+    `warnings.warn` (the message that apex is missing, moot once nothing needs apex; Transformer-XL's
+    `warnings.warn('APEX AMP is unavailable')`), or a `raise` (apex missing was an error: apex's DCGAN example,
+    `raise ImportError("Please install apex ...")`; torch.amp, which takes its place, is always there)."""
     if isinstance(statement, (ast.Pass, ast.Raise)) or _sets(statement, False):
         return True
     if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Constant):
@@ -87,7 +87,9 @@ def _handles(statement: ast.stmt, amp_name: str, module_scope: Scope) -> bool:
         return isinstance(target, ast.Name) and target.id == amp_name and statement.value.value is None
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         func = statement.value.func
-        return isinstance(func, ast.Name) and func.id == "print" and "print" not in module_scope.bindings
+        if isinstance(func, ast.Name) and func.id == "print":
+            return "print" not in module_scope.bindings
+        return qualified_name(func, module_scope, unanimous=True) == "warnings.warn"
     return False
 
 

@@ -25,8 +25,12 @@ condition fails (`NotMechanical`), nothing is rewritten and `ampfix.families.ape
 reason. Statements are rebuilt as text (`ampfix.core.plan.Splice`): no comment may sit on a line that is
 rebuilt, and no string may span the lines that are re-indented. torch's names come from `rules.NATIVE`.
 
+An initialize given the model alone, for inference, with no scale_loss anywhere (`inference`), is its own shape:
+no scaler, the evaluation blocks under autocast (`INFERENCE_SUB_REWRITES`).
+
 This module is the public API and the order of the sub-rewrites. Its modules, each importing only from those after
-it (a layers contract in pyproject.toml): the sub-rewrites, independent of each other (`imports`,
+it (a layers contract in pyproject.toml): the inference shape, which reuses the sub-rewrites below it; the
+sub-rewrites, independent of each other (`imports`,
 `initialize_and_steps`, `scale_loss`, `clipping`, `scaler_state`, `evaluation`) and what follows them (`finish`);
 what they ask of statements (`statements`); what they share (`sub_rewrite`); the precondition stage (`shape`, then
 `trainers`, then `conditions` and `opt_level`); the module's tree (`tree`); the engine's facade (`engine`, the only
@@ -46,6 +50,8 @@ from ampfix.families.apex.rewrite.conditions import conditional_import
 from ampfix.families.apex.rewrite.engine import Engine, _Engine, engine_of
 from ampfix.families.apex.rewrite.evaluation import _rewrite_evaluation
 from ampfix.families.apex.rewrite.finish import _check_splices, _initialize_message, _split_messages
+from ampfix.families.apex.rewrite.inference import (INFERENCE_SUB_REWRITES, _inference_message, for_inference_only,
+                                                    inference_shape)
 from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _rewrite_import, _rewrite_method_imports
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
@@ -95,9 +101,11 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     question): planned by the same sub-rewrites, each half from the same facts."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
+    inference = split is None and not method_imports and for_inference_only(uses)
     try:
-        rewrite = _Rewrite(tree, _shape(tree, uses, import_node, optional, method_imports, split))
-        for sub_rewrite in _SUB_REWRITES:
+        rewrite = _Rewrite(tree, inference_shape(tree, uses, import_node, optional) if inference
+                           else _shape(tree, uses, import_node, optional, method_imports, split))
+        for sub_rewrite in INFERENCE_SUB_REWRITES if inference else _SUB_REWRITES:
             sub_rewrite(rewrite)
         _check_splices(rewrite)
     except NotMechanical as reason:
@@ -107,7 +115,7 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     if unsafe and not engine.options.unsafe_fixes:
         notes = ([opt_level.note] if opt_level.note else []) + rewrite.unsafe_notes
         return UnsafeOnly(f"{'; '.join(notes)} (an unsafe fix exists: --unsafe-fixes)")
-    (_initialize_message if split is None else _split_messages)(rewrite)
+    (_inference_message if inference else _initialize_message if split is None else _split_messages)(rewrite)
     if commit:
         engine.add_splices(rewrite.splices)
     return Rewritten(rewrite.messages, unsafe, tuple(rewrite.splices), rewrite.torch_imported_at)

@@ -61,6 +61,12 @@ class _Engine:
                     return ref.node.lineno, dotted
         return None
 
+    def project_uses(self, title: str) -> list[str]:
+        """The places in the project's other modules that name `title` (an apex name) through their imports; none
+        where no project can be read (one file alone)."""
+        project = self._analysis.context.project
+        return list(project.uses(title)) if project is not None else []
+
     def free_name(self, base: str) -> str:
         return free_name(self.tree, base)
 

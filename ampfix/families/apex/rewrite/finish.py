@@ -93,6 +93,23 @@ def _initialize_message(rw: _Rewrite) -> None:
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
+    if shape.companion is not None:
+        _companion_message(rw, covered)
+
+
+def _companion_message(rw: _Rewrite, covered: list[tuple[int, int]]) -> None:
+    """What became of the evaluation model's initialize, and its calls left outside the autocast."""
+    shape = rw.shape
+    assert shape.companion is not None
+    call = shape.companion.ref.parent
+    assert isinstance(call, ast.Call)  # _beside_initialize
+    model = ast.unparse(call.args[0])
+    outside, _ = _calls_left_outside(rw, (shape.function,), [model], covered)
+    rw.messages[id(shape.companion.ref)] = (
+        f"`{shape.amp}.initialize` of `{model}` alone (an evaluation model) is removed: apex's second call made fresh "
+        f"loss scalers before any loss was scaled and patched torch as the first did; its calls after it run under "
+        f"the autocast added with the rest" + (f", but for those on {_lines(outside)} (float32 unless under an "
+                                               "autocast of their own)" if outside else ""))
 
 
 def _split_messages(rw: _Rewrite) -> None:

@@ -14,9 +14,15 @@ from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _NATIVE
 
 
 def _rewrite_initialize(rw: _Rewrite) -> None:
-    """initialize -> the scaler (and the names rebound when the left side differs)."""
+    """initialize -> the scaler (and the names rebound when the left side differs); an evaluation model's initialize
+    beside it goes (`shape._beside_initialize`)."""
     shape, index = rw.shape, rw.tree.index
     statement = shape.init_statement
+    if shape.companion is not None:
+        companion = rw.tree.parent(shape.companion.ref.parent)
+        assert isinstance(companion, ast.Assign)  # _beside_initialize
+        _whole_lines_only(rw, companion)
+        rw.splices.append((*index.removal(companion.lineno, _last_line(companion)), ""))
     if shape.split is not None:
         _rewrite_split_half(rw)
         return

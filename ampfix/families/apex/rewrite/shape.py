@@ -81,6 +81,9 @@ class _Shape:
     # where COND is false too, and apex's scale_loss raised there, so every scale_loss must be under `if COND:`
     conditional_beside_import: bool = False
     split: Split | None = None  # one half of a set-up split across modules (`_split_shape`)
+    # a second initialize given an evaluation model alone, beside initialize before any loss is scaled
+    # (`_evaluation_initialize`): removed
+    companion: AmpUse | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -114,7 +117,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
     if split is not None:
         return _split_shape(tree, uses, import_node, optional, split)
-    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(tree, uses, optional)
+    companion = _evaluation_initialize(tree, uses)
+    inits, scale_losses, clips, states, availability, scale_reads = _uses_by_rule(
+        tree, [u for u in uses if u is not companion], optional)
     init_use = inits[0]
     amp = init_use.ref.parts[0]
     init_call = _call_of(init_use)
@@ -168,12 +173,14 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
         for method in _other_methods(tree, function, condition):
             _stable(condition, method, 0)
     device, dtype = _device_and_dtype(tree.engine)
+    if companion is not None:
+        _beside_initialize(tree, companion, init_statement, init_call, function, scale_losses, enabled)
     return _Shape(amp, init_use, init, init_statement, function, ast.unparse(model), ast.unparse(optimizer), model_name,
                   opt_name, enabled, flags, scale_losses, clips, states, tests, torch_bound, _NATIVE.package,
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import)
+                  conditional_beside_import, None, companion)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
@@ -391,6 +398,49 @@ def _uses_by_rule(tree: _Tree, uses: list[AmpUse], optional: OptionalImport | No
         others = sorted({use.full for rule_uses in by_rule.values() for use in rule_uses})
         raise NotMechanical(f"apex.amp is used otherwise too ({', '.join(others)})")
     return inits, scale_losses, clips, states, availability, scale_reads
+
+
+def model_alone(call: ast.AST | None) -> bool:
+    """initialize given a model and no optimizer (`amp.initialize(model, opt_level=...)`): for inference."""
+    return isinstance(call, ast.Call) and len(call.args) == 1 and not any(k.arg in ("optimizers", "models")
+                                                                          for k in call.keywords)
+
+
+def _evaluation_initialize(tree: _Tree, uses: list[AmpUse]) -> AmpUse | None:
+    """Of two initialize calls, the one given a model alone where the other is given an optimizer (the train and the
+    evaluation models), checked beside the other by `_beside_initialize`; else None."""
+    inits = [use for use in uses if rules.rule_of(use.full) is rules.INITIALIZE]
+    alone = [use for use in inits if model_alone(use.ref.parent)]
+    return alone[0] if len(inits) == 2 and len(alone) == 1 else None
+
+
+def _beside_initialize(tree: _Tree, companion: AmpUse, init_statement: ast.stmt, init_call: ast.Call,
+                       function: ast.AST, scale_losses: list[AmpUse], enabled: ast.expr | None) -> None:
+    """The evaluation model's initialize goes where it is `model = amp.initialize(model[, opt_level=<initialize's>])`,
+    a statement of the same body as the training initialize, unconditional as that one is, before every scale_loss:
+    apex's second call made fresh loss scalers (its `_initialize` resets them) before any loss was scaled, and patched
+    torch with the same level, so only the evaluation model's calls, under the autocast of the evaluation blocks,
+    remain of it."""
+    call = _call_of(companion)
+    statement = tree.parent(call)
+    model = call.args[0]
+    if not (isinstance(statement, ast.Assign) and statement.value is call and len(statement.targets) == 1
+            and isinstance(model, ast.Name) and ast.unparse(statement.targets[0]) == model.id):
+        raise NotMechanical(f"the second initialize (line {call.lineno}, the model alone) is not `model = "
+                            "amp.initialize(model, ...)`, the model's own name bound again")
+    level = [ast.dump(k.value) for c in (call, init_call) for k in c.keywords if k.arg == "opt_level"]
+    if any(k.arg not in ("opt_level", "verbosity") for k in call.keywords) or len(level) not in (0, 2) \
+            or len(set(level)) > 1:
+        raise NotMechanical(f"the second initialize (line {call.lineno}, the model alone) is not given the same "
+                            "opt_level as the first, and nothing else")
+    body = getattr(tree.parent(init_statement), "body", [])
+    first_scaled = min(use.ref.node.lineno for use in scale_losses)
+    if enabled is not None or tree.parent(statement) is not function or statement not in body \
+            or init_statement not in body or statement.lineno > first_scaled:
+        raise NotMechanical(f"initialize is called again on line {call.lineno} for a model alone, not as a "
+                            "statement beside the unconditional first before any loss is scaled: apex's second call "
+                            "made fresh loss scalers there (the scale back to its start), which one GradScaler does "
+                            "not do")
 
 
 def _several_initializes(tree: _Tree, inits: list[AmpUse]) -> str:
