@@ -45,6 +45,7 @@ JOBS: dict[str, list[str]] = {
     # side is skipped at the first scale, and the losses shown are float16's).
     "losses_verify": ["verify", "apex_losses.py", "--rewritten", "apex_losses.native.py", "--amp-dtype", "bfloat16"],
     "dcgan_verify": ["verify", "apex_dcgan.py", "--rewritten", "apex_dcgan.native.py"],
+    "validate_verify": ["verify", "apex_validate.py", "--rewritten", "apex_validate.native.py"],
     "optimizers_verify": ["verify", "apex_optimizers.py", "--rewritten", "apex_optimizers.native.py"],
     "optimizers_wrong_clip_verify": ["verify", "apex_optimizers.py", "--rewritten",
                                      "apex_optimizers.wrong_clip.py", "--amp-dtype", "bfloat16"],
@@ -182,6 +183,19 @@ def test_the_canonical_apex_example_runs_with_apex_parallel_emulated_and_verifie
     # the rewrite uses torch's DistributedDataParallel (AMP110), under the same WORLD_SIZE test: nothing emulated
     assert report["rewritten"]["emulated"] == []
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 20
+
+
+def test_an_inference_rewrite_with_no_grad_scaler_verifies_against_apex_initialize_given_the_model_alone(
+        validate_verify: Job) -> None:
+    """GPUNet's validate.py: apex's loss scaler, made by initialize and used by no scale_loss, is not counted against
+    the rewrite, which makes no GradScaler; every model call is under float16 autocast on both sides."""
+    report = validate_verify.report
+    assert validate_verify.returncode == 0, validate_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["emulated"][0]["feature"] == EMULATED_O1
+    assert len(report["original"]["grad_scalers"]) == 1 and report["rewritten"]["grad_scalers"] == []
+    assert report["original"]["optimizer_steps"] == report["rewritten"]["optimizer_steps"] == 0
+    assert "equivalent to the emulated apex.amp" in validate_verify.stderr
 
 
 def test_the_rewrite_of_a_local_import_under_a_condition_verifies_with_the_flag_on(condition_verify: Job) -> None:

@@ -558,6 +558,7 @@ def test_apex_loss_scalers_replaced_before_any_use_are_not_counted() -> None:
     recorder.apex_loss_scalers_used()
     recorder.apex_loss_scalers_replaced()
     recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    recorder.apex_loss_scalers_used()
     assert [event.get("replaced_unused") for event in recorder.trace] == [True, None, None]
     emulated = [{"feature": "apex.amp O1", "file": "/x/train.py", "line": 7, "count": 3}]
     rest = [_event(0, "loss", (0.5).hex()), _event(1, "optimizer_step", "1")]
@@ -575,6 +576,7 @@ def test_a_disabled_grad_scaler_nothing_calls_is_not_counted() -> None:
     recorder = Recorder("main")
     arguments = {"device": "cuda", "init_scale": 65536.0}
     recorder.scaler_created(arguments, Site("/x/train.py", 7), emulating="apex.amp loss scaler")
+    recorder.apex_loss_scalers_used()
     emulated = [{"feature": "apex.amp O1", "file": "/x/train.py", "line": 7, "count": 1}]
     rest = [_event(0, "loss", (0.5).hex()), _event(1, "optimizer_step", "1")]
     original = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
@@ -590,3 +592,22 @@ def test_a_disabled_grad_scaler_nothing_calls_is_not_counted() -> None:
     enabled = {**native.trace[1], "unused": True}
     assert compare.first_difference(original, _report(_process(trace=[native.trace[0], enabled, *rest]))) \
         .startswith("loss scaling: the original has 1 loss scalers, the rewrite 2; ")
+
+
+def test_an_apex_loss_scaler_no_scale_loss_used_is_not_counted() -> None:
+    """GPUNet's validate.py: initialize given the model alone, for inference, makes apex's loss scaler, which nothing
+    scales with; the native rewrite makes no GradScaler, and verify compares them equal. Once a scale_loss ran on
+    it, it is counted, and a rewrite with no GradScaler differs."""
+    recorder = Recorder("main")
+    arguments = {"device": "cuda", "init_scale": 65536.0}
+    recorder.scaler_created(arguments, Site("/x/validate.py", 7), emulating="apex.amp loss scaler")
+    emulated = [{"feature": "apex.amp O1", "file": "/x/validate.py", "line": 7, "count": 1}]
+    rest = [_event(0, "model_call", "Net")]
+    inference = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
+    native = _report(_process(trace=rest))
+    assert compare.first_difference(inference, native) is None
+    recorder.apex_loss_scalers_used()
+    training = _report(_process(trace=[*recorder.trace, *rest], emulated=emulated))
+    assert compare.first_difference(training, native) == (
+        "loss scaling: the rewrite creates no GradScaler; the original's loss scaler(device='cuda' init_scale=65536.0)"
+        " at validate.py:7")

@@ -2,7 +2,9 @@
 can remove it with mixed precision left on:
 
     mixed_precision = True                    (a flag: every binding True, the handler's False, or
-    try:                                       `amp is not None`; so it is True exactly where apex imported)
+    try:                                       `amp is not None`; so it is True exactly where apex imported;
+                                               timm's `has_apex = False` just before the `try` counts as the
+                                               handler's False: nothing runs between them)
         from apex import amp
         has_apex = True                       (the try may also set flags True after the import)
     except ImportError:
@@ -31,6 +33,7 @@ class OptionalImport:
     import_node: ast.ImportFrom  # `from apex import amp`, the first statement of its body
     amp_name: str  # the name the import binds
     flags_set: tuple[ast.Assign, ...]  # `FLAG = True` after the import in the try's body: kept where the try was
+    cleared_before: ast.Assign | None  # `FLAG = False` just before the try, a flag's False as the handler's is
 
 
 def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | str:
@@ -59,7 +62,22 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     others = [b for b in module_scope.bindings.get(binding.name, []) if b is not binding]
     if not all(b.kind == "none" and _made_in(handler, b) for b in others):
         return f"`{binding.name}` is also bound to something else"
-    return OptionalImport(statement, import_node, binding.name, tuple(s for s in rest if isinstance(s, ast.Assign)))
+    flags_set = tuple(s for s in rest if isinstance(s, ast.Assign))
+    return OptionalImport(statement, import_node, binding.name, flags_set,
+                          _flag_cleared_before(tree, statement, flags_set))
+
+
+def _flag_cleared_before(tree: ast.Module, statement: ast.Try, flags_set: tuple[ast.Assign, ...]) -> ast.Assign | None:
+    """`FLAG = False` the statement just before the `try` (timm's `has_apex = False`), FLAG one the `try` sets True
+    after the import: nothing runs between them, so FLAG is False after the `try` exactly where apex failed to
+    import, as a False set in the handler is (None: no such statement)."""
+    position = tree.body.index(statement)
+    before = tree.body[position - 1] if position else None
+    flags = {target.id for flag in flags_set for target in flag.targets if isinstance(target, ast.Name)}
+    if isinstance(before, ast.Assign) and _sets(before, False) and isinstance(before.targets[0], ast.Name) \
+            and before.targets[0].id in flags:
+        return before
+    return None
 
 
 def imports_amp_alone(node: ast.ImportFrom) -> bool:
@@ -105,14 +123,16 @@ def is_availability_test(node: ast.AST, optional: OptionalImport, scope: Scope, 
 
 def flag_reason(test: ast.expr, optional: OptionalImport, scope: Scope) -> str | None:
     """Why `test` (an `if` test in `scope`) is not a flag of apex's availability, or None when it is: a name whose
-    every binding is True, the handler's False, or `amp is not None`, and at least one of them not the handler's."""
+    every binding is True, the handler's False (or the one just before the `try`), or `amp is not None`, and at least
+    one of them not the handler's."""
     if not isinstance(test, ast.Name):
         return "the test is not a single name"
     found, bindings = scope.lookup(test.id)
     if not bindings:
         return f"`{test.id}` is never bound"
     handler = optional.statement.handlers[0]
-    in_handler = [found is _module(scope) and _made_in(handler, b) for b in bindings]
+    cleared = optional.cleared_before.value if optional.cleared_before is not None else None
+    in_handler = [found is _module(scope) and (_made_in(handler, b) or b.value is cleared) for b in bindings]
     for binding, handled in zip(bindings, in_handler):
         value = binding.value
         if binding.kind != "other" or not isinstance(value, ast.expr):

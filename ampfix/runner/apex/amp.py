@@ -234,13 +234,13 @@ class AmpState:
             )
         if self.installed is not None:
             self.installed.limit.at_boundary()
+        self.recorder.apex_loss_scalers_used()  # a disabled one too: the rewrite's GradScaler(enabled=False) is called
         if not self.enabled:
             self.recorder.scaler_called("scale", "disabled")
             yield loss
             return
         optimizers = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
         scaler = self.loss_scalers[loss_id]
-        self.recorder.apex_loss_scalers_used()
         scale = scaler.loss_scale()
         if not scaler.dynamic and scale == 1.0:
             self.recorder.scaler_called("scale", "disabled")

@@ -136,9 +136,10 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
-    # apex's loss scalers a later initialize replaced before any scale_loss used them are not counted (observe)
+    # apex's loss scalers no scale_loss used (replaced by a later initialize, or made for inference) are not
+    # counted (observe)
     scalers = [[event for event in trace if event["kind"] == SCALER_CREATION and not event.get("replaced_unused")
-                and not _disabled_unused(event)]
+                and not event.get("apex_unused") and not _disabled_unused(event)]
                for trace in (original, rewritten)]
     if Counter(map(_content, scalers[0])) != Counter(map(_content, scalers[1])):
         return _scaler_difference(*scalers)

@@ -250,6 +250,9 @@ class Recorder:
         self._trace("grad_scaler", site=site, fields=dict(arguments))
         event = self.trace[-1] if len(self.trace) > traced else None
         if emulating and event is not None:
+            # until a scale_loss uses it: verify does not count a loss scaler of apex's nothing scaled with (an
+            # initialize given the model alone, for inference, where the native rewrite makes no GradScaler)
+            event["apex_unused"] = True
             self._apex_unused_scalers.append(event)
         return event
 
@@ -262,7 +265,9 @@ class Recorder:
             event.pop("unused", None)
 
     def apex_loss_scalers_used(self) -> None:
-        """A scale_loss ran on the loss scalers of apex's last initialize."""
+        """A scale_loss ran on the loss scalers of apex's last initialize: verify counts them."""
+        for event in self._apex_unused_scalers:
+            event.pop("apex_unused", None)
         self._apex_unused_scalers = []
 
     def apex_loss_scalers_replaced(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.families.apex.optional import OptionalImport
 from ampfix.families.apex.rewrite.statements import _ends_its_line, _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line
@@ -74,6 +75,7 @@ def _rewrite_import(rw: _Rewrite) -> None:
         kept_comments = [f"{indent}{shape.comments[n]}{newline}" for n in range(removed.lineno, _last_line(removed) + 1)
                          if n in shape.comments and n not in kept_lines]
         replacement += "".join(kept + kept_comments)
+        _drop_flag_cleared_before(rw, optional)
         rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)),
                                                                       bool(kept_comments))
     imports_torch = _first_torch_import(rw, removed) if not shape.torch_bound else None
@@ -88,6 +90,21 @@ def _rewrite_import(rw: _Rewrite) -> None:
     start, end = (index.removal(removed.lineno, _last_line(removed)) if not replacement
                   else (index.line_start(removed.lineno), index.line_end(_last_line(removed))))
     rw.splices.append((start, end, replacement))
+
+
+def _drop_flag_cleared_before(rw: _Rewrite, optional: OptionalImport) -> None:
+    """timm's `has_apex = False` on the line just before the `try`: the `has_apex = True` kept where the `try` was
+    follows it at once, so it goes (kept where a comment or another statement shares its line, or a line stands
+    between them)."""
+    cleared = optional.cleared_before
+    if cleared is None or cleared.end_lineno != optional.statement.lineno - 1:
+        return
+    try:
+        _whole_lines_only(rw, cleared)
+    except NotMechanical:
+        return
+    index = rw.tree.index
+    rw.splices.append((index.line_start(cleared.lineno), index.line_end(cleared.lineno), ""))
 
 
 def _first_torch_import(rw: _Rewrite, removed: ast.stmt) -> ast.Import | ast.ImportFrom | None:
