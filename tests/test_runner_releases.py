@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ampfix.runner.config import RUNNER_DIR
-from ampfix.runner.gpu import amp_patches, cuda_autocast, fake_cuda, torch_features
+from ampfix.runner.gpu import amp_patches, cpu_gaps, cuda_autocast, fake_cuda, torch_features
 from ampfix.runner.gpu.devices import DeviceModel
 from ampfix.runner.host import failures
 from ampfix.runner.trace.observe import Recorder
@@ -152,3 +152,23 @@ def test_the_runner_extra_is_a_range_and_the_test_extra_a_pin() -> None:
     assert [r for r in extras["runner"] if r.startswith("torch")] == ["torch>=2.4"]
     assert [r for r in extras["test"] if r.startswith("torch")] == ["torch==2.13.0"]
 
+
+
+def test_the_ops_the_cpu_lacks_in_low_precision_are_the_releases() -> None:
+    """torch 2.5's CPU lacks float16 grid_sample and pad, which 2.13's has; 2.14's cuFFT path takes bfloat16,
+    2.13's refuses it (tests/test_runner_policy.py checks the installed release's table against its OpInfo)."""
+    older, base, newer = (cpu_gaps.cpu_lacks_low_precision(version) for version in ("2.5.1", "2.13.0", "2.14.1+cu130"))
+    assert base == cuda_autocast.CPU_LACKS_LOW_PRECISION
+    assert older["nn.functional.grid_sample"] == older["grid_sampler_2d"] == ("bfloat16", "float16")
+    assert "nn.functional.grid_sample" not in base and "logaddexp" not in older
+    assert (base["fft.rfft"], newer["fft.rfft"]) == (("float16",), ("bfloat16", "float16"))
+    # A release not measured takes the nearest measured one below it, the oldest below all.
+    assert [cpu_gaps.measured_release(v) for v in ("2.2.2", "2.12.0", "2.15.0")] == [(2, 5), (2, 5), (2, 14)]
+
+
+def test_the_runner_runs_the_installed_releases_cpu_gaps_in_float32() -> None:
+    from ampfix.runner.gpu import boundaries
+
+    handled = boundaries.CpuGaps(Recorder("main"), None).handlers(lambda function, args, kwargs: None)
+    expected = {function for name in cpu_gaps.cpu_lacks_low_precision() for _, function in boundaries._variants(name)}
+    assert set(handled) == expected

@@ -16,8 +16,8 @@ meets the outside world:
 
 Each place it acted is recorded with its file:line and count (the report's ``stand_in`` list).
 
-**Ops the CPU lacks in low precision** (``cuda_autocast.CPU_LACKS_LOW_PRECISION``, found from the
-installed torch): given a float16 (or the stand-in), bfloat16 or complex32 input that their CPU kernel
+**Ops the CPU lacks in low precision** (``cpu_gaps.cpu_lacks_low_precision()``: the installed torch
+release's table): given a float16 (or the stand-in), bfloat16 or complex32 input that their CPU kernel
 refuses, they run in float32 (complex64) and their result is cast back to the dtype CUDA gives: a
 real result to the low-precision dtype of the inputs (the stand-in where it stands in), a complex
 one to complex32. Half-precision FFTs keep cuFFT's rule: every signal size a power of two, else
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampfix.runner.gpu.cuda_autocast import CPU_LACKS_LOW_PRECISION
+from ampfix.runner.gpu.cpu_gaps import cpu_lacks_low_precision
 from ampfix.runner.trace.observe import Recorder, Site, dtype_name
 from ampfix.runner.trace.patching import replace
 from ampfix.runner.trace.sites import find_site, read_by_script
@@ -131,7 +131,7 @@ class CpuGaps:
     def handlers(self, call: Call) -> dict[Any, Handler]:
         """``call(func, args, kwargs)``: the device mode's own way of running a torch call."""
         handlers: dict[Any, Handler] = {}
-        for name, dtype_names in CPU_LACKS_LOW_PRECISION.items():
+        for name, dtype_names in cpu_lacks_low_precision().items():
             lacking = frozenset(getattr(torch, dtype) for dtype in dtype_names)
             for label, function in _variants(name):
                 handlers[function] = self._handler(label, function, lacking, call)
