@@ -17,7 +17,7 @@ from ampfix.runner.config import RUNNER_DIR
 from ampfix.runner.gpu import amp_patches, cpu_gaps, cuda_autocast, fake_cuda, torch_features
 from ampfix.runner.gpu.devices import DeviceModel
 from ampfix.runner.host import failures
-from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.observe import Recorder, Site
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,3 +172,26 @@ def test_the_runner_runs_the_installed_releases_cpu_gaps_in_float32() -> None:
     handled = boundaries.CpuGaps(Recorder("main"), None).handlers(lambda function, args, kwargs: None)
     expected = {function for name in cpu_gaps.cpu_lacks_low_precision() for _, function in boundaries._variants(name)}
     assert set(handled) == expected
+
+
+def test_custom_fwds_own_region_is_torchs_where_no_python_frame_of_torch_calls_it(monkeypatch: pytest.MonkeyPatch,
+                                                                                tmp_path: Path) -> None:
+    """torch 2.14 made Function.apply the C function itself: custom_fwd's wrapper is called straight from the
+    script's line, and the autocast region it opens was reported as the script's."""
+    import os
+
+    from ampfix.runner.trace import sites
+
+    for name in ("_torch_dir", "_plumbing_prefixes", "_helper_prefixes"):
+        monkeypatch.setattr(sites, name, getattr(sites, name))
+    monkeypatch.setattr(sites, "_kind_by_file", {})
+    torch_dir = os.path.dirname(torch.__file__)
+    sites.configure(torch_dir)
+    namespace: dict = {"find_site": sites.find_site}
+    wrappers = "def decorate_fwd():\n    return find_site()\n\ndef autocast_enter():\n    return find_site()\n"
+    exec(compile(wrappers, os.path.join(torch_dir, "amp", "autocast_mode.py"), "exec"), namespace)
+    script = str(tmp_path / "train.py")
+    exec(compile("def forward():\n    return decorate_fwd()\n\ndef enter():\n    return autocast_enter()\n",
+                 script, "exec"), namespace)
+    assert namespace["forward"]() == Site(script, 2, "torch")
+    assert namespace["enter"]() == Site(script, 5, "script")  # the script's own `with autocast(...)`
