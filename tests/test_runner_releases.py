@@ -195,3 +195,17 @@ def test_custom_fwds_own_region_is_torchs_where_no_python_frame_of_torch_calls_i
                  script, "exec"), namespace)
     assert namespace["forward"]() == Site(script, 2, "torch")
     assert namespace["enter"]() == Site(script, 5, "script")  # the script's own `with autocast(...)`
+
+
+def test_an_op_the_cpu_lacks_in_low_precision_still_gets_float32_inside_a_region() -> None:
+    """Autocast runs multi_margin_loss (2.5: mse_loss too) in float32: inside a region its bfloat16 inputs reach the
+    CPU kernel as float32 and the result is float32, as CUDA's; outside, the bfloat16 a GPU gives."""
+    from ampfix.runner.gpu import boundaries
+
+    handlers = boundaries.CpuGaps(Recorder("main"), types.SimpleNamespace(stand_in=False)).handlers(
+        lambda function, args, kwargs: function(*args, **kwargs))
+    loss = handlers[torch.nn.functional.multi_margin_loss]
+    inputs = (torch.randn(4, 5, dtype=torch.bfloat16), torch.tensor([0, 1, 2, 3]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss(inputs, {}).dtype == torch.float32
+    assert loss(inputs, {}).dtype == torch.bfloat16

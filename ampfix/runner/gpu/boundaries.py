@@ -36,6 +36,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampfix.runner.gpu.cpu_gaps import cpu_lacks_low_precision
+from ampfix.runner.gpu.cuda_autocast import CUDA_POLICY
+from ampfix.runner.gpu.torch_features import AUTOCAST_STATE
 from ampfix.runner.trace.observe import Recorder, Site, dtype_name
 from ampfix.runner.trace.patching import replace
 from ampfix.runner.trace.sites import find_site, read_by_script
@@ -47,6 +49,9 @@ _DTYPE: Any = inspect.getattr_static(_Tensor, "dtype").__get__
 STAND_IN, ASKED = torch.bfloat16, torch.float16
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 _FFT_KERNELS = ("_fft_r2c", "_fft_c2r", "_fft_c2c")
+# Ops autocast runs in float32: inside a region, their float16/bfloat16 inputs reach the CPU kernel as float32 (torch
+# 2.5's CPU lacks bfloat16 mse_loss, which a region gives float32 as CUDA's does, not the low precision cast back).
+_FLOAT32_POLICIES = frozenset({"fp32", "fp32_set_opt_dtype", "fp32_append_dtype"})
 
 Handler = Callable[[tuple, dict], Any]
 Call = Callable[[Any, tuple, dict], Any]
@@ -133,17 +138,20 @@ class CpuGaps:
         handlers: dict[Any, Handler] = {}
         for name, dtype_names in cpu_lacks_low_precision().items():
             lacking = frozenset(getattr(torch, dtype) for dtype in dtype_names)
+            float32_in_regions = CUDA_POLICY.get(name.rpartition(".")[2]) in _FLOAT32_POLICIES
             for label, function in _variants(name):
-                handlers[function] = self._handler(label, function, lacking, call)
+                handlers[function] = self._handler(label, function, lacking, call, float32_in_regions)
         return handlers
 
-    def _handler(self, label: str, function: Any, lacking: frozenset, call: Call) -> Handler:
+    def _handler(self, label: str, function: Any, lacking: frozenset, call: Call, float32_in_regions: bool) -> Handler:
         fft = label.startswith("torch.fft.")
 
         def handler(args: tuple, kwargs: dict) -> Any:
             found = _low_precision_inputs(args, kwargs)
             if not found or not self._lacks(found, lacking):
                 return call(function, args, kwargs)
+            if float32_in_regions and torch.complex32 not in found and AUTOCAST_STATE.is_enabled("cpu"):
+                return call(function, args, kwargs)  # autocast casts the inputs to float32 first
             return self._emulate(label, function, found, args, kwargs, call, fft)
 
         return handler
