@@ -163,7 +163,8 @@ def test_the_ops_the_cpu_lacks_in_low_precision_are_the_releases() -> None:
     assert "nn.functional.grid_sample" not in base and "logaddexp" not in older
     assert (base["fft.rfft"], newer["fft.rfft"]) == (("float16",), ("bfloat16", "float16"))
     # A release not measured takes the nearest measured one below it, the oldest below all.
-    assert [cpu_gaps.measured_release(v) for v in ("2.2.2", "2.12.0", "2.15.0")] == [(2, 5), (2, 5), (2, 14)]
+    assert [cpu_gaps.measured_release(v) for v in ("2.2.2", "2.12.0", "2.15.0")] == [(2, 5), (2, 11), (2, 14)]
+    assert cpu_gaps.cpu_lacks_low_precision("2.11.0")["trace"] == ("bfloat16", "complex32", "float16")
 
 
 def test_the_runner_runs_the_installed_releases_cpu_gaps_in_float32() -> None:

@@ -2,8 +2,9 @@
 
 An op belongs here where CUDA's kernel accepts a low-precision dtype (float16, bfloat16, complex32) that the
 installed torch's CPU kernel refuses (see :mod:`ampfix.runner.gpu.boundaries`). Both sides change between
-releases: 2.5's CPU still lacks float16 ``grid_sample`` and ``pad``; 2.14's cuFFT path accepts bfloat16. What a
-release's CUDA kernels accept cannot be tested for on a CPU, so this is the one table chosen by version: 2.13's
+releases: 2.5's CPU still lacks float16 ``grid_sample`` and ``pad``, 2.11's low-precision ``trace``; 2.14's
+cuFFT path accepts bfloat16. What a release's CUDA kernels accept cannot be tested for on a CPU, so this is the
+one table chosen by version: 2.13's
 (``cuda_autocast.CPU_LACKS_LOW_PRECISION``) with each measured release's changes, found from that release's
 OpInfo database by tests/test_runner_policy.py (which prints the table to paste for a release that differs).
 A release not measured takes the nearest measured one below it (the oldest measured one below all).
@@ -26,6 +27,13 @@ CHANGES_FROM_BASE: dict[tuple[int, int], dict[str, tuple[str, ...]]] = {
         "nn.functional.grid_sample": ("bfloat16", "float16"),
         "nn.functional.mse_loss": ("bfloat16",),
         "nn.functional.pad": ("float16",),
+        "trace": ("bfloat16", "complex32", "float16"),
+    },
+    (2, 8): {
+        "logaddexp": (),
+        "trace": ("bfloat16", "complex32", "float16"),
+    },
+    (2, 11): {
         "trace": ("bfloat16", "complex32", "float16"),
     },
     (2, 14): {
