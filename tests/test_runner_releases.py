@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from ampfix.runner.config import RUNNER_DIR
-from ampfix.runner.gpu import amp_patches, cuda_autocast, fake_cuda, torch_features
+from ampfix.runner.gpu import amp_patches, cpu_gaps, cuda_autocast, fake_cuda, torch_features
 from ampfix.runner.gpu.devices import DeviceModel
 from ampfix.runner.host import failures
-from ampfix.runner.trace.observe import Recorder
+from ampfix.runner.trace.observe import Recorder, Site
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,3 +152,61 @@ def test_the_runner_extra_is_a_range_and_the_test_extra_a_pin() -> None:
     assert [r for r in extras["runner"] if r.startswith("torch")] == ["torch>=2.4"]
     assert [r for r in extras["test"] if r.startswith("torch")] == ["torch==2.13.0"]
 
+
+
+def test_the_ops_the_cpu_lacks_in_low_precision_are_the_releases() -> None:
+    """torch 2.5's CPU lacks float16 grid_sample and pad, which 2.13's has; 2.14's cuFFT path takes bfloat16,
+    2.13's refuses it (tests/test_runner_policy.py checks the installed release's table against its OpInfo)."""
+    older, base, newer = (cpu_gaps.cpu_lacks_low_precision(version) for version in ("2.5.1", "2.13.0", "2.14.1+cu130"))
+    assert base == cuda_autocast.CPU_LACKS_LOW_PRECISION
+    assert older["nn.functional.grid_sample"] == older["grid_sampler_2d"] == ("bfloat16", "float16")
+    assert "nn.functional.grid_sample" not in base and "logaddexp" not in older
+    assert (base["fft.rfft"], newer["fft.rfft"]) == (("float16",), ("bfloat16", "float16"))
+    # A release not measured takes the nearest measured one below it, the oldest below all.
+    assert [cpu_gaps.measured_release(v) for v in ("2.2.2", "2.12.0", "2.15.0")] == [(2, 5), (2, 11), (2, 14)]
+    assert cpu_gaps.cpu_lacks_low_precision("2.11.0")["trace"] == ("bfloat16", "complex32", "float16")
+
+
+def test_the_runner_runs_the_installed_releases_cpu_gaps_in_float32() -> None:
+    from ampfix.runner.gpu import boundaries
+
+    handled = boundaries.CpuGaps(Recorder("main"), None).handlers(lambda function, args, kwargs: None)
+    expected = {function for name in cpu_gaps.cpu_lacks_low_precision() for _, function in boundaries._variants(name)}
+    assert set(handled) == expected
+
+
+def test_custom_fwds_own_region_is_torchs_where_no_python_frame_of_torch_calls_it(monkeypatch: pytest.MonkeyPatch,
+                                                                                tmp_path: Path) -> None:
+    """torch 2.14 made Function.apply the C function itself: custom_fwd's wrapper is called straight from the
+    script's line, and the autocast region it opens was reported as the script's."""
+    import os
+
+    from ampfix.runner.trace import sites
+
+    for name in ("_torch_dir", "_plumbing_prefixes", "_helper_prefixes"):
+        monkeypatch.setattr(sites, name, getattr(sites, name))
+    monkeypatch.setattr(sites, "_kind_by_file", {})
+    torch_dir = os.path.dirname(torch.__file__)
+    sites.configure(torch_dir)
+    namespace: dict = {"find_site": sites.find_site}
+    wrappers = "def decorate_fwd():\n    return find_site()\n\ndef autocast_enter():\n    return find_site()\n"
+    exec(compile(wrappers, os.path.join(torch_dir, "amp", "autocast_mode.py"), "exec"), namespace)
+    script = str(tmp_path / "train.py")
+    exec(compile("def forward():\n    return decorate_fwd()\n\ndef enter():\n    return autocast_enter()\n",
+                 script, "exec"), namespace)
+    assert namespace["forward"]() == Site(script, 2, "torch")
+    assert namespace["enter"]() == Site(script, 5, "script")  # the script's own `with autocast(...)`
+
+
+def test_an_op_the_cpu_lacks_in_low_precision_still_gets_float32_inside_a_region() -> None:
+    """Autocast runs multi_margin_loss (2.5: mse_loss too) in float32: inside a region its bfloat16 inputs reach the
+    CPU kernel as float32 and the result is float32, as CUDA's; outside, the bfloat16 a GPU gives."""
+    from ampfix.runner.gpu import boundaries
+
+    handlers = boundaries.CpuGaps(Recorder("main"), types.SimpleNamespace(stand_in=False)).handlers(
+        lambda function, args, kwargs: function(*args, **kwargs))
+    loss = handlers[torch.nn.functional.multi_margin_loss]
+    inputs = (torch.randn(4, 5, dtype=torch.bfloat16), torch.tensor([0, 1, 2, 3]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert loss(inputs, {}).dtype == torch.float32
+    assert loss(inputs, {}).dtype == torch.bfloat16

@@ -16,8 +16,8 @@ meets the outside world:
 
 Each place it acted is recorded with its file:line and count (the report's ``stand_in`` list).
 
-**Ops the CPU lacks in low precision** (``cuda_autocast.CPU_LACKS_LOW_PRECISION``, found from the
-installed torch): given a float16 (or the stand-in), bfloat16 or complex32 input that their CPU kernel
+**Ops the CPU lacks in low precision** (``cpu_gaps.cpu_lacks_low_precision()``: the installed torch
+release's table): given a float16 (or the stand-in), bfloat16 or complex32 input that their CPU kernel
 refuses, they run in float32 (complex64) and their result is cast back to the dtype CUDA gives: a
 real result to the low-precision dtype of the inputs (the stand-in where it stands in), a complex
 one to complex32. Half-precision FFTs keep cuFFT's rule: every signal size a power of two, else
@@ -35,7 +35,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampfix.runner.gpu.cuda_autocast import CPU_LACKS_LOW_PRECISION
+from ampfix.runner.gpu.cpu_gaps import cpu_lacks_low_precision
+from ampfix.runner.gpu.cuda_autocast import CUDA_POLICY
+from ampfix.runner.gpu.torch_features import AUTOCAST_STATE
 from ampfix.runner.trace.observe import Recorder, Site, dtype_name
 from ampfix.runner.trace.patching import replace
 from ampfix.runner.trace.sites import find_site, read_by_script
@@ -47,6 +49,9 @@ _DTYPE: Any = inspect.getattr_static(_Tensor, "dtype").__get__
 STAND_IN, ASKED = torch.bfloat16, torch.float16
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 _FFT_KERNELS = ("_fft_r2c", "_fft_c2r", "_fft_c2c")
+# Ops autocast runs in float32: inside a region, their float16/bfloat16 inputs reach the CPU kernel as float32 (torch
+# 2.5's CPU lacks bfloat16 mse_loss, which a region gives float32 as CUDA's does, not the low precision cast back).
+_FLOAT32_POLICIES = frozenset({"fp32", "fp32_set_opt_dtype", "fp32_append_dtype"})
 
 Handler = Callable[[tuple, dict], Any]
 Call = Callable[[Any, tuple, dict], Any]
@@ -131,19 +136,22 @@ class CpuGaps:
     def handlers(self, call: Call) -> dict[Any, Handler]:
         """``call(func, args, kwargs)``: the device mode's own way of running a torch call."""
         handlers: dict[Any, Handler] = {}
-        for name, dtype_names in CPU_LACKS_LOW_PRECISION.items():
+        for name, dtype_names in cpu_lacks_low_precision().items():
             lacking = frozenset(getattr(torch, dtype) for dtype in dtype_names)
+            float32_in_regions = CUDA_POLICY.get(name.rpartition(".")[2]) in _FLOAT32_POLICIES
             for label, function in _variants(name):
-                handlers[function] = self._handler(label, function, lacking, call)
+                handlers[function] = self._handler(label, function, lacking, call, float32_in_regions)
         return handlers
 
-    def _handler(self, label: str, function: Any, lacking: frozenset, call: Call) -> Handler:
+    def _handler(self, label: str, function: Any, lacking: frozenset, call: Call, float32_in_regions: bool) -> Handler:
         fft = label.startswith("torch.fft.")
 
         def handler(args: tuple, kwargs: dict) -> Any:
             found = _low_precision_inputs(args, kwargs)
             if not found or not self._lacks(found, lacking):
                 return call(function, args, kwargs)
+            if float32_in_regions and torch.complex32 not in found and AUTOCAST_STATE.is_enabled("cpu"):
+                return call(function, args, kwargs)  # autocast casts the inputs to float32 first
             return self._emulate(label, function, found, args, kwargs, call, fft)
 
         return handler

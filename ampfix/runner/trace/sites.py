@@ -22,6 +22,10 @@ _torch_dir: str | None = None
 _plumbing_prefixes: tuple[str, ...] = ()
 # The runner's own files and the decorator helpers: frames no code of torch's or the script's is in.
 _helper_prefixes: tuple[str, ...] = ()
+# custom_fwd's and custom_bwd's wrappers (torch.amp's; torch.cuda.amp's before 2.4) open autocast regions of their
+# own. Up to 2.13 a Python frame of torch's (Function.apply) stood between them and the script; from 2.14 apply is
+# the C function itself, so the wrapper's own frame is what says such a region is torch's, not the script's.
+_TORCH_WRAPPERS = frozenset({"decorate_fwd", "decorate_bwd"})
 
 
 def configure(torch_dir: str) -> None:
@@ -67,10 +71,14 @@ def find_site() -> Site:
         kind = _kind(frame.f_code.co_filename)
         if kind == _SCRIPT:
             return Site(frame.f_code.co_filename, frame.f_lineno, origin)
-        if kind == _TORCH:
+        if kind == _TORCH or (frame.f_code.co_name in _TORCH_WRAPPERS and _inside_torch(frame)):
             origin = "torch"
         frame = frame.f_back
     return Site("<unknown>", 0, origin)
+
+
+def _inside_torch(frame: FrameType) -> bool:
+    return _torch_dir is not None and frame.f_code.co_filename.startswith(_torch_dir)
 
 
 def asked_by_torch() -> bool:
