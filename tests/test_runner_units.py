@@ -443,11 +443,33 @@ def _failure(**fields) -> dict:
             "reached code that refuses it; --amp-dtype keep runs float16 as asked",
         ),
         (_failure(gpu_too=True), "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"),
+        (
+            # torch 2.15's dynamo ran a compiled function's factory past the device mode (docs/runner.md).
+            _failure(message="Found no NVIDIA driver on your system.", reached_real_cuda=True),
+            "the failure is the runner's: a call went past its emulated GPU into torch's own CUDA initialisation "
+            "(torch.cuda._lazy_init), which fails on a machine without one; no option changes that: please report it",
+        ),
         (None, None),
     ],
 )
 def test_a_failure_says_whether_it_is_inside_the_emulation(failure: dict | None, expected: str | None) -> None:
     assert failures.explain(failure) == expected
+
+
+def test_a_failure_in_torchs_own_cuda_initialisation_is_marked_as_such() -> None:
+    """The child's record of a real ``torch.cuda._lazy_init`` failure (this CPU build has no CUDA to start) and of a
+    failure elsewhere."""
+    import torch
+
+    from ampfix.runner.child import process
+
+    recorded = []
+    for fails in (torch.cuda._lazy_init, lambda: torch.ones(2) @ torch.ones(3)):
+        try:
+            fails()
+        except BaseException as error:  # AssertionError on a CPU build, RuntimeError where no driver is found
+            recorded.append(process._failure(type(error), error, error.__traceback__))
+    assert [failure["reached_real_cuda"] for failure in recorded] == [True, False]
 
 
 def test_verify_explains_a_failed_original() -> None:

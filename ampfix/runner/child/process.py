@@ -162,7 +162,8 @@ def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[s
 
     from ampfix.runner.gpu import harness
 
-    runner_frame = _raised_in_ampfix(traceback.extract_tb(tb), bool(getattr(value, RAISED_BY_AMPFIX, False)))
+    frames = traceback.extract_tb(tb)
+    runner_frame = _raised_in_ampfix(frames, bool(getattr(value, RAISED_BY_AMPFIX, False)))
     return {
         "type": kind.__name__,
         "message": str(value),
@@ -172,7 +173,15 @@ def _failure(kind: type[BaseException], value: BaseException, tb: Any) -> dict[s
         "runner_function": runner_frame.name if runner_frame else None,
         "gpu_too": bool(getattr(value, "fails_on_the_gpu_too", False)),
         "stand_in": bool(harness.current is not None and harness.current.plan.stand_in),
+        # torch's own CUDA initialisation ran: a call went past the emulated GPU to this machine's missing one.
+        "reached_real_cuda": any(_is_real_cuda_init(frame) for frame in frames),
     }
+
+
+def _is_real_cuda_init(frame: Any) -> bool:
+    return frame.name == "_lazy_init" and os.path.normpath(frame.filename).endswith(
+        os.path.join("torch", "cuda", "__init__.py")
+    )
 
 
 def _start_forked_child(recorder: Recorder, config: RunnerConfig) -> None:

@@ -77,6 +77,10 @@ class PinnedTensors:
         return id(tensor) in self._ids
 
 
+def _fake_mode() -> Any:
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+
+
 class CudaOnCpuMode(TorchFunctionMode):
     def __init__(self, recorder: Recorder, devices: DeviceModel) -> None:
         super().__init__()
@@ -116,6 +120,8 @@ class CudaOnCpuMode(TorchFunctionMode):
         self._handlers = {**self._handlers, **handlers}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if _fake_mode() is not None:
+            return func(*args, **(kwargs or {}))
         if types and (len(types) > 1 or types[0] is not _Tensor) and _foreign(types):
             return self._under_their_own_torch_function(func, types, args, kwargs or {})
         refusal = self._refusals.get(func)

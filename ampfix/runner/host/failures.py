@@ -47,6 +47,11 @@ def explain(failure: dict[str, Any] | None) -> str | None:
         fix = f"; {option} changes that" if option else "; no option changes that: please report it"
         where = posixpath.normpath(f"ampfix/runner/{module}.py")  # "../families/x": another of ampfix's modules
         return f"the failure is inside the runner's emulation ({what}, raised in {where}){fix}"
+    if failure.get("reached_real_cuda"):
+        return (
+            "the failure is the runner's: a call went past its emulated GPU into torch's own CUDA initialisation "
+            "(torch.cuda._lazy_init), which fails on a machine without one; no option changes that: please report it"
+        )
     if failure.get("stand_in") and any(name in failure.get("message", "") for name in STAND_IN_NAMES):
         return (
             "the failure is the runner's: a bfloat16 tensor (the CPU's stand-in for the float16 the script asked "
