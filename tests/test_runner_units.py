@@ -457,19 +457,24 @@ def test_a_failure_says_whether_it_is_inside_the_emulation(failure: dict | None,
 
 
 def test_a_failure_in_torchs_own_cuda_initialisation_is_marked_as_such() -> None:
-    """The child's record of a real ``torch.cuda._lazy_init`` failure (this CPU build has no CUDA to start) and of a
-    failure elsewhere."""
-    import torch
-
-    from ampfix.runner.child import process
-
-    recorded = []
-    for fails in (torch.cuda._lazy_init, lambda: torch.ones(2) @ torch.ones(3)):
-        try:
-            fails()
-        except BaseException as error:  # AssertionError on a CPU build, RuntimeError where no driver is found
-            recorded.append(process._failure(type(error), error, error.__traceback__))
-    assert [failure["reached_real_cuda"] for failure in recorded] == [True, False]
+    """The child's record of a real ``torch.cuda._lazy_init`` failure and of a failure elsewhere. In a Python that
+    sees no GPU (CUDA_VISIBLE_DEVICES empty), so the initialisation fails on a GPU machine too: AssertionError on a
+    CPU build, RuntimeError on a CUDA build."""
+    probe = (
+        "import json, torch\n"
+        "from ampfix.runner.child import process\n"
+        "recorded = []\n"
+        "for fails in (torch.cuda._lazy_init, lambda: torch.ones(2) @ torch.ones(3)):\n"
+        "    try:\n"
+        "        fails()\n"
+        "    except BaseException as error:\n"
+        "        recorded.append(process._failure(type(error), error, error.__traceback__)['reached_real_cuda'])\n"
+        "print(json.dumps(recorded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, False]
 
 
 def test_verify_explains_a_failed_original() -> None:
