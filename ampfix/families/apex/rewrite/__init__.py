@@ -54,6 +54,7 @@ from ampfix.families.apex.rewrite.inference import (INFERENCE_SUB_REWRITES, _inf
                                                     inference_shape)
 from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _rewrite_import, _rewrite_method_imports
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
+from ampfix.families.apex.rewrite.registrations import no_op_registrations, remove_registrations
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
 from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_state
 from ampfix.families.apex.rewrite.shape import _shape
@@ -101,12 +102,14 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
     question): planned by the same sub-rewrites, each half from the same facts."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
+    registrations, uses = no_op_registrations(tree, uses)  # they go with the rest: autocast does what they did
     inference = split is None and not method_imports and for_inference_only(uses)
     try:
         rewrite = _Rewrite(tree, inference_shape(tree, uses, import_node, optional) if inference
                            else _shape(tree, uses, import_node, optional, method_imports, split))
         for sub_rewrite in INFERENCE_SUB_REWRITES if inference else _SUB_REWRITES:
             sub_rewrite(rewrite)
+        remove_registrations(rewrite, registrations)
         _check_splices(rewrite)
     except NotMechanical as reason:
         return str(reason)

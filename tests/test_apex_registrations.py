@@ -1,0 +1,36 @@
+"""The torch functions whose apex registration the rewrite drops (`ampfix.families.apex.rewrite.registrations`):
+each is a function of the installed torch and its op is on the CUDA autocast float16 list the runner declares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampfix.engine import fix_source
+from ampfix.families.apex.rewrite.registrations import TORCH_FLOAT16_FUNCTIONS
+from ampfix.runner.gpu.cuda_autocast import CUDA_POLICY
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "apex"
+
+
+def test_each_name_is_a_torch_function_on_autocasts_float16_list() -> None:
+    for name in sorted(TORCH_FLOAT16_FUNCTIONS):
+        assert callable(getattr(torch, name, None)), name  # apex raised for a name the module lacks
+        policies = {policy for op, policy in CUDA_POLICY.items() if op.partition(".")[0] == name}
+        assert policies == {"lower_precision_fp"}, (name, policies)
+
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("register_half_function_off_the_float16_list", "apex.amp is used otherwise too (apex.amp.register_half_function)"),
+    ("register_half_function_in_an_if_that_calls",
+     "the `if` on line 13 holds only registrations that autocast makes no-ops, and its test or its `else` does more"),
+])
+def test_a_registration_that_is_no_no_op_twin_holds_the_rewrite_back_with_its_reason(name: str, reason: str) -> None:
+    source = (FIXTURES / f"{name}.in.py").read_text(encoding="utf-8")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(f"not rewritten: {reason}")
