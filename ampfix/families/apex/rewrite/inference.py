@@ -23,6 +23,7 @@ from ampfix.families.apex.rewrite.shape import (_Shape, _availability_tests, _ca
 from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line, _Tree
+from ampfix.syntax.bindings import Scope
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _NATIVE, _lines
 
 # what initialize for inference may be given beside the model: nothing that scales a loss or keeps master weights
@@ -58,9 +59,8 @@ def inference_shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom
                             "...)`, the model's own name bound again")
     if any(k.arg not in _KEYWORDS for k in call.keywords):
         raise NotMechanical("initialize for inference has a keyword beyond opt_level and verbosity")
-    if tree.engine.project_uses(rules.SCALE_LOSS.title):
-        raise NotMechanical("initialize is given no optimizer (inference), and other modules of the project scale "
-                            "losses")
+    # what a person must migrate by hand (the model handed to an evaluator) is named before the set-up's details
+    _model_calls(tree, tree.function_of(init), model.id, _last_line(init), init_use.ref.scope)
     conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
     if optional is None and conditional is None and import_node not in tree.engine.tree.body:
         raise NotMechanical("initialize for inference with a local `from apex import amp`")
@@ -93,37 +93,61 @@ def _remove_initialize(rw: _Rewrite) -> None:
 
 def _model_reads_covered(rw: _Rewrite) -> None:
     """Every read of the model after initialize in its function is a call in an evaluation block given the autocast,
-    a method that runs no forward pass, or torch's wrapper bound to the model's name; and no function, lambda or
-    generator inside it reads the name, wherever it is defined (one defined before initialize may run after it: in a
-    script, a function of the module reading the global)."""
-    shape, tree = rw.shape, rw.tree
+    a method that runs no forward pass, or torch's wrapper bound to the model's name (`_model_calls`)."""
+    shape = rw.shape
     covered = [(block.lineno, _last_line(block)) for block in rw.evaluation]
-    calls = 0
-    for node in ast.walk(shape.function):
-        if not (isinstance(node, ast.Name) and node.id == shape.model_name and isinstance(node.ctx, ast.Load)):
-            continue
-        if _deferred(tree, node, shape.function):
-            raise NotMechanical(f"the model's name `{node.id}` is read on line {node.lineno} in a function, lambda or "
-                                f"generator inside {shape.where}, which may run outside the autocast added")
-        parent = tree.parent(node)
-        assert parent is not None  # a name read is inside its statement
-        if node.lineno <= _last_line(shape.init_statement):
-            continue
-        if isinstance(parent, ast.Call) and parent.func is node:
-            if not any(a <= node.lineno <= b for a, b in covered):
-                raise NotMechanical(f"the model `{node.id}` is called on line {node.lineno} outside a `no_grad`/"
-                                    "`inference_mode` block after initialize (O1 ran it in float16; no autocast is "
-                                    "added there)")
-            calls += 1
-        elif isinstance(parent, ast.Attribute) and isinstance(method := tree.parent(parent), ast.Call) \
-                and method.func is parent and parent.attr in rules.MODULE_METHODS_WITHOUT_FORWARD:
-            continue
-        elif not _wrapped_under_its_name(rw, node, parent):
-            raise NotMechanical(f"the model `{node.id}` is handed on or kept on line {node.lineno} (`"
-                                f"{tree.text(parent)}`): what runs it there is not put under autocast")
+    calls = _model_calls(rw.tree, shape.function, shape.model_name, _last_line(shape.init_statement), shape.scope)
+    for node in calls:
+        if not any(a <= node.lineno <= b for a, b in covered):
+            raise NotMechanical(f"the model `{node.id}` is called on line {node.lineno} outside a `no_grad`/"
+                                "`inference_mode` block after initialize (O1 ran it in float16; no autocast is "
+                                "added there)")
     if not calls:
         raise NotMechanical("initialize for inference, and no call of the model in a `no_grad`/`inference_mode` block "
                             "after it")
+
+
+def _model_calls(tree: _Tree, function: ast.AST, model: str, after: int, scope: Scope) -> list[ast.Name]:
+    """The calls of the model after line `after` in `function`, where every other read of it there is a method that
+    runs no forward pass or torch's wrapper bound to its name; and no function, lambda or generator inside `function`
+    reads the name, wherever it is defined (one defined before initialize may run after it: in a script, a function
+    of the module reading the global). Else NotMechanical naming the line: what runs the model there (an evaluator
+    it is handed to) is not put under autocast."""
+    calls = []
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.Name) and node.id == model and isinstance(node.ctx, ast.Load)):
+            continue
+        if _deferred(tree, node, function):
+            raise NotMechanical(f"the model's name `{node.id}` is read on line {node.lineno} in a function, lambda or "
+                                f"generator inside {_where(function)}, which may run outside the autocast added")
+        parent = tree.parent(node)
+        assert parent is not None  # a name read is inside its statement
+        if node.lineno <= after:
+            continue
+        if isinstance(parent, ast.Call) and parent.func is node:
+            calls.append(node)
+        elif isinstance(parent, ast.Attribute) and isinstance(method := tree.parent(parent), ast.Call) \
+                and method.func is parent and parent.attr in rules.MODULE_METHODS_WITHOUT_FORWARD:
+            continue
+        elif not _wrapped_under_its_name(tree, scope, node, parent):
+            raise NotMechanical(f"the model `{node.id}` is handed on or kept on line {node.lineno} (`"
+                                f"{tree.text(parent)}`): what runs it there is not put under autocast")
+    return calls
+
+
+def _where(function: ast.AST) -> str:
+    return f"`{function.name}`" if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+        "the script's top level"
+
+
+def _no_losses_scaled_in_the_project(rw: _Rewrite) -> None:
+    """No other module of the project scales a loss (apex's loss scalers were the process's: an initialize for
+    inference made new ones). Asked after the model's reads, which a person must migrate by hand first where they
+    fail (TimeSeriesPredictionPlatform's inference.py hands its model to an evaluator; its training module, another
+    entry point, scales losses)."""
+    if rw.tree.engine.project_uses(rules.SCALE_LOSS.title):
+        raise NotMechanical("initialize is given no optimizer (inference), and other modules of the project scale "
+                            "losses")
 
 
 def _deferred(tree: _Tree, node: ast.AST, function: ast.AST) -> bool:
@@ -135,11 +159,11 @@ def _deferred(tree: _Tree, node: ast.AST, function: ast.AST) -> bool:
     return scope is not function
 
 
-def _wrapped_under_its_name(rw: _Rewrite, node: ast.Name, parent: ast.AST) -> bool:
+def _wrapped_under_its_name(tree: _Tree, scope: Scope, node: ast.Name, parent: ast.AST) -> bool:
     """`model = torch.nn.DataParallel(model, ...)`: the wrapper's calls run the model, under the same name."""
-    statement = rw.tree.parent(parent)
+    statement = tree.parent(parent)
     return (isinstance(parent, ast.Call) and parent.args[:1] == [node]
-            and rw.tree.engine.resolve(parent.func, rw.shape.scope) in _WRAPPERS
+            and tree.engine.resolve(parent.func, scope) in _WRAPPERS
             and isinstance(statement, ast.Assign) and statement.value is parent
             and [ast.unparse(t) for t in statement.targets] == [node.id])
 
@@ -155,6 +179,7 @@ def _inference_message(rw: _Rewrite) -> None:
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else ""))
 
 
-# In this order: the model's reads are checked against the blocks the evaluation sub-rewrite found.
+# In this order: the model's reads are checked against the blocks the evaluation sub-rewrite found, and before the
+# project's other modules (the reason a person meets first).
 INFERENCE_SUB_REWRITES = (_rewrite_availability_tests, _remove_initialize, _rewrite_evaluation, _model_reads_covered,
-                          _rewrite_import)
+                          _no_losses_scaled_in_the_project, _rewrite_import)
