@@ -857,27 +857,37 @@ def test_the_declared_opt_level_is_a_flag_and_a_key(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("loss_scale", "rewritten"), [
-    ("128", True), ("1024.0", True), ('"dynamic"', True), ("0", False), ("args.loss_scale", False), ("True", False),
+    ("128", True), ("1024.0", True), ('"dynamic"', True), ("0", False), ("args.loss_scale", True), ("True", False),
+    ("scale()", False),
 ])
 def test_a_static_loss_scale_becomes_the_nearest_grad_scaler(loss_scale: str, rewritten: bool):
     """A positive number literal: GradScaler(init_scale=N, growth_interval=2**31 - 1) under --unsafe-fixes only, the
-    finding saying what differs (a skipped step and a halved scale on inf/NaN gradients); anything else is left."""
+    finding saying what differs (a skipped step and a halved scale on inf/NaN gradients); a value read at run time
+    with no effect of its own, the same choice made at run time as apex made it (None and "dynamic" its dynamic
+    scale); anything else is left."""
     from ampfix.core.options import Options
     from ampfix.engine import fix_source
 
     source = _OPT_LEVEL_SCRIPT.format(default="O1", choices="", level='"O1"').replace(
         'opt_level="O1")', f'opt_level="O1", loss_scale={loss_scale})')
-    static = loss_scale[0].isdigit()
+    static = loss_scale[0].isdigit() or loss_scale == "args.loss_scale"
     assert (fix_source(source, Options()).new_source != source) is (rewritten and not static)
     fixed = fix_source(source, Options(unsafe_fixes=True))
     [initialize] = [f for f in fixed.findings if f.code == "AMP101"]
     assert initialize.fixed is rewritten
     assert ("apex's static scale stepped on inf/NaN gradients, the GradScaler skips that step and halves its scale"
             in initialize.message) is (rewritten and static)
-    expected = f'torch.amp.GradScaler("cuda", init_scale={float(loss_scale)!r}, growth_interval=2147483647)' \
-        if rewritten and static else 'torch.amp.GradScaler("cuda")'
+    expected = 'torch.amp.GradScaler("cuda")'
+    if loss_scale == "args.loss_scale":
+        expected = ('torch.amp.GradScaler("cuda", **({} if args.loss_scale in (None, "dynamic") else '
+                    '{"init_scale": float(args.loss_scale), "growth_interval": 2147483647}))')
+    elif rewritten and static:
+        expected = f'torch.amp.GradScaler("cuda", init_scale={float(loss_scale)!r}, growth_interval=2147483647)'
     assert (expected in fixed.new_source) is rewritten
-    if not rewritten:
+    if loss_scale == "scale()":
+        assert 'loss_scale is neither "dynamic", a positive number literal, nor a value read at run time with no ' \
+            "effect of its own" in initialize.message
+    elif not rewritten:
         assert 'loss_scale is neither "dynamic" nor a positive number literal' in initialize.message
 
 

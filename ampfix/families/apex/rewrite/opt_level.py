@@ -8,6 +8,7 @@ import ast
 from dataclasses import dataclass, replace
 
 from ampfix.families.apex import rules
+from ampfix.families.apex.rewrite.loss_scale import computed_loss_scale
 from ampfix.families.apex.rewrite.tree import _Tree, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNCTIONS
 
@@ -24,23 +25,27 @@ class _OptLevel:
 
 def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
     """The level (`_level`), and a static `loss_scale`: its nearest native twin under --unsafe-fixes."""
-    return _static_loss_scale(_level(tree, call), call)
+    return _static_loss_scale(_level(tree, call), call, tree)
 
 
-def _static_loss_scale(opt_level: _OptLevel, call: ast.Call) -> _OptLevel:
+def _static_loss_scale(opt_level: _OptLevel, call: ast.Call, tree: _Tree) -> _OptLevel:
     """`loss_scale=128.0` (a positive number literal): apex multiplied every loss by it, never changed it and
     stepped on whatever the gradients held. The nearest GradScaler starts at that scale and never grows
     (`growth_interval` the largest its int32 tracker holds), under --unsafe-fixes, the note saying what differs: on
-    inf/NaN gradients it skips the step and halves the scale, which apex's static scale never did. Any other
-    value but "dynamic" is not rewritten."""
+    inf/NaN gradients it skips the step and halves the scale, which apex's static scale never did. A value read at
+    run time: the same choice, made as apex made it (`loss_scale.computed_loss_scale`); another literal is not
+    rewritten."""
     value = next((k.value for k in call.keywords if k.arg == "loss_scale"), None)
     if value is None or isinstance(value, ast.Constant) and value.value == rules.DYNAMIC_LOSS_SCALE:
         return opt_level
     number = value.value if isinstance(value, ast.Constant) else None
-    if not (isinstance(number, (int, float)) and not isinstance(number, bool) and number > 0):
+    if not isinstance(value, ast.Constant):
+        keywords, note = computed_loss_scale(value, tree.text)
+    elif not (isinstance(number, (int, float)) and not isinstance(number, bool) and number > 0):
         raise NotMechanical(f'loss_scale is neither "{rules.DYNAMIC_LOSS_SCALE}" nor a positive number literal')
-    note = f"loss_scale {ast.unparse(value)}: {rules.STATIC_LOSS_SCALE}"
-    keywords = f"init_scale={float(number)!r}, growth_interval={rules.NEVER_GROWS}"
+    else:
+        note = f"loss_scale {ast.unparse(value)}: {rules.STATIC_LOSS_SCALE}"
+        keywords = f"init_scale={float(number)!r}, growth_interval={rules.NEVER_GROWS}"
     return replace(opt_level, note="; ".join(n for n in (opt_level.note, note) if n), unsafe=True,
                    scaler_keywords=keywords)
 
