@@ -26,3 +26,21 @@ def test_the_rewritten_scaler_reads_the_value_as_apex_did(given: object, init_sc
     scaler = eval(line.removeprefix("scaler = ").replace('"cuda"', '"cpu"'),  # noqa: S307 (the fixture's own line)
                   {"torch": torch, "args": types.SimpleNamespace(loss_scale=given)})
     assert (scaler.get_scale(), scaler.get_growth_interval()) == (init_scale, growth_interval)
+
+
+def test_initialize_in_both_branches_of_a_loss_scale_test_names_the_one_call_that_says_the_same() -> None:
+    """BERT's run_squad.py (fixtures/apex/initialize_per_loss_scale_branches): left in both modes, the reason naming
+    the one call a person may write instead (the call above, read at run time)."""
+    from ampfix.core.options import Options
+    from ampfix.engine import fix_source
+
+    source = (OUT.parent.parent / "apex" / "initialize_per_loss_scale_branches.in.py").read_text(encoding="utf-8")
+    for unsafe in (False, True):
+        result = fix_source(source, Options(unsafe_fixes=unsafe))
+        assert result.new_source == source
+        initializes = [f.message for f in result.findings if f.code == "AMP101"]
+        assert len(initializes) == 2 and all(message.endswith(
+            "not rewritten: initialize is called in both branches of `if args.loss_scale == 0:` on line 9, alike but "
+            'for loss_scale: they are one call given `loss_scale="dynamic" if args.loss_scale == 0 else '
+            "args.loss_scale` (not merged here: written so by hand, that call's loss_scale is read at run time, under "
+            "--unsafe-fixes)") for message in initializes), initializes

@@ -13,6 +13,7 @@ import ast
 from collections.abc import Callable
 
 from ampfix.families.apex import rules
+from ampfix.families.apex.rewrite.tree import _Tree
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 
 # What the value may be made of: names, attributes, constants, comparisons and choices, nothing that runs code.
@@ -49,3 +50,34 @@ def _operand(node: ast.expr, text_of: Callable[[ast.AST], str]) -> str:
     """The test, as an operand of `or` (a choice or an `or`/`and` of its own in parentheses)."""
     text = text_of(node)
     return text if isinstance(node, (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.UnaryOp)) else f"({text})"
+
+
+def initialize_per_loss_scale(tree: _Tree, calls: list[ast.Call]) -> str | None:
+    """Two initialize calls that are the two branches of one `if` (BERT's run_squad.py: `if args.loss_scale == 0:`),
+    each the branch's one statement, binding the same targets, alike but for loss_scale, one of them "dynamic": why
+    they are not rewritten, naming the one call that says the same (a loss_scale read at run time, above); else None."""
+    if len(calls) != 2:
+        return None
+    statements = [tree.parent(call) for call in calls]
+    branch = tree.parent(statements[0])
+    if not (isinstance(branch, ast.If) and branch.body == statements[:1] and branch.orelse == statements[1:]
+            and all(isinstance(s, ast.Assign) for s in statements)):
+        return None
+    first, second = (s for s in statements if isinstance(s, ast.Assign))
+    scales = [next((k.value for k in call.keywords if k.arg == "loss_scale"), None) for call in calls]
+    dynamic = [isinstance(s, ast.Constant) and s.value == rules.DYNAMIC_LOSS_SCALE for s in scales]
+    if not (ast.dump(ast.Tuple(first.targets)) == ast.dump(ast.Tuple(second.targets)) and sum(dynamic) == 1
+            and None not in scales and _without_loss_scale(calls[0]) == _without_loss_scale(calls[1])):
+        return None
+    other_scale = scales[dynamic.index(False)]
+    assert other_scale is not None  # both calls give loss_scale (above)
+    test, other = tree.text(branch.test), tree.text(other_scale)
+    merged = f'"{rules.DYNAMIC_LOSS_SCALE}" if {test} else {other}' if dynamic[0] else \
+        f'{other} if {test} else "{rules.DYNAMIC_LOSS_SCALE}"'
+    return (f"initialize is called in both branches of `if {test}:` on line {branch.lineno}, alike but for loss_scale: "
+            f"they are one call given `loss_scale={merged}` (not merged here: written so by hand, that call's "
+            "loss_scale is read at run time, under --unsafe-fixes)")
+
+
+def _without_loss_scale(call: ast.Call) -> str:
+    return ast.dump(ast.Call(call.func, call.args, [k for k in call.keywords if k.arg != "loss_scale"]))

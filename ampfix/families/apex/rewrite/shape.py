@@ -17,6 +17,7 @@ from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, 
                                                      _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
+from ampfix.families.apex.rewrite.loss_scale import initialize_per_loss_scale
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
@@ -451,6 +452,9 @@ def _several_initializes(tree: _Tree, inits: list[AmpUse]) -> str:
     generic = (f"initialize is called {len(inits)} times (in two branches, or again to restore a checkpoint): a "
                "scaler is created once, in one place")
     calls = sorted((c for c in map(_direct_call, inits) if c is not None), key=lambda c: c.lineno)
+    by_loss_scale = initialize_per_loss_scale(tree, calls)
+    if by_loss_scale is not None:
+        return by_loss_scale
     for first in calls:
         bound = _optimizer_bound(tree, first)
         for again in calls:
@@ -672,10 +676,16 @@ def _call_of(use: AmpUse) -> ast.Call:
     return call
 
 
+_MODELS_AND_OPTIMIZERS = ("models", "optimizers")  # initialize's first two parameters, by position or keyword
+
+
 def _initialize_arguments(call: ast.Call, items: bool = False) -> tuple[ast.expr, ast.expr, ast.expr | None]:
     """The model (a name, or an attribute chain: a trainer's `self.model`), the optimizer, `enabled=`; `items`:
-    list items in a loop, checked there (`_initialize_loop`)."""
-    model, optimizer = call.args if len(call.args) == 2 else (None, None)
+    list items in a loop, checked there (`_initialize_loop`). Either may be given by its keyword (`optimizers=`, as
+    BERT's run_glue.py gives it), which means the same (apex's `initialize(models, optimizers=None, ...)`)."""
+    named = {k.arg: k.value for k in call.keywords if k.arg in _MODELS_AND_OPTIMIZERS}
+    given = [*call.args, *(named[k] for k in _MODELS_AND_OPTIMIZERS[len(call.args):] if k in named)]
+    model, optimizer = given if len(given) == 2 and len(call.args) + len(named) == 2 else (None, None)
     if not (model is not None and (_chain(model) or _chains(model) or items)
             and optimizer is not None and (_chain(optimizer) or _chains(optimizer, names=True) or items)):
         raise NotMechanical("initialize is not given its models and optimizers by name (one each, or a list of "
@@ -687,7 +697,7 @@ def _initialize_arguments(call: ast.Call, items: bool = False) -> tuple[ast.expr
                                 "them, cannot be read here (by hand: the native pattern for the opt_level and loss "
                                 "scale it holds)")
         if keyword.arg not in rules.PATTERN_KEYWORDS and keyword.arg not in rules.UNSAFE_KEYWORDS \
-                and keyword.arg != "num_losses":
+                and keyword.arg not in ("num_losses", *_MODELS_AND_OPTIMIZERS):
             raise NotMechanical("initialize has a keyword beyond opt_level, enabled, verbosity, loss_scale, "
                                 "keep_batchnorm_fp32, master_weights and num_losses")
         value = keyword.value  # loss_scale: opt_level's `_static_loss_scale`
