@@ -18,7 +18,7 @@ from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 
 # What the value may be made of: names, attributes, constants, comparisons and choices, nothing that runs code.
 _PURE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Load, ast.cmpop,
-         ast.boolop, ast.unaryop)
+         ast.boolop, ast.unaryop, ast.Tuple, ast.List)
 # The values apex read as its dynamic scale (None: the default of O1, O2 and O3).
 _DYNAMIC = f'(None, "{rules.DYNAMIC_LOSS_SCALE}")'
 
@@ -27,7 +27,7 @@ def computed_loss_scale(value: ast.expr, text_of: Callable[[ast.AST], str]) -> t
     """The GradScaler's keywords for the computed `loss_scale=<value>` and the note saying what they do, or
     NotMechanical. `"dynamic" if T else V` is read as T, else V's value (the two branches apex would have read)."""
     text = text_of(value)
-    if not all(isinstance(node, _PURE) for node in ast.walk(value)) or "\n" in text:
+    if not runs_nothing(value) or "\n" in text:
         raise NotMechanical(f'loss_scale is neither "{rules.DYNAMIC_LOSS_SCALE}", a positive number literal, nor a '
                             "value read at run time with no effect of its own, on one line (a name, an attribute, a "
                             "comparison or a choice of those)")
@@ -44,6 +44,12 @@ def computed_loss_scale(value: ast.expr, text_of: Callable[[ast.AST], str]) -> t
             f'"{rules.DYNAMIC_LOSS_SCALE}" the GradScaler keeps its defaults (apex\'s dynamic scale), else it is a '
             f"static scale: {rules.STATIC_LOSS_SCALE}")
     return keywords, note
+
+
+def runs_nothing(value: ast.expr) -> bool:
+    """Is `value` made of names, attributes, constants, comparisons and choices only: evaluated again, or not at all,
+    it changes nothing?"""
+    return all(isinstance(node, _PURE) for node in ast.walk(value))
 
 
 def _operand(node: ast.expr, text_of: Callable[[ast.AST], str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.families.apex.rewrite.loss_scale import runs_nothing
 from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line, _Tree
@@ -24,9 +25,6 @@ TORCH_FLOAT16_FUNCTIONS = frozenset({
     "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "chain_matmul", "conv1d", "conv2d", "conv3d", "conv_tbc",
     "conv_transpose1d", "einsum", "matmul", "mm", "mv", "prelu",
 })  # fmt: skip
-# What an `if` around the calls may test and still go: no call, so no effect of its own.
-_PURE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Load, ast.cmpop, ast.boolop,
-         ast.unaryop, ast.Tuple, ast.List)
 
 
 def no_op_registrations(tree: _Tree, uses: list[AmpUse]) -> tuple[list[AmpUse], list[AmpUse]]:
@@ -58,7 +56,7 @@ def remove_registrations(rw: _Rewrite, twins: list[AmpUse]) -> None:
         if isinstance(holder, ast.If) and statement in holder.body:
             if not all(id(s) in statements for s in holder.body):
                 continue  # the `if` keeps its other statements; this one goes alone (below)
-            if holder.orelse or not all(isinstance(n, _PURE) for n in ast.walk(holder.test)):
+            if holder.orelse or not runs_nothing(holder.test):
                 raise NotMechanical(f"the `if` on line {holder.lineno} holds only registrations that autocast makes "
                                     "no-ops, and its test or its `else` does more")
             removed[id(holder)] = holder
