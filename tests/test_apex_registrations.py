@@ -34,3 +34,19 @@ def test_a_registration_that_is_no_no_op_twin_holds_the_rewrite_back_with_its_re
     assert result.new_source == source
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert initialize.message.endswith(f"not rewritten: {reason}")
+
+
+@pytest.mark.parametrize(("name", "suggested"), [
+    ("register_half_function_in_an_if_that_calls",
+     "nothing: torch.einsum is on CUDA autocast's float16 list, so under the autocast of the migration it runs in "
+     "float16 already; the registration goes with apex.amp's set-up (ampfix removes it where it rewrites that set-up)"),
+    ("register_half_function_off_the_float16_list",
+     'wrap the calls: with torch.autocast("cuda", enabled=False): f(x.float()) (float32), or cast the inputs to '
+     "float16 before the call"),
+])
+def test_a_registration_left_suggests_what_its_function_needs(name: str, suggested: str) -> None:
+    """Left with its set-up (Transformer-XL's einsum beside initialize in another function): a function autocast runs
+    in float16 needs nothing by hand; another needs its calls wrapped."""
+    result = fix_source((FIXTURES / f"{name}.in.py").read_text(encoding="utf-8"))
+    (registration,) = [f for f in result.findings if f.code == "AMP105"]
+    assert not registration.fixed and registration.suggestion == suggested

@@ -18,7 +18,7 @@ from ampfix.families.apex.parallel import plan_parallel
 from ampfix.families.apex.split import split_half
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
-                                         plan_rewrite)
+                                         float16_function, plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_import, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -406,7 +406,12 @@ def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_
         notes.append(_scale_loss_detail(call))
     if not_rewritten:
         notes.append(f"not rewritten: {not_rewritten}")
-    _report(analysis, ref.node, rule, _advice(full), "; ".join(n for n in notes if n), unsafe_fix)
+    advice = _advice(full)
+    twin = float16_function(call, ref.scope, analysis.resolve_value) \
+        if call is not None and full == rules.REGISTER_HALF else None
+    if twin is not None:  # autocast runs it in float16: nothing to wrap, it goes with the set-up's migration
+        advice = rules.Advice(advice.reason, rules.FLOAT16_REGISTRATION.format(name=twin))
+    _report(analysis, ref.node, rule, advice, "; ".join(n for n in notes if n), unsafe_fix)
 
 
 def _argument(call: ast.Call, name: str, params: tuple[str, ...]) -> ast.expr | None:

@@ -354,6 +354,11 @@ ADVICE: dict[str, Advice] = {
         "mmengine's ApexOptimWrapper needs apex.amp, " + REMOVED, "mmengine.optim.AmpOptimWrapper"),
 }
 ADVICE["apex.parallel.optimized_sync_batchnorm.SyncBatchNorm"] = ADVICE["apex.parallel.SyncBatchNorm"]
+# `register_half_function(torch, "einsum")` where autocast runs the function in float16 already: what is suggested
+REGISTER_HALF = "apex.amp.register_half_function"
+FLOAT16_REGISTRATION = ("nothing: torch.{name} is on CUDA autocast's float16 list, so under the autocast of the "
+                        "migration it runs in float16 already; the registration goes with apex.amp's set-up (ampfix "
+                        "removes it where it rewrites that set-up)")
 for _name in ("register_float_function", "register_promote_function"):
     ADVICE[f"apex.amp.{_name}"] = ADVICE["apex.amp.register_half_function"]
 ADVICE["apex.amp.handle.scale_loss"] = ADVICE["apex.amp.scale_loss"]

@@ -54,7 +54,7 @@ from ampfix.families.apex.rewrite.inference import (INFERENCE_SUB_REWRITES, _inf
                                                     inference_shape)
 from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _rewrite_import, _rewrite_method_imports
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
-from ampfix.families.apex.rewrite.registrations import no_op_registrations, remove_registrations
+from ampfix.families.apex.rewrite.registrations import float16_function, no_op_registrations, remove_registrations
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
 from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_state
 from ampfix.families.apex.rewrite.shape import _shape
@@ -64,7 +64,7 @@ from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, Split
 
 # What the rest of the apex family uses (`detect`, `parallel`).
 __all__ = ["AmpUse", "Engine", "NotMechanical", "Rewritten", "Split", "UnsafeOnly", "commit_rewrites",
-           "conditional_import", "engine_of", "plan_rewrite"]
+           "conditional_import", "engine_of", "float16_function", "plan_rewrite"]
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,16 @@ that held only such calls, whose test has no effect of its own (`if 'apex' in sy
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
+from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.loss_scale import runs_nothing
 from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.tree import _last_line, _Tree
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
+from ampfix.syntax.bindings import Scope
 
-_REGISTER_HALF = "apex.amp.register_half_function"
 # The functions of the `torch` module whose op is on CUDA autocast's float16 list (the runner's LOWER_PRECISION_FP,
 # which the check path cannot import: it imports torch): tests/test_apex_registrations.py holds each to that list
 # and to the installed torch. A name on the list that torch does not have as a function (`linear`) is not here.
@@ -29,19 +31,26 @@ TORCH_FLOAT16_FUNCTIONS = frozenset({
 
 def no_op_registrations(tree: _Tree, uses: list[AmpUse]) -> tuple[list[AmpUse], list[AmpUse]]:
     """The uses that are registrations of a torch function autocast runs in float16, and the others."""
-    twins = [use for use in uses if use.full == _REGISTER_HALF and _float16_function(tree, use) is not None]
+    twins = [use for use in uses if use.full == rules.REGISTER_HALF and _float16_function(tree, use) is not None]
     return twins, [use for use in uses if not any(use is twin for twin in twins)]
 
 
 def _float16_function(tree: _Tree, use: AmpUse) -> str | None:
     """`amp.register_half_function(torch, "einsum")`, a statement of its own: the function's name, else None."""
     call = use.ref.parent
-    if not (isinstance(call, ast.Call) and call.func is use.ref.node and len(call.args) == 2 and not call.keywords
-            and isinstance(tree.parent(call), ast.Expr)):
+    if not (isinstance(call, ast.Call) and call.func is use.ref.node and isinstance(tree.parent(call), ast.Expr)):
+        return None
+    return float16_function(call, use.ref.scope, tree.engine.resolve)
+
+
+def float16_function(call: ast.Call, scope: Scope, resolve: Callable[[ast.expr, Scope], str | None]) -> str | None:
+    """The torch function a `register_half_function(torch, "<name>")` call registers, where it is one autocast runs
+    in float16 (`resolve`: the qualified name an argument spells), else None."""
+    if len(call.args) != 2 or call.keywords:
         return None
     module, name = call.args
     if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value in TORCH_FLOAT16_FUNCTIONS
-            and tree.engine.resolve(module, use.ref.scope) == "torch"):
+            and resolve(module, scope) == "torch"):
         return None
     return name.value
 
