@@ -62,22 +62,18 @@ def remove_registrations(rw: _Rewrite, twins: list[AmpUse]) -> None:
     removed: dict[int, ast.stmt] = {}
     for statement in statements.values():
         holder = rw.tree.parent(statement)
-        if isinstance(holder, ast.If) and statement in holder.body:
-            if not all(id(s) in statements for s in holder.body):
-                continue  # the `if` keeps its other statements; this one goes alone (below)
+        if isinstance(holder, ast.If) and statement in holder.body and all(id(s) in statements for s in holder.body):
             if holder.orelse or not runs_nothing(holder.test):
                 raise NotMechanical(f"the `if` on line {holder.lineno} holds only registrations that autocast makes "
                                     "no-ops, and its test or its `else` does more")
             removed[id(holder)] = holder
-        elif isinstance(holder, ast.If) and statement in holder.orelse and holder.orelse == [statement]:
-            raise NotMechanical(f"a registration autocast makes a no-op is the whole `else` of line {holder.lineno}")
-    for statement in statements.values():
-        holder = rw.tree.parent(statement)
-        if id(holder) not in removed:
-            block, _ = rw.tree.block_of(statement)
-            if all(id(s) in statements for s in block):
-                raise NotMechanical(f"the registration on line {statement.lineno} is all its block holds")
+        else:
             removed[id(statement)] = statement
+    for statement in removed.values():
+        block, _ = rw.tree.block_of(statement)
+        if all(id(s) in removed for s in block):
+            raise NotMechanical(f"removing the registration on line {statement.lineno} (or the `if` holding only "
+                                "registrations) would leave its block empty")
     for statement in sorted(removed.values(), key=lambda s: s.lineno):
         _whole_lines_only(rw, statement)
         rw.splices.append((*rw.tree.index.removal(statement.lineno, _last_line(statement)), ""))
