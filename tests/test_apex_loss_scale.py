@@ -40,7 +40,7 @@ def test_initialize_in_both_branches_of_a_loss_scale_test_names_the_one_call_tha
         assert result.new_source == source
         initializes = [f.message for f in result.findings if f.code == "AMP101"]
         assert len(initializes) == 2 and all(message.endswith(
-            "not rewritten: initialize is called in both branches of `if args.loss_scale == 0:` on line 9, alike but "
+            "not rewritten: initialize is called in both branches of `if args.loss_scale == 0:` on line 8, alike but "
             'for loss_scale: they are one call given `loss_scale="dynamic" if args.loss_scale == 0 else '
             "args.loss_scale` (not merged here: written so by hand, that call's loss_scale is read at run time, under "
             "--unsafe-fixes)") for message in initializes), initializes

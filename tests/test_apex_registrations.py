@@ -26,9 +26,9 @@ def test_each_name_is_a_torch_function_on_autocasts_float16_list() -> None:
 @pytest.mark.parametrize(("name", "reason"), [
     ("register_half_function_off_the_float16_list", "apex.amp is used otherwise too (apex.amp.register_half_function)"),
     ("register_half_function_in_an_if_that_calls",
-     "the `if` on line 13 holds only registrations that autocast makes no-ops, and its test or its `else` does more"),
+     "the `if` on line 12 holds only registrations that autocast makes no-ops, and its test or its `else` does more"),
     ("register_half_function_all_its_block_holds",
-     "removing the registration on line 20 (or the `if` holding only registrations) would leave its block empty"),
+     "removing the registration on line 19 (or the `if` holding only registrations) would leave its block empty"),
 ])
 def test_a_registration_that_is_no_no_op_twin_holds_the_rewrite_back_with_its_reason(name: str, reason: str) -> None:
     source = (FIXTURES / f"{name}.in.py").read_text(encoding="utf-8")
