@@ -24,18 +24,25 @@ class _OptLevel:
 
 def _opt_level(tree: _Tree, call: ast.Call) -> _OptLevel:
     """The level (`_level`), and a static `loss_scale`: its nearest native twin under --unsafe-fixes."""
-    return _static_loss_scale(_level(tree, call), call)
+    return _static_loss_scale(_level(tree, call), call, tree)
 
 
-def _static_loss_scale(opt_level: _OptLevel, call: ast.Call) -> _OptLevel:
+def _static_loss_scale(opt_level: _OptLevel, call: ast.Call, tree: _Tree) -> _OptLevel:
     """`loss_scale=128.0` (a positive number literal): apex multiplied every loss by it, never changed it and
     stepped on whatever the gradients held. The nearest GradScaler starts at that scale and never grows
     (`growth_interval` the largest its int32 tracker holds), under --unsafe-fixes, the note saying what differs: on
-    inf/NaN gradients it skips the step and halves the scale, which apex's static scale never did. Any other
+    inf/NaN gradients it skips the step and halves the scale, which apex's static scale never did. An argparse
+    option whose default is None or "dynamic" (apex's ImageNet example's `loss_scale=args.loss_scale`): the dynamic
+    scale its default runs, under --unsafe-fixes (a run that gives a number got apex's static scale). Any other
     value but "dynamic" is not rewritten."""
     value = next((k.value for k in call.keywords if k.arg == "loss_scale"), None)
     if value is None or isinstance(value, ast.Constant) and value.value == rules.DYNAMIC_LOSS_SCALE:
         return opt_level
+    option = _argparse_option(tree, value, defaults=(str, type(None)))
+    if option is not None and option[1] in (None, rules.DYNAMIC_LOSS_SCALE):
+        note = (f"loss_scale `{tree.text(value)}` is the option {option[0]} (default {option[1]!r}): "
+                f"{rules.OPTION_LOSS_SCALE}")
+        return replace(opt_level, note="; ".join(n for n in (opt_level.note, note) if n), unsafe=True)
     number = value.value if isinstance(value, ast.Constant) else None
     if not (isinstance(number, (int, float)) and not isinstance(number, bool) and number > 0):
         raise NotMechanical(f'loss_scale is neither "{rules.DYNAMIC_LOSS_SCALE}" nor a positive number literal')
@@ -79,7 +86,8 @@ def _level(tree: _Tree, call: ast.Call) -> _OptLevel:
     return _unsafe_level(tree, text, [f"{said}: {rules.OPT_LEVEL_LOSS}", *o0, *extras, rules.DECLARE_THE_LEVEL])
 
 
-def _declared_level(text: str, declared: str, call: ast.Call, option: tuple[str, str, list[str]] | None) -> _OptLevel:
+def _declared_level(text: str, declared: str, call: ast.Call,
+                    option: tuple[str, str | None, list[str]] | None) -> _OptLevel:
     """A level the code does not say (not a literal), decided by the project's declaration: O1 is rewritten as O1
     (a safe fix: the person said which level runs), O2 under --unsafe-fixes with what changes. An option whose
     choices leave the declared level out cannot run it: not rewritten. Under a declared O1, the O2 keywords
@@ -131,9 +139,11 @@ def _parameter_default(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str
     return value.id, default.value, []
 
 
-def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]] | None:
+def _argparse_option(tree: _Tree, value: ast.expr,
+                     defaults: tuple[type, ...] = (str,)) -> tuple[str, str | None, list[str]] | None:
     """`X.name` read from the one `add_argument("--name", default="O1", choices=[...])` of the module whose
-    destination is `name`: the flag, its literal default, its literal choices; else None."""
+    destination is `name`: the flag, its literal default (of one of `defaults`' types), its literal choices; else
+    None."""
     if not isinstance(value, ast.Attribute):
         return None
     found = []
@@ -153,10 +163,12 @@ def _argparse_option(tree: _Tree, value: ast.expr) -> tuple[str, str, list[str]]
     flag, keywords = found[0]
     default = keywords.get("default")
     choices = keywords.get("choices")
-    if not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, defaults)) \
+            and not (default is None and type(None) in defaults):
         return None
     listed = [c.value for c in choices.elts if isinstance(c, ast.Constant) and isinstance(c.value, str)] \
         if isinstance(choices, (ast.List, ast.Tuple)) else []
     if choices is not None and (len(listed) != len(getattr(choices, "elts", [])) or not listed):
         return None
-    return str(flag), default.value, listed
+    return str(flag), default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None, \
+        listed
