@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from ampfix.families.apex.rewrite.tree import _Tree
+from ampfix.families.apex.rewrite.tree import _Tree, _use_holders
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER
 
 
@@ -29,16 +29,8 @@ def _functions_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines
                        opt_name: str) -> list[ast.FunctionDef]:
     """The module-level functions other than initialize's that hold apex.amp uses, each checked as above (every
     other use lies in initialize's function between the lines of `lines`)."""
-    callees: list[ast.FunctionDef] = []
-    for use in uses:
-        where = tree.function_of(use.ref.node)
-        if where is function and lines[0] <= use.ref.node.lineno <= lines[1]:
-            continue
-        if not (_module_function(tree, where) and isinstance(where, ast.FunctionDef)):
-            raise NotMechanical("an apex.amp use lies outside the function of initialize (or a module-level function "
-                                "it calls), or before it, or after the `try` body that holds it")
-        if where not in callees:
-            callees.append(where)
+    callees = _use_holders(tree, uses, function, lines, lambda holder: _module_function(tree, holder),
+                           "a module-level function it calls")
     for callee in callees:
         _handed_the_optimizer(tree, callee, function, lines, opt_name)
     return callees
