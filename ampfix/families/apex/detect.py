@@ -335,7 +335,7 @@ def _plan_imports(analysis: ApexModule, rewritten: Rewritten | str,
     bound = bool(analysis.walker.module_scope.bindings.get(rules.TO_PYTHON_FLOAT_NAME))
     fp16 = plan_fp16_utils(tree, index, bound)
     star = star_import(tree)
-    held = raising_try(tree, star) if star is not None else None
+    held = raising_try(tree, star, index) if star is not None else None
     if isinstance(fp16, Fp16Plan) and not analysis.options.unsafe_fixes:
         fp16 = UnsafeOnly(f"{rules.TO_PYTHON_FLOAT} (an unsafe fix exists: --unsafe-fixes)")
     if isinstance(fp16, Fp16Plan):
@@ -347,7 +347,7 @@ def _plan_imports(analysis: ApexModule, rewritten: Rewritten | str,
             engine.add_splices(list(fp16.splices))
     messages: dict[int, str] = {}
     for top in tree.body:
-        if not (isinstance(top, ast.Try) and top.body and raising_try(tree, top.body[0]) is top):
+        if not (isinstance(top, ast.Try) and top.body and raising_try(tree, top.body[0], index) is top):
             continue
         gone: dict[int, set[str]] = {}
         for node in top.body:
@@ -389,7 +389,8 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             return node
     if binding not in module_bindings:
         return not_plain
-    if module_bindings == [binding] and isinstance(node, ast.ImportFrom) and raising_try(analysis.tree, node):
+    if module_bindings == [binding] and isinstance(node, ast.ImportFrom) \
+            and raising_try(analysis.tree, node, analysis.index):
         return node  # one of several apex imports in a `try` whose handlers only raise (`tried`)
     if module_bindings == [binding] and isinstance(node, ast.ImportFrom) and imports_amp_alone(node) \
             and conditional_import(analysis.tree, node) is not None:

@@ -109,7 +109,7 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
     for package, refs in packages.values():
         _remove_package_import(engine, package, refs, splices)
     for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()
-                        if raising_try(engine.tree, st) is None}.values(), key=lambda node: node.lineno):
+                        if raising_try(engine.tree, st, engine.index) is None}.values(), key=lambda node: node.lineno):
         _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
     for edit_start, edit_end in engine.edit_spans():
         if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):
@@ -123,7 +123,7 @@ def _import_site(engine: Engine, statement: ast.ImportFrom) -> ast.stmt:
     DeepLearningExamples' `try: from apex.parallel import DistributedDataParallel as DDP` / `except ImportError:
     raise ImportError("Please install apex ...")`)."""
     parent = engine.parents.of(statement)
-    if isinstance(parent, ast.Try) and raising_try(engine.tree, statement) is parent:
+    if isinstance(parent, ast.Try) and raising_try(engine.tree, statement, engine.index) is parent:
         return parent  # several apex imports: `tried` removes what the rewrites made unused
     if isinstance(parent, ast.Try) and not parent.orelse and not parent.finalbody and all(
             isinstance(s, ast.ImportFrom) and s.module == "apex.parallel" for s in parent.body) and all(

@@ -19,20 +19,33 @@ still imports, or raises, as before."""
 from __future__ import annotations
 
 import ast
+import tokenize
 
-from ampfix.core.locations import SourceIndex
+from ampfix.core.locations import SourceIndex, tokens
 
 
-def raising_try(tree: ast.Module, node: ast.stmt) -> ast.Try | None:
-    """The module-level `try` holding `node` whose body holds only imports, at least two, one of them of apex, and
-    whose handlers only raise (no `else`, no `finally`); else None."""
+def raising_try(tree: ast.Module, node: ast.stmt, index: SourceIndex) -> ast.Try | None:
+    """The module-level `try` holding `node` whose body holds only imports, at least two, each on lines of its own,
+    and whose handlers only raise (no `else`, no `finally`), with no comment on its lines (removing the `try`, or an
+    import of it, would drop it); else None."""
     for top in tree.body:
         if isinstance(top, ast.Try) and node in top.body and len(top.body) > 1 and not top.orelse \
                 and not top.finalbody and top.handlers \
                 and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in top.body) \
-                and all(len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in top.handlers):
+                and all(len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in top.handlers) \
+                and all((a.end_lineno or a.lineno) < b.lineno for a, b in zip(top.body, top.body[1:])) \
+                and top.lineno < top.body[0].lineno and not _commented(top, index):
             return top
     return None
+
+
+def _commented(statement: ast.stmt, index: SourceIndex) -> bool:
+    """Does a comment stand on the lines of `statement`, a module-level statement (its text tokenizes alone)?"""
+    start, end = index.line_start(statement.lineno), index.line_end(statement.end_lineno or statement.lineno)
+    try:
+        return any(token.type == tokenize.COMMENT for token in tokens(index.text[start:end]))
+    except (tokenize.TokenError, SyntaxError):
+        return True
 
 
 def _unread(tree: ast.Module, aliases: list[ast.alias]) -> bool:

@@ -135,7 +135,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     site = init if item_loop is None else item_loop.loop
     model, optimizer, enabled = _initialize_arguments(init_call, item_loop is not None)
     opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
-    tried = raising_try(tree.engine.tree, import_node)  # one of several apex imports in a `try` that raises
+    tried = raising_try(tree.engine.tree, import_node, tree.index)  # one of several apex imports in a `try` that raises
     conditional = conditional_import(tree.engine.tree, import_node) if optional is None and tried is None else None
     local = optional is None and import_node not in tree.engine.tree.body and conditional is None and tried is None
     import_statement = _local_import_statement(tree, import_node) if local else (
