@@ -1,5 +1,6 @@
 """AMP107: `from apex.fp16_utils import *` where the module reads only `to_python_float` of what it binds (apex's
-ImageNet example), under --unsafe-fixes: each `to_python_float(t)` becomes `t.item()`, and the import goes.
+ImageNet example), under --unsafe-fixes: each `to_python_float(t)` becomes `t.item()`, and the import goes (only
+from a `try` of several apex imports whose handlers only raise, `tried`; elsewhere it is left, saying so).
 
 apex defined it as `t.item()` where `t` has an `item` (every tensor, and numpy's scalars), else `t[0]` (written for
 the torch 0.3 tensors that had no `item`). The rewrite cannot tell that the argument is a tensor: where it is not
@@ -22,7 +23,7 @@ _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript)  # `x.item()` needs 
 
 @dataclass(frozen=True)
 class Fp16Plan:
-    statement: ast.ImportFrom  # the star import, which goes (alone, or with the `try` it shares: `tried`)
+    statement: ast.ImportFrom  # the star import, which `tried` removes from the `try` of apex imports it is in
     calls: dict[int, str]  # the message of each `to_python_float(...)` rewritten, by id() of its name
     splices: tuple[tuple[int, int, str], ...]  # the calls' edits (the import's removal is its holder's)
 
