@@ -49,8 +49,11 @@ def _delay_allreduce(engine: Engine, call: ast.Call) -> ast.keyword | None:
     """`delay_allreduce=True`, the last argument, under --unsafe-fixes (apex's ImageNet example): dropped, torch's
     DDP averaging the same gradients (`rules.DELAY_ALLREDUCE` says what differs); else None."""
     last = call.keywords[-1] if call.keywords else None
-    if engine.options.unsafe_fixes and last is not None and last.arg == "delay_allreduce" \
-            and isinstance(last.value, ast.Constant) and last.value.value is True and len(call.keywords) == 1:
+    if last is not None and last.arg == "delay_allreduce" and isinstance(last.value, ast.Constant) \
+            and last.value.value is True and len(call.keywords) == 1:
+        if not engine.options.unsafe_fixes:
+            raise NotMechanical(f"delay_allreduce=True would be dropped: {rules.DELAY_ALLREDUCE} (an unsafe fix "
+                                "exists: --unsafe-fixes)")
         return last
     return None
 
@@ -103,7 +106,8 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             splices.append((at, index.span(dropped)[1] if dropped is not None else at, f", device_ids=[{rank}]"))
             extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
             if dropped is not None:
-                messages[id(ref)] = UnsafeFix(f"`{'.'.join(ref.parts)}` -> `{new}`{extra}; {rules.DELAY_ALLREDUCE}")
+                messages[id(ref)] = UnsafeFix(f"`{'.'.join(ref.parts)}` -> `{new}`{extra}; delay_allreduce=True is "
+                                              f"dropped: {rules.DELAY_ALLREDUCE}")
                 continue
         messages[id(ref)] = f"`{'.'.join(ref.parts)}` -> `{new}`{extra}"
     for package, refs in packages.values():

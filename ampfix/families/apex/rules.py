@@ -267,7 +267,7 @@ PARALLEL_TWINS: dict[str, tuple[str, frozenset[str], int]] = {
         {"num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"}), 6),
 }
 # apex's `delay_allreduce=True`, dropped under --unsafe-fixes: what torch's DDP does instead.
-DELAY_ALLREDUCE = ("delay_allreduce=True is dropped: torch's DDP averages the same gradients, overlapping the "
+DELAY_ALLREDUCE = ("torch's DDP averages the same gradients, overlapping the "
                    "allreduce with the backward where apex waited for its end; a model with parameters a forward "
                    "pass leaves unused needs find_unused_parameters=True, which apex's delayed allreduce did not")
 LOCAL_RANK = "local_rank"  # the name (or attribute) that holds this process's GPU index, by convention and launchers
