@@ -58,6 +58,10 @@ JOBS: dict[str, list[str]] = {
     "setup_box_off_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.native.py", "--",
                              "--fp16", "0"],
     "setup_box_wrong_order_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.wrong_order.py"],
+    "imagenet_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.native.py", "--", "--opt-level",
+                        "O1"],
+    "imagenet_wrong_eval_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.wrong_eval.py", "--",
+                                   "--opt-level", "O1"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -372,6 +376,30 @@ def test_apexs_dcgan_on_one_grad_scaler_differs_only_by_the_number_of_scales(dcg
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 18
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 12
     assert rewritten["scaler"] == {"scale": 18, "unscale": 0, "step": 12, "update": 6, "skipped_steps": 0}
+
+
+def test_apexs_imagenet_with_the_scaler_handed_to_train_is_equivalent(imagenet_verify: Job) -> None:
+    """issue 44: apex's ImageNet shapes (a `try` of apex imports, initialize in `main`, scale_loss in `train`,
+    evaluation in `validate`), rewritten under --unsafe-fixes --apex-opt-level O1: equivalent, the 6 losses bit for
+    bit, each step through the one scaler handed to `train`."""
+    report = imagenet_verify.report
+    assert imagenet_verify.returncode == 0, imagenet_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert EMULATED_O1 in [use["feature"] for use in original["emulated"]]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 6
+    assert rewritten["scaler"] == {"scale": 6, "unscale": 0, "step": 6, "update": 6, "skipped_steps": 0}
+
+
+def test_imagenet_without_the_autocast_in_validate_is_named(imagenet_wrong_eval_verify: Job) -> None:
+    """The same rewrite without the autocast in `validate` (called from `main` after initialize): O1 ran it in
+    float16, and verify names its first model call there."""
+    report = imagenet_wrong_eval_verify.report
+    assert imagenet_wrong_eval_verify.returncode == 1, imagenet_wrong_eval_verify.stderr
+    assert "original call of Sequential under autocast(cuda float16) at apex_imagenet.py:" in \
+        report["first_difference"]
+    assert "rewrite call of Sequential outside autocast at apex_imagenet.wrong_eval.py:" in report["first_difference"]
 
 
 def test_lists_of_models_and_optimizers_on_one_grad_scaler_are_equivalent(optimizers_verify: Job) -> None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import ast
 
+from ampfix.families.apex.fp16_utils import Fp16Plan, plan_fp16_utils, star_import
 from ampfix.families.apex.handover import handover
+from ampfix.families.apex.tried import plan_tried, raising_try
 from ampfix.families.apex.module import ApexModule
-from ampfix.families.apex.parallel import plan_parallel
+from ampfix.families.apex.parallel import UnsafeFix, plan_parallel
 from ampfix.families.apex.split import split_half
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
-                                         float16_function, plan_rewrite)
+                                         engine_of, float16_function, plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_import, resolve
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
@@ -95,6 +97,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
                 rewritten += _other_half(analysis, {rule.code for *_, rule in uses}) + across
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
+        fp16, imports_gone = _plan_imports(analysis, rewritten, parallel)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
         left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
@@ -102,7 +105,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             if isinstance(rewritten, Rewritten) and id(ref) in rewritten.messages:
                 _report_fixed(analysis, ref.node, rule, rewritten.messages[id(ref)], rewritten.unsafe)
             elif isinstance(parallel, dict) and id(ref) in parallel:
-                _report_fixed(analysis, ref.node, rule, parallel[id(ref)])
+                _report_fixed(analysis, ref.node, rule, parallel[id(ref)], isinstance(parallel[id(ref)], UnsafeFix))
             else:  # not rewritten, or not apex.amp (apex.parallel, apex.fp16_utils beside a rewritten pattern)
                 left.add(id(binding))
                 not_rewritten = rewritten if isinstance(rewritten, str) and rule is says_why else ""
@@ -110,7 +113,14 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
                     not_rewritten = parallel
                 unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
                 _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
-        _report_imports(analysis, used, left, rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False))
+        if isinstance(fp16, Fp16Plan):
+            for node in ast.walk(analysis.tree):
+                if id(node) in fp16.calls:
+                    _report_fixed(analysis, node, rules.FP16_UTILS, fp16.calls[id(node)], True)
+        done = rewritten if isinstance(rewritten, Rewritten) else Rewritten({}, False)
+        _report_imports(analysis, used, left, Rewritten({**done.messages, **imports_gone},
+                                                        done.unsafe or isinstance(fp16, Fp16Plan)),
+                        {id(star_import(analysis.tree)): fp16} if isinstance(fp16, str) else {})
     _report_named_modules(analysis)
     if _may_hold_settings(analysis):
         _report_settings(analysis)
@@ -315,6 +325,46 @@ def _plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str
     return held or plan_parallel(analysis, [(ref, full) for ref, _, full in parallel], torch_imported_at)
 
 
+def _plan_imports(analysis: ApexModule, rewritten: Rewritten | str,
+                  parallel: dict[int, str] | str) -> tuple[Fp16Plan | str | None, dict[int, str]]:
+    """After the rewrites of apex.amp and apex.parallel: `from apex.fp16_utils import *` (`fp16_utils`), then the
+    imports they made unused in a `try` of several apex imports whose handlers only raise (`tried`). The star
+    import's plan (or why not, or None where there is none), and the message of each import removed, by id()."""
+    tree, index = analysis.tree, analysis.index
+    engine = engine_of(analysis)
+    bound = bool(analysis.walker.module_scope.bindings.get(rules.TO_PYTHON_FLOAT_NAME))
+    fp16 = plan_fp16_utils(tree, index, bound)
+    star = star_import(tree)
+    held = raising_try(tree, star, index) if star is not None else None
+    if isinstance(fp16, Fp16Plan) and not analysis.options.unsafe_fixes:
+        fp16 = UnsafeOnly(f"{rules.TO_PYTHON_FLOAT} (an unsafe fix exists: --unsafe-fixes)")
+    if isinstance(fp16, Fp16Plan):
+        spans = [(a, b) for a, b, _ in fp16.splices]
+        if any(s < b and a < e for s, e in engine.edit_spans() for a, b in spans) or held is None:
+            fp16 = "another rewrite edits a call of to_python_float" if held is not None else \
+                "the star import is not in a `try` of apex imports whose handlers only raise"
+        else:
+            engine.add_splices(list(fp16.splices))
+    messages: dict[int, str] = {}
+    for top in tree.body:
+        if not (isinstance(top, ast.Try) and top.body and raising_try(tree, top.body[0], index) is top):
+            continue
+        gone: dict[int, set[str]] = {}
+        for node in top.body:
+            if isinstance(fp16, Fp16Plan) and node is fp16.statement:
+                gone[id(node)] = {"*"}
+            elif isinstance(node, ast.ImportFrom) and f"{node.module}.amp" == rules.AMP_MODULE \
+                    and isinstance(rewritten, Rewritten):
+                gone[id(node)] = {a.asname or a.name for a in node.names if a.name == "amp"}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apex.parallel") \
+                    and isinstance(parallel, dict) and parallel:
+                gone[id(node)] = {a.asname or a.name for a in node.names}
+        splices, said = plan_tried(tree, index, top, gone)
+        engine.add_splices(splices)
+        messages.update(said)
+    return fp16, messages
+
+
 def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:
     """The one `from apex import amp` the uses go through (plain at module level, the optional import, or plain in
     the function that uses it: the rewrite checks where in it), or why there is none."""
@@ -339,6 +389,9 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             return node
     if binding not in module_bindings:
         return not_plain
+    if module_bindings == [binding] and isinstance(node, ast.ImportFrom) \
+            and raising_try(analysis.tree, node, analysis.index):
+        return node  # one of several apex imports in a `try` whose handlers only raise (`tried`)
     if module_bindings == [binding] and isinstance(node, ast.ImportFrom) and imports_amp_alone(node) \
             and conditional_import(analysis.tree, node) is not None:
         return node  # `if is_apex_available(): from apex import amp` at module level
@@ -465,12 +518,13 @@ def _scale_loss_detail(call: ast.Call) -> str:
     return "; ".join(notes)
 
 
-def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewritten: Rewritten) -> None:
+def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewritten: Rewritten,
+                    why: dict[int, str]) -> None:
     """Every apex import the rewrite does not remove is reported at its line (it fails on current apex): the
     optional import says its handler silently turns mixed precision off, an import with a use left through it
     (`left`, id() of bindings) says the uses are reported too. Fixed where the rewrite removes the optional import
     (`rewritten` holds its message by id() of the import); a plain one whose every use is rewritten goes silently
-    with them."""
+    with them. `why`: the reason an import stays, by id() of it (the star import of apex.fp16_utils)."""
     for imp in analysis.walker.imports:
         for qname in _import_qnames(imp.node):
             rule = rules.rule_of(qname) if _owned(qname) else None
@@ -479,6 +533,9 @@ def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewrit
             advice = _advice(qname)
             if id(imp.node) in rewritten.messages:
                 _report_fixed(analysis, imp.node, rule, rewritten.messages[id(imp.node)], rewritten.unsafe)
+            elif id(imp.node) in why:
+                _report(analysis, imp.node, rule, advice, f"not rewritten: {why[id(imp.node)]}",
+                        unsafe_fix=isinstance(why[id(imp.node)], UnsafeOnly))
             elif imp.optional:
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "

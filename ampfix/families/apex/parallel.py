@@ -20,6 +20,7 @@ import ast
 from ampfix.families.apex import rules
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.rewrite import Engine, NotMechanical, engine_of
+from ampfix.families.apex.tried import raising_try
 from ampfix.syntax.bindings import ChainRef
 
 
@@ -38,6 +39,23 @@ def plan_parallel(analysis: ApexModule, uses: list[tuple[ChainRef, str]],
 
 
 Splices = list[tuple[int, int, str]]
+
+
+class UnsafeFix(str):
+    """The message of a use rewritten under --unsafe-fixes only."""
+
+
+def _delay_allreduce(engine: Engine, call: ast.Call) -> ast.keyword | None:
+    """`delay_allreduce=True`, the last argument, under --unsafe-fixes (apex's ImageNet example): dropped, torch's
+    DDP averaging the same gradients (`rules.DELAY_ALLREDUCE` says what differs); else None."""
+    last = call.keywords[-1] if call.keywords else None
+    if last is not None and last.arg == "delay_allreduce" and isinstance(last.value, ast.Constant) \
+            and last.value.value is True and len(call.keywords) == 1:
+        if not engine.options.unsafe_fixes:
+            raise NotMechanical(f"delay_allreduce=True would be dropped: {rules.DELAY_ALLREDUCE} (an unsafe fix "
+                                "exists: --unsafe-fixes)")
+        return last
+    return None
 
 
 def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
@@ -70,8 +88,9 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
         if isinstance(statement, ast.ImportFrom):
             sites[id(statement)] = statement
         new, keywords, positional = twin
+        dropped = _delay_allreduce(engine, call) if new == "torch.nn.parallel.DistributedDataParallel" else None
         if len(call.args) > positional or any(isinstance(a, ast.Starred) for a in call.args) \
-                or any(k.arg not in keywords for k in call.keywords):
+                or any(k.arg not in keywords and k is not dropped for k in call.keywords):
             raise NotMechanical(f"`{ref.parts[0]}(...)` passes arguments torch's {new} does not take alike "
                                 "(apex's communication options have no twin)")
         start, end = index.span(ref.node)
@@ -82,15 +101,19 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
             if rank is None:
                 raise NotMechanical("no local rank in scope for device_ids (a `local_rank` name, or `X.local_rank`)")
             at = index.span(call.args[-1])[1] if call.args else None
-            if at is None or call.keywords:
+            if at is None or [k for k in call.keywords if k is not dropped]:
                 raise NotMechanical("DistributedDataParallel is not given the module alone")
-            splices.append((at, at, f", device_ids=[{rank}]"))
+            splices.append((at, index.span(dropped)[1] if dropped is not None else at, f", device_ids=[{rank}]"))
             extra = f", with device_ids=[{rank}] (the GPU of this process; apex's used the module's device)"
+            if dropped is not None:
+                messages[id(ref)] = UnsafeFix(f"`{'.'.join(ref.parts)}` -> `{new}`{extra}; delay_allreduce=True is "
+                                              f"dropped: {rules.DELAY_ALLREDUCE}")
+                continue
         messages[id(ref)] = f"`{'.'.join(ref.parts)}` -> `{new}`{extra}"
     for package, refs in packages.values():
         _remove_package_import(engine, package, refs, splices)
-    for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()}.values(),
-                       key=lambda node: node.lineno):
+    for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()
+                        if raising_try(engine.tree, st, engine.index) is None}.values(), key=lambda node: node.lineno):
         _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
     for edit_start, edit_end in engine.edit_spans():
         if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):
@@ -104,6 +127,8 @@ def _import_site(engine: Engine, statement: ast.ImportFrom) -> ast.stmt:
     DeepLearningExamples' `try: from apex.parallel import DistributedDataParallel as DDP` / `except ImportError:
     raise ImportError("Please install apex ...")`)."""
     parent = engine.parents.of(statement)
+    if isinstance(parent, ast.Try) and raising_try(engine.tree, statement, engine.index) is parent:
+        return parent  # several apex imports: `tried` removes what the rewrites made unused
     if isinstance(parent, ast.Try) and not parent.orelse and not parent.finalbody and all(
             isinstance(s, ast.ImportFrom) and s.module == "apex.parallel" for s in parent.body) and all(
             len(h.body) == 1 and isinstance(h.body[0], ast.Raise) for h in parent.handlers):

@@ -190,6 +190,18 @@ FP16_UTILS = Rule(
     ),
 )
 
+# What `from apex.fp16_utils import *` binds (apex/fp16_utils/__init__.py has no __all__: its public names and
+# submodules), and the one of them rewritten (`ampfix.families.apex.fp16_utils`).
+FP16_MODULE = "apex.fp16_utils"
+FP16_UTILS_STAR = frozenset({
+    "BN_convert_float", "network_to_half", "prep_param_lists", "model_grads_to_master_grads",
+    "master_params_to_model_params", "tofp16", "to_python_float", "clip_grad_norm", "convert_module",
+    "convert_network", "FP16Model", "FP16_Optimizer", "LossScaler", "DynamicLossScaler", "fp16util",
+    "fp16_optimizer", "loss_scaler"})
+TO_PYTHON_FLOAT_NAME = "to_python_float"
+TO_PYTHON_FLOAT = ("apex's to_python_float(t) was t.item() for a tensor (t[0] for what has no item(): a list, a "
+                   "tuple), and the argument is not proven a tensor")
+
 PARALLEL = Rule(
     code="AMP108",
     title="apex.parallel",
@@ -254,6 +266,10 @@ PARALLEL_TWINS: dict[str, tuple[str, frozenset[str], int]] = {
     "apex.parallel.optimized_sync_batchnorm.SyncBatchNorm": ("torch.nn.SyncBatchNorm", frozenset(
         {"num_features", "eps", "momentum", "affine", "track_running_stats", "process_group"}), 6),
 }
+# apex's `delay_allreduce=True`, dropped under --unsafe-fixes: what torch's DDP does instead.
+DELAY_ALLREDUCE = ("torch's DDP averages the same gradients, overlapping the "
+                   "allreduce with the backward where apex waited for its end; a model with parameters a forward "
+                   "pass leaves unused needs find_unused_parameters=True, which apex's delayed allreduce did not")
 LOCAL_RANK = "local_rank"  # the name (or attribute) that holds this process's GPU index, by convention and launchers
 
 FRAMEWORK_CONFIG = Rule(

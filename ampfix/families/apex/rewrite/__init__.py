@@ -49,6 +49,7 @@ from ampfix.families.apex.rewrite.clipping import _no_plain_backward, _rewrite_c
 from ampfix.families.apex.rewrite.conditions import conditional_import
 from ampfix.families.apex.rewrite.engine import Engine, _Engine, engine_of
 from ampfix.families.apex.rewrite.evaluation import _rewrite_evaluation
+from ampfix.families.apex.rewrite.handed import _hand_the_scaler
 from ampfix.families.apex.rewrite.finish import _check_splices, _initialize_message, _split_messages
 from ampfix.families.apex.rewrite.inference import (INFERENCE_SUB_REWRITES, _inference_message, for_inference_only,
                                                     inference_shape)
@@ -87,7 +88,7 @@ _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
     _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses,
     _steps_after_the_backwards, _no_plain_backward, _rewrite_clipping,
     _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
-    _rewrite_method_imports)
+    _rewrite_method_imports, _hand_the_scaler)
 
 
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,

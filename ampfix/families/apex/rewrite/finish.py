@@ -89,6 +89,8 @@ def _initialize_message(rw: _Rewrite) -> None:
         + (f", made once in place of the loop on line {shape.item_loop.loop.lineno} that gave initialize each item of "
            f"`{shape.item_loop.optimizers}` (apex's last loss scaler served every optimizer; O1 returned the objects "
            f"it was given); every `{opt_name}` stepped is one of them" if shape.item_loop is not None else "")
+        + (f", handed to {', '.join(f'`{m.name}`' for m in shape.methods)} as the last parameter (each call given "
+           f"`{shape.scaler}`)" if shape.handed else "")
         + f"; {steps}"
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")

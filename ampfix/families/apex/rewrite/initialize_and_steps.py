@@ -96,11 +96,13 @@ def _rewrite_steps(rw: _Rewrite) -> None:
                and ast.unparse(node.value) == opt_name for node in ast.walk(shape.function)):
             raise NotMechanical(f"`{opt_name}` is stepped in `{getattr(shape.function, 'name', '')}` too")
         return
-    everywhere = tree.parent(shape.function) if shape.in_init else shape.function  # a trainer's class
+    # a trainer's class; the module, where module-level functions are handed the scaler
+    everywhere = tree.parent(shape.function) if shape.in_init else tree.engine.tree if shape.handed else shape.function
     assert everywhere is not None
     steps = [node for node in ast.walk(everywhere) if isinstance(node, ast.Expr) and _is_step(node.value, opt_name)]
     if not steps or any(tree.function_of(s) not in holders or (
-            not shape.in_init and not shape.init.lineno <= s.lineno <= shape.block_end) for s in steps) \
+            not shape.in_init and tree.function_of(s) is shape.function
+            and not shape.init.lineno <= s.lineno <= shape.block_end) for s in steps) \
             or _other_steps(everywhere, opt_name, steps):
         if not steps and _used_as_a_list(everywhere, opt_name):
             raise NotMechanical(f"`{opt_name}` is iterated or indexed: a list of optimizers the rewrite cannot see "

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from ampfix.core.locations import tokens
 from ampfix.families.apex import rules
 from ampfix.families.apex.optional import OptionalImport, is_availability_test
+from ampfix.families.apex.tried import raising_try
+from ampfix.families.apex.rewrite.callees import _functions_reached, _module_function
 from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, _flag_assignments, _initialize_guard,
                                                      _local_guard, _local_import_statement, _stable,
                                                      _stable_in_callees,
@@ -85,11 +87,12 @@ class _Shape:
     # a second initialize given an evaluation model alone, beside initialize before any loss is scaled
     # (`_evaluation_initialize`): removed
     companion: AmpUse | None = None
+    handed: bool = False  # `methods` are module-level functions initialize's function calls, handed the scaler
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
         """Where the optimizer's steps are: initialize's function, or a trainer's methods (set up in __init__)."""
-        return self.methods if self.in_init else (self.function,)
+        return self.methods if self.in_init else (self.function, *self.methods) if self.handed else (self.function,)
 
     @property
     def scope(self) -> Scope:
@@ -104,8 +107,10 @@ class _Shape:
 
     @property
     def where(self) -> str:
-        if self.in_init:
-            return ", ".join(f"`{m.name}`" for m in self.methods)
+        if self.in_init or self.handed:
+            holders = ([self.function] if isinstance(self.function, _FUNCTIONS) and self.handed else []) + [
+                *self.methods]
+            return ", ".join(f"`{m.name}`" for m in holders)
         return f"`{self.function.name}`" if isinstance(self.function, _FUNCTIONS) else "the script's top level"
 
     def spell(self, qname: str) -> str:
@@ -131,10 +136,11 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     site = init if item_loop is None else item_loop.loop
     model, optimizer, enabled = _initialize_arguments(init_call, item_loop is not None)
     opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
-    conditional = conditional_import(tree.engine.tree, import_node) if optional is None else None
-    local = optional is None and import_node not in tree.engine.tree.body and conditional is None
+    tried = raising_try(tree.engine.tree, import_node, tree.index)  # one of several apex imports in a `try` that raises
+    conditional = conditional_import(tree.engine.tree, import_node) if optional is None and tried is None else None
+    local = optional is None and import_node not in tree.engine.tree.body and conditional is None and tried is None
     import_statement = _local_import_statement(tree, import_node) if local else (
-        optional.statement if optional is not None else conditional or import_node)
+        optional.statement if optional is not None else conditional or tried or import_node)
     checks = _ApexChecks(tree, conditional, optional, init_use.ref.scope)
     init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import = _guard(
         tree, site, init, init_use, import_statement, enabled, optional, checks, conditional is not None, local)
@@ -158,13 +164,20 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     elif method_imports:
         raise NotMechanical("apex.amp is imported in several methods of a class, and initialize is not in `__init__` "
                             "binding `self.<optimizer>`")
+    elif _module_function(tree, function):  # a module-level function it calls is handed the scaler (`callees`)
+        methods = _functions_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
     else:
         methods = _methods_reached(tree, own_uses, function, (init.lineno, block_end), opt_name)
-    scaler = SCALER if not methods else f"{_self_name(function)}.{SCALER}"
+    handed = bool(methods) and _module_function(tree, function)
+    scaler = SCALER if not methods or handed else f"{_self_name(function)}.{SCALER}"
     if (optimizers or item_loop) and methods:
         raise NotMechanical("initialize is given several optimizers, and other methods of its class use apex.amp")
     torch_bound = _names_usable(tree, init_use.ref.scope, init, optimizers or (() if item_loop else (opt_name,)),
                                 scaler)
+    if tried is not None:  # `tried` removes the import, in the detection's last step
+        import_statement_kept = None
+        if not torch_bound:
+            raise NotMechanical("apex.amp is imported with other apex modules in a `try`, and torch is not imported")
     if not torch_bound:
         _torch_importable(tree, local)
     if condition is not None and branch_flag is None:  # the flag's assignments are checked above
@@ -181,7 +194,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion)
+                  conditional_beside_import, None, companion, handed)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,

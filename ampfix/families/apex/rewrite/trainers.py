@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.families.apex.rewrite.conditions import _parameter_chain
-from ampfix.families.apex.rewrite.tree import _Tree
+from ampfix.families.apex.rewrite.tree import _Tree, _use_holders
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, SCALER, _FUNCTIONS
 
 
@@ -31,16 +31,8 @@ def _methods_reached(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: 
     method. Such a method takes the same `self`, is called only as `self.method(...)` from initialize's function
     where the scaler is bound, and is given initialize's optimizer for its parameter of that name (a scale_loss
     there names it): every optimizer whose gradients it scales then steps through the scaler."""
-    methods: list[ast.FunctionDef] = []
-    for use in uses:
-        where = tree.function_of(use.ref.node)
-        if where is function and lines[0] <= use.ref.node.lineno <= lines[1]:
-            continue
-        if not (_sibling_method(tree, function, where) and isinstance(where, ast.FunctionDef)):
-            raise NotMechanical("an apex.amp use lies outside the function of initialize (or a method of its class), "
-                                "or before it, or after the `try` body that holds it")
-        if where not in methods:
-            methods.append(where)
+    methods = _use_holders(tree, uses, function, lines, lambda holder: _sibling_method(tree, function, holder),
+                           "a method of its class")
     for method in methods:
         _called_from(tree, method, function, lines, opt_name)
     if methods and any(isinstance(node, ast.Attribute) and node.attr == SCALER for node in ast.walk(tree.engine.tree)):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ast
 
+from collections.abc import Callable
+
 from ampfix.families.apex.rewrite.engine import _Engine
-from ampfix.families.apex.rewrite.vocabulary import NotMechanical, _SCOPES
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _SCOPES
 
 
 class _Tree:
@@ -89,3 +91,21 @@ def _chains(node: ast.expr, names: bool = False) -> bool:
     """A list (or tuple) of names or attribute chains (`names`: of plain names only), not empty."""
     return isinstance(node, (ast.List, ast.Tuple)) and bool(node.elts) and all(
         isinstance(e, ast.Name) if names else _chain(e) for e in node.elts)
+
+
+def _use_holders(tree: _Tree, uses: list[AmpUse], function: ast.AST, lines: tuple[int, int],
+                 accepted: Callable[[ast.AST], bool], where: str) -> list[ast.FunctionDef]:
+    """The functions other than initialize's `function` that hold apex.amp uses, each `accepted` (a method of its
+    class, a module-level function); every other use lies in `function` within `lines`. Else NotMechanical, saying
+    `where` the uses may lie."""
+    holders: list[ast.FunctionDef] = []
+    for use in uses:
+        holder = tree.function_of(use.ref.node)
+        if holder is function and lines[0] <= use.ref.node.lineno <= lines[1]:
+            continue
+        if not (isinstance(holder, ast.FunctionDef) and accepted(holder)):
+            raise NotMechanical(f"an apex.amp use lies outside the function of initialize (or {where}), or before it, "
+                                "or after the `try` body that holds it")
+        if holder not in holders:
+            holders.append(holder)
+    return holders
