@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from runner_jobs import FIXTURES, Job, autocast_region, define_job_fixtures
 
 from ampfix.runner.apex.provider import ApexProvider
@@ -640,7 +641,6 @@ def test_an_optimizer_given_to_initialize_again_raises_as_apex_did() -> None:
     to restore a checkpoint): raised before the loss scalers are replaced, as a refusal a GPU run shares. Another
     optimizer (sentence-transformers' one initialize per objective) is processed, with a new loss scaler. O0: no
     process-wide autocast region is entered in the test's own process."""
-    import torch
 
     from ampfix.runner.apex.amp import AmpState
     from ampfix.runner.gpu.boundaries import FailsOnTheGpuToo
@@ -675,6 +675,25 @@ def provider(monkeypatch: pytest.MonkeyPatch):
         del sys.modules[name]
 
 
+def test_the_imports_of_apexs_imagenet_example_work_and_only_to_python_float_runs(provider: Recorder) -> None:
+    namespace: dict[str, object] = {}
+    exec(compile("from apex.fp16_utils import *\nfrom apex import amp, optimizers\n"  # noqa: S102
+                 "from apex.multi_tensor_apply import multi_tensor_applier\n", "imagenet_main_amp.py", "exec"),
+         namespace)
+    to_python_float = namespace["to_python_float"]
+    assert to_python_float(torch.tensor([2.5])) == 2.5 and to_python_float([7, 8]) == 7  # apex: item(), else [0]
+    assert {"FP16_Optimizer", "network_to_half", "DynamicLossScaler"} <= namespace.keys()
+    with pytest.raises(NotImplementedError, match="apex.optimizers.FusedAdam: ampfix run emulates"):
+        namespace["optimizers"].FusedAdam([])  # type: ignore[attr-defined]  # a module object from the namespace
+    with pytest.raises(NotImplementedError, match="multi_tensor_applier"):
+        namespace["multi_tensor_applier"]()  # type: ignore[operator]  # a stand-in from the namespace
+    assert [feature for feature, _, _ in provider.emulated] == [
+        "apex.fp16_utils.to_python_float (apex's own: t.item(), or t[0])"]
+    assert [feature for feature, _, _ in provider.unemulated] == [
+        "apex.optimizers.FusedAdam (not emulated: the import works, a call fails)",
+        "apex.multi_tensor_apply.multi_tensor_applier (not emulated: the import works, a call fails)"]
+
+
 def test_an_installed_apex_amp_wins(provider: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "apex").mkdir()
     (tmp_path / "apex" / "__init__.py").write_text("")
@@ -699,11 +718,12 @@ def test_an_apex_without_amp_gets_the_emulated_amp_and_nothing_else(
     parallel = importlib.import_module("apex.parallel")  # NVIDIA's examples import it unconditionally
     assert callable(parallel.DistributedDataParallel) and callable(parallel.convert_syncbn_model)
     with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("apex.fp16_utils")
+        importlib.import_module("apex.contrib")
     features = [feature for feature, _, _ in provider.unemulated]
     assert features == [
         "apex.amp.float_function (not emulated; only initialize, scale_loss, master_params, state_dict, load_state_dict are)",
-        "apex.fp16_utils (not installed; ampfix emulates only apex.amp's O1 and apex.parallel)",
+        "apex.contrib (not installed; ampfix emulates only apex.amp's O1, apex.parallel and the names of "
+        "apex.fp16_utils, apex.optimizers, apex.multi_tensor_apply)",
     ]
     assert [feature for feature, _, _ in provider.emulated][-1] == (
         "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)")

@@ -6,9 +6,10 @@ and win. When nothing provides ``apex``, an empty ``apex`` package stands in, wi
 imported into it (``import apex; apex.amp.initialize(...)`` works as with the old apex); when an
 installed apex lacks ``amp`` (apex deleted it in 2025), ``from apex import amp`` and ``import
 apex.amp`` get the emulation; ``apex.parallel`` likewise gets its single-process stand-ins
-(:mod:`apex_parallel`: NVIDIA's own examples import it unconditionally). The rest of apex
-(``apex.fp16_utils``, ``apex.optimizers``, ...) is not emulated: its import is recorded and fails as it
-would.
+(:mod:`apex_parallel`: NVIDIA's own examples import it unconditionally), and ``apex.fp16_utils``,
+``apex.optimizers`` and ``apex.multi_tensor_apply`` get their names (:mod:`others`: ``to_python_float`` is
+apex's own, a call of any other fails as not emulated). The rest of apex is not emulated: its import is recorded
+and fails as it would.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import sys
 from types import FrameType, ModuleType
 
+from ampfix.runner.apex import others
 from ampfix.runner.config import RUNNER_DIR
 from ampfix.runner.trace.observe import Recorder, Site
 from ampfix.runner.trace.patching import replace
@@ -36,12 +38,12 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         sys.meta_path.append(cls(recorder))
 
     def find_spec(self, fullname, path, target=None):
-        if fullname in (PACKAGE, AMP, PARALLEL):
+        if fullname in (PACKAGE, AMP, PARALLEL, *others.NAMES):
             return importlib.util.spec_from_loader(fullname, self, is_package=fullname == PACKAGE)
         if fullname.startswith(PACKAGE + "."):
-            feature = fullname.split(".")[1]
             self._recorder.unemulated_use(
-                f"{PACKAGE}.{feature} (not installed; ampfix emulates only apex.amp's O1 and apex.parallel)",
+                f"{fullname} (not installed; ampfix emulates only apex.amp's O1, apex.parallel and "
+                f"the names of {', '.join(others.NAMES)})",
                 _importing_site(),
             )
         return None
@@ -61,6 +63,9 @@ class ApexProvider(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
             self._recorder.emulated_use(apex_parallel.IMPORTED, _importing_site())
             apex_parallel.populate(module, self._recorder)
+            return
+        if module.__name__ in others.NAMES:
+            others.populate(module, self._recorder)
             return
         from ampfix.runner.apex import amp as apex_amp  # torch: only when the script asks for apex.amp
 
