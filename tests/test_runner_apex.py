@@ -590,6 +590,17 @@ def test_against_apex_a_missing_or_different_grad_scaler_is_named() -> None:
     assert difference is not None and difference.startswith("loss scaling: original loss scaler(") and "growth_interval=1000" in difference
 
 
+def test_against_apex_a_run_that_ends_before_any_loss_is_scaled_compares_no_loss_scalers() -> None:
+    # The run stops before its first step (an error in the data, `--evaluate`): apex's loss scaler no scale_loss used
+    # and the rewrite's GradScaler nothing called change nothing; one called is compared.
+    apex_made = [{**_event(0, "grad_scaler", **SCALER), "apex_unused": True}, _event(0, "model_call", module="Net")]
+    native_made = [{**_event(0, "grad_scaler", **SCALER), "unused": True}, _event(0, "model_call", module="Net")]
+    assert first_difference(_report(apex_made, APEX_EMULATED), _report(native_made)) is None
+    called = [{key: value for key, value in event.items() if key != "unused"} for event in native_made]
+    assert first_difference(_report(apex_made, APEX_EMULATED), _report(called)) == (
+        f"loss scaling: the original has none; the rewrite's loss scaler({SCALER_TEXT}) at train.py:10")
+
+
 def test_against_apex_a_scaler_state_never_checkpointed_is_a_difference() -> None:
     unsaved = [event for event in NATIVE_TRACE if event["kind"] != "scaler.state_dict"]
     assert first_difference(_report(APEX_TRACE, APEX_EMULATED), _report(unsaved)) == (

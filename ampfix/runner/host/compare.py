@@ -12,8 +12,8 @@ together, as one multiset without step numbers.
 When one side ran apex.amp through the runner's emulation, the two sides cannot open the same
 autocast regions (apex's O1 is one region from ``initialize`` on) nor call the scaler at the same
 moments (apex unscales and updates inside ``scale_loss``). What is compared then is what those
-choices produce: the loss scalers' arguments (apex's defaults are a GradScaler's; not those of apex's loss
-scalers that a later initialize replaced before any scale_loss used them), and per
+choices produce: the loss scalers' arguments (apex's defaults are a GradScaler's; on either side, not those of
+a loss scaler nothing scaled with), and per
 optimizer step each top-level model call with the autocast it ran under, each loss given to
 backward (bit for bit) with the loss scale it was multiplied by, clipping and whether the gradients
 it clipped were still scaled, optimizer steps taken or skipped, the scaler state saved and loaded.
@@ -136,19 +136,15 @@ def _why(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def _apex_trace_difference(original: list[dict[str, Any]], rewritten: list[dict[str, Any]]) -> str | None:
-    # apex's loss scalers no scale_loss used (replaced by a later initialize, or made for inference) are not
-    # counted (observe)
+    # A loss scaler nothing scaled with changes nothing, on either side: apex's that no scale_loss used (replaced by
+    # a later initialize, made for inference, or a run that ended before its first step) and the native ones
+    # nothing called (observe). One that scaled is compared, and a loss scaled by one side only shows in the losses.
     scalers = [[event for event in trace if event["kind"] == SCALER_CREATION and not event.get("replaced_unused")
-                and not event.get("apex_unused") and not _disabled_unused(event)]
+                and not event.get("apex_unused") and not event.get("unused")]
                for trace in (original, rewritten)]
     if Counter(map(_content, scalers[0])) != Counter(map(_content, scalers[1])):
         return _scaler_difference(*scalers)
     return _trace_difference(*(_apex_comparable(trace) for trace in (original, rewritten)))
-
-
-def _disabled_unused(event: dict[str, Any]) -> bool:
-    """A native GradScaler made disabled that nothing called: it changes nothing (`Recorder.scaler_used`)."""
-    return event.get("fields", {}).get("enabled") is False and bool(event.get("unused"))
 
 
 def _apex_comparable(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
