@@ -9,15 +9,25 @@ eagerly, through the device mode, so their results carry the GPU's devices and w
 What a script can tell apart is speed and inductor's own numerics (its fused kernels round alike, not bitwise
 like eager). Each such call is listed in the report with its site. A compile that names another backend
 (``"eager"``, ``"aot_eager"``, a function) runs as asked.
+
+Dynamo asks for the device's current stream when it traces, in the code it generates (the graph's inputs
+include it) and in its guards: up to torch 2.14 through its own Python ``torch._dynamo.utils.get_current_stream``,
+which asks ``torch.accelerator`` (emulated); from 2.15 through a C function (``torch._C._dynamo.utils``) that goes
+past the emulation into CUDA's own initialisation, which fails without a GPU. There dynamo's modules get 2.14's
+Python function in its place (:func:`streams_asked_of_the_emulated_accelerator`).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+from collections.abc import MutableMapping
+from types import ModuleType
 from typing import Any
 
 import torch
 
+from ampfix.runner.gpu import deferred_dynamo
 from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace, with_arguments_adjusted
 from ampfix.runner.trace.sites import find_site
@@ -43,3 +53,23 @@ def install(recorder: Recorder) -> None:
 
     compile_ = with_arguments_adjusted(original, eager_in_place_of_inductor)
     replace(torch, "compile", functools.wraps(original)(compile_))
+    deferred_dynamo.when_imported(streams_asked_of_the_emulated_accelerator)
+
+
+def streams_asked_of_the_emulated_accelerator(
+    torch_module: ModuleType | Any = torch, modules: MutableMapping[str, Any] = sys.modules
+) -> None:
+    """Where dynamo's current-stream lookup is torch's C function (2.15), dynamo's modules get torch 2.14's
+    Python one in its place: it asks ``torch.accelerator`` (the emulated GPU's stream). Up to 2.14 nothing is
+    changed (there is no such C function; dynamo's own Python function already asks ``torch.accelerator``)."""
+    native_utils = getattr(getattr(torch_module._C, "_dynamo", None), "utils", None)
+    native = getattr(native_utils, "get_current_stream", None)
+    if native is None:
+        return
+
+    def get_current_stream(device: Any) -> Any:
+        return torch_module.accelerator.current_stream(device)
+
+    for name, module in list(modules.items()):
+        if name.startswith(deferred_dynamo.NAME) and getattr(module, "get_current_stream", None) is native:
+            replace(module, "get_current_stream", get_current_stream)
