@@ -153,6 +153,26 @@ def test_dynamos_current_stream_is_the_emulated_accelerators_where_torch_looks_i
     assert all(module.get_current_stream is len for module in modules.values())
 
 
+def test_a_fake_tensor_on_the_emulated_gpu_makes_no_cuda_context() -> None:
+    """torch 2.8 (2.5-2.11): a fake tensor on "cuda" made a real CUDA tensor first, where torch.cuda.is_available()
+    (emulated True), and dynamo makes its fakes with the mode stack cleared: torch.compile failed in
+    torch.cuda._lazy_init. Another device's context is still torch's to make."""
+    made: list[str] = []
+
+    def init_gpu_context(device):  # torch 2.8's, which makes torch.empty(1, device=device)
+        made.append(str(device))
+        if device.type == "cuda":
+            raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    fake_tensor = types.SimpleNamespace(init_gpu_context=init_gpu_context)
+    compiler.no_cuda_context_for_fake_tensors(fake_tensor)
+    fake_tensor.init_gpu_context(torch.device("cuda", 0))
+    fake_tensor.init_gpu_context(device=torch.device("cuda"))
+    fake_tensor.init_gpu_context(torch.device("xpu"))
+    assert made == ["xpu"]
+    compiler.no_cuda_context_for_fake_tensors(types.SimpleNamespace())  # a torch without the step: nothing to do
+
+
 def test_a_failure_raised_in_ampfixs_own_modules_is_never_the_scripts() -> None:
     """torch 2.2 lacked a name the runner read when its module was imported: the report blamed the script."""
     from ampfix.runner.child import process

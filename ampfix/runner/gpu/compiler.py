@@ -15,6 +15,12 @@ include it) and in its guards: up to torch 2.14 through its own Python ``torch._
 which asks ``torch.accelerator`` (emulated); from 2.15 through a C function (``torch._C._dynamo.utils``) that goes
 past the emulation into CUDA's own initialisation, which fails without a GPU. There dynamo's modules get 2.14's
 Python function in its place (:func:`streams_asked_of_the_emulated_accelerator`).
+
+A fake tensor made on "cuda" first initialises CUDA's context (``torch._subclasses.fake_tensor.init_gpu_context``
+makes a real CUDA tensor where ``torch.cuda.is_available()``, emulated True, on torch 2.5-2.11). Dynamo makes its
+fake inputs with the torch function mode stack cleared (2.8), so that tensor went past the device mode into CUDA's
+initialisation. The emulated GPU is the CPU and has no context to make: that step is skipped for it
+(:func:`no_cuda_context_for_fake_tensors`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ampfix.runner.trace.observe import Recorder
 from ampfix.runner.trace.patching import replace, with_arguments_adjusted
 from ampfix.runner.trace.sites import find_site
 
+FAKE_TENSOR_MODULE = "torch._subclasses.fake_tensor"  # imported by `import torch`
 INDUCTOR = "inductor"
 STAND_IN_BACKEND = "aot_eager"
 FEATURE = (
@@ -54,6 +61,7 @@ def install(recorder: Recorder) -> None:
     compile_ = with_arguments_adjusted(original, eager_in_place_of_inductor)
     replace(torch, "compile", functools.wraps(original)(compile_))
     deferred_dynamo.when_imported(streams_asked_of_the_emulated_accelerator)
+    no_cuda_context_for_fake_tensors(sys.modules.get(FAKE_TENSOR_MODULE))
 
 
 def streams_asked_of_the_emulated_accelerator(
@@ -73,3 +81,18 @@ def streams_asked_of_the_emulated_accelerator(
     for name, module in list(modules.items()):
         if name.startswith(deferred_dynamo.NAME) and getattr(module, "get_current_stream", None) is native:
             replace(module, "get_current_stream", get_current_stream)
+
+
+def no_cuda_context_for_fake_tensors(fake_tensor: ModuleType | Any) -> None:
+    """A fake tensor on the emulated GPU skips torch's CUDA context initialisation (a real CUDA tensor); one on
+    another device is left to torch. Nothing is changed where torch has no such step."""
+    original = getattr(fake_tensor, "init_gpu_context", None)
+    if original is None:
+        return
+
+    def init_gpu_context(*args: Any, **kwargs: Any) -> None:
+        device = args[0] if args else kwargs.get("device")
+        if device is not None and torch.device(device).type != "cuda":
+            original(*args, **kwargs)
+
+    replace(fake_tensor, "init_gpu_context", init_gpu_context)
