@@ -5,7 +5,8 @@ release), torch==RELEASE from the registry (a CUDA build, run on the CPU; ~5 GB,
 2.2 with numpy<2), ampfix installed into it without dependencies (`pip install --no-deps -e .`), beside what
 ampfix and the tests import (libcst, typer, rich, pathspec, packaging, pytest, numpy). Then the runner's test
 modules (tests/test_runner*.py: they run the scripts of fixtures/run under `ampfix run` and `ampfix verify`),
-and a table: release, passed, failed, seconds. A release the machine's pip configuration caps out (torch 2.15
+and a table: release, passed, failed, skipped (a skip is not a pass), seconds, and the machine's load average
+(1 minute) when the release started and ended: on a shared machine the seconds say little without it. A release the machine's pip configuration caps out (torch 2.15
 here: /etc/xdg/pip/constraints.txt) is installed with PIP_CONFIG_FILE=/dev/null, for that one command.
 
 Heavy: run it alone, under `nice`; --remove deletes each venv once measured (disk: ~5 GB each).
@@ -62,14 +63,15 @@ def prepare(release: str, venvs: Path) -> Path:
     return python
 
 
-def run_tests(python: Path, tests: list[str]) -> tuple[int, int, float, str]:
+def run_tests(python: Path, tests: list[str]) -> tuple[int, int, int, float, str]:
     started = time.monotonic()
     done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - started
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
-    counts = {kind: int(number) for number, kind in re.findall(r"(\d+) (passed|failed|error)", summary)}
-    return counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0), seconds, done.stdout
+    counts = {kind: int(number) for number, kind in re.findall(r"(\d+) (passed|failed|errors?|skipped)", summary)}
+    failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
+    return counts.get("passed", 0), failed, counts.get("skipped", 0), seconds, done.stdout
 
 
 def main() -> int:
@@ -83,18 +85,21 @@ def main() -> int:
     rows = []
     for release in arguments.releases:
         python = prepare(release, arguments.venvs)
-        passed, failed, seconds, output = run_tests(python, arguments.tests)
+        load_before = os.getloadavg()[0]
+        passed, failed, skipped, seconds, output = run_tests(python, arguments.tests)
+        load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
         if arguments.log:
             Path(f"{arguments.log}.{release}").write_text(output)
-        rows.append((release, passed, failed, seconds))
-        print(f"torch {release}: {passed} passed, {failed} failed, {seconds:.0f} s", file=sys.stderr, flush=True)
+        rows.append((release, passed, failed, skipped, seconds, load))
+        print(f"torch {release}: {passed} passed, {failed} failed, {skipped} skipped, {seconds:.0f} s, load {load}",
+              file=sys.stderr, flush=True)
         if arguments.remove:
             shutil.rmtree(python.parent.parent, ignore_errors=True)
-    print("| torch | passed | failed | seconds |")
-    print("|---|---|---|---|")
-    for release, passed, failed, seconds in rows:
-        print(f"| {release} | {passed} | {failed} | {seconds:.0f} |")
-    return 0 if all(failed == 0 and passed for _, passed, failed, _ in rows) else 1
+    print("| torch | passed | failed | skipped | seconds | load |")
+    print("|---|---|---|---|---|---|")
+    for release, passed, failed, skipped, seconds, load in rows:
+        print(f"| {release} | {passed} | {failed} | {skipped} | {seconds:.0f} | {load} |")
+    return 0 if all(failed == 0 and passed for _, passed, failed, *_ in rows) else 1
 
 
 if __name__ == "__main__":

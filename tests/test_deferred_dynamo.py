@@ -32,6 +32,8 @@ CHILD = textwrap.dedent(
     deferred_dynamo.install(torch)
     stand_in = sys.modules["torch._dynamo"]
     print("installed", type(stand_in).__name__, torch._dynamo is stand_in)
+    # What the runner changes in the real compiler: done once, right after the real import.
+    deferred_dynamo.when_imported(lambda: print("after the import", type(sys.modules["torch._dynamo"]).__name__))
 
     {train}
     state = optimizer.state_dict()
@@ -49,6 +51,7 @@ CHILD = textwrap.dedent(
           sys.modules["torch._dynamo.config"] is config, torch._dynamo is real)
     # The functions handed back lost their kept twin: torch's wrapper asks the real compiler again.
     print("twin dropped", "__dynamo_disable" not in add_param_group.__dict__)
+    deferred_dynamo.when_imported(lambda: print("already imported: at once"))
     optimizer.add_param_group({"params": [torch.zeros(1, requires_grad=True)]})
     twin = add_param_group.__dict__.get("__dynamo_disable")
     print("twin real", twin is not None and twin is not add_param_group)
@@ -85,8 +88,10 @@ def test_an_optimizer_trains_without_the_compiler_and_the_compiler_arrives_whole
         "installed DeferredDynamo True",
         # The same weights as torch gives with its compiler imported (the test below computes them that way).
         f"trained True True {_weights_with_the_compiler_imported()}",
+        "after the import module",
         "submodule True module True True True",
         "twin dropped True",
+        "already imported: at once",
         "twin real True",
         "through True True",
         "compiled [3.0, 3.0]",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ampfix.runner.config import RUNNER_DIR
-from ampfix.runner.gpu import amp_patches, cpu_gaps, cuda_autocast, fake_cuda, torch_features
+from ampfix.runner.gpu import amp_patches, compiler, cpu_gaps, cuda_autocast, fake_cuda, torch_features
 from ampfix.runner.gpu.devices import DeviceModel
 from ampfix.runner.host import failures
 from ampfix.runner.trace.observe import Recorder, Site
@@ -114,6 +114,63 @@ def test_the_fake_stream_and_event_pass_dynamos_device_interface_check(monkeypat
     assert torch_features.stream_and_event_bases() == (_StreamBase, _EventBase)
     fake_cuda.register_with_torchs_stream_bases()
     assert issubclass(fake_cuda.FakeEvent, _EventBase) and issubclass(fake_cuda.FakeStream, _StreamBase)
+
+
+def _current_stream_in_c(device):  # stands in for torch 2.15's torch._C._dynamo.utils.get_current_stream
+    raise RuntimeError("Found no NVIDIA driver on your system.")
+
+
+def _dynamo_modules(get_current_stream) -> dict[str, types.SimpleNamespace]:
+    return {
+        "torch._dynamo.utils": types.SimpleNamespace(get_current_stream=get_current_stream),
+        "torch._dynamo.guards": types.SimpleNamespace(get_current_stream=get_current_stream),
+        # dynamo's tracing-time lookup is its own Python function on every release: left alone
+        "torch._dynamo.variables.streams": types.SimpleNamespace(get_current_stream=len),
+        "a_scripts_module": types.SimpleNamespace(get_current_stream=get_current_stream),
+    }
+
+
+def test_dynamos_current_stream_is_the_emulated_accelerators_where_torch_looks_it_up_in_c() -> None:
+    """torch 2.15: the code dynamo generates and its guards ask torch._C._dynamo.utils.get_current_stream, which
+    initialises CUDA (a compiled function failed on the CPU); 2.14's Python function asked torch.accelerator."""
+    accelerator = types.SimpleNamespace(current_stream=lambda device: f"emulated stream of {device}")
+    torch_2_15 = types.SimpleNamespace(
+        _C=types.SimpleNamespace(_dynamo=types.SimpleNamespace(utils=types.SimpleNamespace(
+            get_current_stream=_current_stream_in_c))),
+        accelerator=accelerator,
+    )
+    modules = _dynamo_modules(_current_stream_in_c)
+    compiler.streams_asked_of_the_emulated_accelerator(torch_2_15, modules)
+    assert [modules[name].get_current_stream("cuda:0") for name in ("torch._dynamo.utils", "torch._dynamo.guards")
+            ] == ["emulated stream of cuda:0"] * 2
+    assert modules["torch._dynamo.variables.streams"].get_current_stream is len
+    assert modules["a_scripts_module"].get_current_stream is _current_stream_in_c
+    # Up to 2.14 there is no such C function: nothing is replaced.
+    torch_2_14 = types.SimpleNamespace(_C=types.SimpleNamespace(_dynamo=types.SimpleNamespace(
+        utils=types.SimpleNamespace())), accelerator=accelerator)
+    modules = _dynamo_modules(len)
+    compiler.streams_asked_of_the_emulated_accelerator(torch_2_14, modules)
+    assert all(module.get_current_stream is len for module in modules.values())
+
+
+def test_a_fake_tensor_on_the_emulated_gpu_makes_no_cuda_context() -> None:
+    """torch 2.8 (2.5-2.11): a fake tensor on "cuda" made a real CUDA tensor first, where torch.cuda.is_available()
+    (emulated True), and dynamo makes its fakes with the mode stack cleared: torch.compile failed in
+    torch.cuda._lazy_init. Another device's context is still torch's to make."""
+    made: list[str] = []
+
+    def init_gpu_context(device):  # torch 2.8's, which makes torch.empty(1, device=device)
+        made.append(str(device))
+        if device.type == "cuda":
+            raise RuntimeError("Found no NVIDIA driver on your system.")
+
+    fake_tensor = types.SimpleNamespace(init_gpu_context=init_gpu_context)
+    compiler.no_cuda_context_for_fake_tensors(fake_tensor)
+    fake_tensor.init_gpu_context(torch.device("cuda", 0))
+    fake_tensor.init_gpu_context(device=torch.device("cuda"))
+    fake_tensor.init_gpu_context(torch.device("xpu"))
+    assert made == ["xpu"]
+    compiler.no_cuda_context_for_fake_tensors(types.SimpleNamespace())  # a torch without the step: nothing to do
 
 
 def test_a_failure_raised_in_ampfixs_own_modules_is_never_the_scripts() -> None:

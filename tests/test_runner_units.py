@@ -444,7 +444,7 @@ def _failure(**fields) -> dict:
         ),
         (_failure(gpu_too=True), "the runner reproduces a GPU's own refusal here: the script fails the same way on CUDA"),
         (
-            # torch 2.15's dynamo ran a compiled function's factory past the device mode (docs/runner.md).
+            # torch 2.15's dynamo stream lookup and 2.8's fake tensors reached it before their fixes (docs/runner.md).
             _failure(message="Found no NVIDIA driver on your system.", reached_real_cuda=True),
             "the failure is the runner's: a call went past its emulated GPU into torch's own CUDA initialisation "
             "(torch.cuda._lazy_init), which fails on a machine without one; no option changes that: please report it",

@@ -25,13 +25,14 @@ import importlib.machinery
 import os
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 NAME = "torch._dynamo"
 # The attribute torch's `_disable_dynamo` wrapper keeps a function's disabled twin in.
 TWIN_ATTRIBUTE = "__dynamo_disable"
-_OWN = frozenset({"_torch", "_compile_file", "_lock", "_real", "_handed_back", "_finder"})
+_OWN = frozenset({"_torch", "_compile_file", "_lock", "_real", "_handed_back", "_finder", "_after_import"})
 
 
 class DeferredDynamo(ModuleType):
@@ -52,6 +53,7 @@ class DeferredDynamo(ModuleType):
         self._real: ModuleType | None = None
         self._handed_back: list[Any] = []  # functions the wrapper keeps as their own disabled twin
         self._finder = _Submodules(self)
+        self._after_import: list[Callable[[], None]] = []  # what the runner changes in the real compiler
         self.graph_break = self._graph_break
         self.disable = self._disable
 
@@ -73,7 +75,17 @@ class DeferredDynamo(ModuleType):
                 for function in self._handed_back:
                     function.__dict__.pop(TWIN_ATTRIBUTE, None)
                 self._handed_back.clear()
+                for callback in self._after_import:
+                    callback()
             return self._real
+
+    def after_import(self, callback: Callable[[], None]) -> None:
+        """``callback()`` right after the real module is imported (at once if it already is)."""
+        with self._lock:
+            if self._real is None:
+                self._after_import.append(callback)
+                return
+        callback()
 
     def __getattr__(self, name: str) -> Any:
         if name in _OWN:
@@ -132,3 +144,13 @@ def install(torch: ModuleType) -> None:
     if NAME in sys.modules or not hasattr(torch, "_compile"):
         return
     DeferredDynamo(torch).install()
+
+
+def when_imported(callback: Callable[[], None]) -> None:
+    """``callback()`` once the real ``torch._dynamo`` is imported: now if it is (or if torch has no stand-in, as
+    :func:`install` leaves a torch without ``torch._compile``), else right after the stand-in imports it."""
+    module = sys.modules.get(NAME)
+    if isinstance(module, DeferredDynamo):
+        module.after_import(callback)
+    else:
+        callback()
