@@ -62,3 +62,8 @@ def test_a_local_import_is_named_with_the_if() -> None:
         body=f"        from apex import amp\n        print('fp16')\n{INIT}")
     assert _reason(source) == "initialize is not alone under its `if` (with the import): 1 other statement there " \
         "(line 7)"
+
+
+def test_initialize_in_the_else() -> None:
+    body = f"        print('fp32')\n    else:\n{INIT}"
+    assert _reason(TRAIN.format(body=body)) == "initialize is in the `else` of the `if` on line 6"

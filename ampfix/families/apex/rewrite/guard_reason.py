@@ -12,9 +12,11 @@ from ampfix.families.apex.rewrite.vocabulary import NotMechanical
 _LINES_NAMED = 6  # more are counted, not listed
 
 
-def _not_alone(guard: ast.If, others: list[ast.stmt], with_import: bool) -> NotMechanical:
+def _not_alone(guard: ast.If, init: ast.stmt, others: list[ast.stmt], with_import: bool) -> NotMechanical:
     """The reason for `if COND: <others>; initialize` (and an `else`): `others` are the statements under the `if`
-    other than initialize (and the import, `with_import`), in order."""
+    other than initialize (and the import, `with_import`), in order. Or for initialize in the `else` itself."""
+    if any(s is init for s in guard.orelse):
+        return NotMechanical(f"initialize is in the `else` of the `if` on line {guard.lineno}")
     where = "its `if` (with the import)" if with_import else "its `if`"
     parts = []
     if others:
