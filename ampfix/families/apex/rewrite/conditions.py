@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from ampfix.families.apex.optional import OptionalImport, flag_reason
+from ampfix.families.apex.rewrite.guard_reason import _not_alone
 from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _chain, _name_stores
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, _FUNCTIONS
 from ampfix.syntax.bindings import Scope
@@ -35,14 +36,14 @@ def _initialize_guard(tree: _Tree, init: ast.stmt, init_use: AmpUse, enabled: as
         statement, enabled, condition = _local_guard(tree, init, init, enabled, checks)
         return statement, enabled, (), condition
     if checks.strip(guard.body) != [init] or guard.orelse:
-        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+        raise _not_alone(guard, init, [s for s in checks.strip(guard.body) if s is not init], False)
     if enabled is not None:
         raise NotMechanical("initialize under a flag has an `enabled=` of its own")
     if flag_reason(guard.test, optional, init_use.ref.scope) is not None \
             and _parameter_chain(guard.test, tree.function_of(guard)):
         return guard, guard.test, (), guard.test
     if guard.body != [init]:
-        raise NotMechanical("initialize is not alone under its `if`, or the `if` has an `else`")
+        raise _not_alone(guard, init, [s for s in guard.body if s is not init], False)
     _availability_guard(guard, optional, init_use.ref.scope, "initialize")
     assert isinstance(guard.test, ast.Name)  # flag_reason: a flag is a single name
     return guard, guard.test, (guard.test.id,), None
@@ -199,7 +200,8 @@ def _local_guard(tree: _Tree, init: ast.stmt, import_statement: ast.stmt, enable
     if not isinstance(guard, ast.If):
         return init, enabled, None
     if checks.strip(guard.body) not in ([init], [import_statement, init]) or guard.orelse:
-        raise NotMechanical("initialize is not alone under its `if` (with the import), or the `if` has an `else`")
+        others = [s for s in checks.strip(guard.body) if s is not init and s is not import_statement]
+        raise _not_alone(guard, init, others, import_statement is not init)
     if not (_chain(guard.test) or _config_key(guard.test)):
         raise NotMechanical("the `if` around initialize tests more than a flag (a name, an attribute, or a key of a "
                             "config dict: `args[\"fp16\"]`)")
