@@ -60,3 +60,39 @@ def test_an_apex_branch_that_steps_what_the_native_one_does_not_says_so() -> Non
     (initialize,) = [f for f in result.findings if f.code == "AMP101"]
     assert "; the apex branch on line 20 is removed (so `other` is no longer stepped there) (an unsafe fix exists" \
         in initialize.message
+
+
+def _other_comparison_made(new: str) -> str:
+    """The switch fixture with its extra `if args.amp == 'apex':` replaced by `new`."""
+    return _read("unsafe_fixes/apex_native_switch_other_comparison").replace(
+        "    if args.amp == 'apex':\n        print('apex amp')\n", new)
+
+
+def _reason(source: str) -> str:
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    return initialize.message.partition(f"; {WHERE}: ")[2]
+
+
+def test_a_switch_value_read_other_than_compared_is_left() -> None:
+    assert _reason(_other_comparison_made("    print(args.amp)\n")) == (
+        "line 13 reads `args.amp` otherwise (what it does with 'apex' is not known)")
+
+
+def test_an_if_that_raises_for_the_apex_value_for_another_reason_is_left() -> None:
+    """Only a raise where apex is missing (`'apex' not in sys.modules`) goes with apex."""
+    source = _other_comparison_made("    if args.amp == 'apex' and args.world_size > 8:\n        raise ValueError\n")
+    assert _reason(source) == "line 13 compares `args.amp` otherwise"
+    source = _other_comparison_made("    if args.amp == 'apex' and 'apex' not in sys.modules:\n        raise "
+                                        "RuntimeError\n").replace("import torch\n", "import sys\n\nimport torch\n")
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert "raise RuntimeError" not in result.new_source and "'apex' not in sys.modules" not in result.new_source
+
+
+def test_an_optional_import_that_sets_a_flag_is_left() -> None:
+    """Removing the `try` would leave the flag unbound."""
+    source = _other_comparison_made("").replace(
+        "from apex import amp\n", "try:\n    from apex import amp\nexcept ImportError:\n    HAS_APEX = False\n")
+    assert _reason(source) == ("the optional import's `try` on line 4 sets names (flags, or in its `except`), which "
+                               "removing it would leave unbound")

@@ -62,9 +62,68 @@ def _apex_branch(tree: _Tree, node: ast.AST) -> ast.If | None:
     return None
 
 
+@dataclass
+class _Switch:
+    """The switch found: its subject (`ast.dump`) as spelled, its two values, the apex branches, the load chains."""
+
+    subject: str
+    spelled: str
+    native: str
+    apex: str
+    branches: list[ast.If]
+    loads: dict[int, tuple[ast.If, str]]  # id() of the native `if` of a load chain: its apex branch, the scaler's name
+
+    @property
+    def where(self) -> str:
+        return f"the switch on `{self.spelled}` ('{self.native}' native, '{self.apex}' apex.amp)"
+
+
 def native_switch(tree: _Tree, uses: list[AmpUse], registrations: list[AmpUse], import_node: ast.ImportFrom,
                   optional: OptionalImport | None) -> Switched | str | None:
     """The switch's rewrite, or why this switch is not rewritten; None where the module has no such switch."""
+    switch = _find(tree, uses)
+    if not isinstance(switch, _Switch):
+        return switch
+    where, switched, index = switch.where, Switched(), tree.index
+    found = _comparisons(tree, switch, switched)
+    if isinstance(found, str):
+        return f"{where}: {found}"
+    raising, elses = found
+    kept = _import_kept(tree, import_node, optional)
+    if kept is not None:
+        return f"{where}: {kept}"
+    opt_level = _initialize_settings(tree, uses)
+    if opt_level is None:
+        return f"{where}: initialize is given more than the model, the optimizer and opt_level"
+    if any(len(tree.block_of(guard)[0]) == 1 or not _alone_on_its_lines(tree, guard) for guard in raising):
+        return f"{where}: removing the `if` that raises where apex is missing would leave its block empty, or a " \
+            "statement shares its lines"
+    gone = _registrations(tree, registrations, switched)
+    if isinstance(gone, str):
+        return f"{where}: {gone}"
+    removed = [b for b in switch.branches if all(b is not load for load, _ in switch.loads.values())]
+    for branch in removed:
+        native_if = tree.parent(branch)
+        if isinstance(native_if, ast.If) and (lost := _lost_steps(branch.body, native_if.body)):
+            elses.append(f"the apex branch on line {branch.lineno} is removed{lost}")
+    for statement in removed + raising + gone:
+        switched.splices.append((*index.removal(statement.lineno, _last_line(statement)), ""))
+    switched.splices.extend(_import_removal(tree, import_node, optional, switched))
+    _load_through_the_helper(tree, uses, switch.loads, switched)
+    spelled, native, apex = switch.spelled, switch.native, switch.apex
+    said = (f"{where}: '{apex}' now takes the native path '{native}' took (torch.amp's autocast and GradScaler; "
+            f"apex.amp is gone, so it could only fail), each `{spelled} == {native!r}` reads `{spelled} in "
+            f"({native!r}, {apex!r})`, and the apex branch it left dead is removed")
+    for use in uses:
+        switched.messages.setdefault(id(use.ref), said)
+    switched.note = (f"{where}: '{apex}' now runs torch.amp's autocast and a GradScaler with torch's defaults, not "
+                     f"apex's opt_level ({opt_level}: O2's float16 model and float32 master weights have no native "
+                     "twin) nor its loss scaler's settings" + "".join(f"; {e}" for e in elses))
+    return switched
+
+
+def _find(tree: _Tree, uses: list[AmpUse]) -> _Switch | str | None:
+    """The switch every use lies in an apex branch of, or why not (None: no such switch)."""
     branches: list[ast.If] = []
     for use in uses:
         branch = _apex_branch(tree, use.ref.node)
@@ -78,68 +137,46 @@ def native_switch(tree: _Tree, uses: list[AmpUse], registrations: list[AmpUse], 
     if tests or natives or test is None or native_test is None or native_test[0] != test[0] \
             or native_test[1] == test[1] or not isinstance(first, ast.Compare):
         return None
-    (subject, apex), native = test, native_test[1]
-    index, text = tree.index, tree.text
-    spelled = text(first.left)
-    where = f"the switch on `{spelled}` ('{native}' native, '{apex}' apex.amp)"
-    switched = Switched()
-    loads: dict[int, tuple[ast.If, str]] = {}  # id() of the native `if` of a load chain: it and the scaler's name
+    switch = _Switch(test[0], tree.text(first.left), native_test[1], test[1], branches, {})
     for branch in branches:
-        if not index.lines[branch.lineno - 1].lstrip().startswith("elif"):
-            return f"{where}: the apex branch on line {branch.lineno} is an `if` inside an `else`, not an `elif`"
+        if not tree.index.lines[branch.lineno - 1].lstrip().startswith("elif"):
+            return f"{switch.where}: the apex branch on line {branch.lineno} is an `if` inside an `else`, not an `elif`"
         loaded = _loaded_into(tree, branch)
-        native_if = tree.parent(branch)
-        assert isinstance(native_if, ast.If)  # _apex_branch
         if loaded is not None:
-            loads[id(native_if)] = (branch, loaded)
+            switch.loads[id(tree.parent(branch))] = (branch, loaded)
         elif any(isinstance(n, ast.Attribute) and n.attr == "load_state_dict" for n in ast.walk(branch)):
-            return (f"{where}: the apex branch on line {branch.lineno} loads apex's state other than as "
+            return (f"{switch.where}: the apex branch on line {branch.lineno} loads apex's state other than as "
                     "`amp.load_state_dict(state)` beside the native branch's one `scaler.load_state_dict(...)`")
+    return switch
+
+
+def _comparisons(tree: _Tree, switch: _Switch, switched: Switched) -> tuple[list[ast.If], list[str]] | str:
+    """Each `S == native` widened (but a load chain's), into `switched`; the `if`s that raise where apex is missing,
+    and what the note says of each `else` the apex value ran; or why not: S read otherwise."""
     raising: list[ast.If] = []
-    elses: list[str] = []  # where the apex value ran an `else` the native value did not
+    elses: list[str] = []
+    spelled, native, apex = switch.spelled, switch.native, switch.apex
+    compared = {id(n.left) for n in ast.walk(tree.engine.tree) if isinstance(n, ast.Compare)}
     for node in ast.walk(tree.engine.tree):
-        if not (isinstance(node, ast.Compare) and ast.dump(node.left) == subject):
+        if isinstance(node, (ast.Name, ast.Attribute)) and ast.dump(node) == switch.subject \
+                and id(node) not in compared:
+            return f"line {node.lineno} reads `{spelled}` otherwise (what it does with '{apex}' is not known)"
+        if not (isinstance(node, ast.Compare) and ast.dump(node.left) == switch.subject):
             continue
         value = _literal_test(node)
         holder = tree.parent(node)
         if value is not None and value[1] == native:
-            if not (isinstance(holder, ast.If) and id(holder) in loads):
-                start, end = index.span(node)
+            if not (isinstance(holder, ast.If) and id(holder) in switch.loads):
+                start, end = tree.index.span(node)
                 switched.splices.append((start, end, f"{spelled} in ({native!r}, {apex!r})"))
-                elses.extend(_else_taken(tree, node, branches))
-        elif value is not None and value[1] == apex and isinstance(holder, ast.If) and holder in branches:
+                elses.extend(_else_taken(tree, node, switch.branches))
+        elif value is not None and value[1] == apex and isinstance(holder, ast.If) and holder in switch.branches:
             continue
         elif value is not None and value[1] == apex and (guard := _raises_alone(tree, node)) is not None:
             raising.append(guard)
         else:
-            return f"{where}: line {node.lineno} compares `{spelled}` otherwise"
-    opt_level = _initialize_settings(tree, uses)
-    if opt_level is None:
-        return f"{where}: initialize is given more than the model, the optimizer and opt_level"
-    removed = [b for b in branches if all(b is not load for load, _ in loads.values())] + raising
-    if any(len(tree.block_of(guard)[0]) == 1 or not _alone_on_its_lines(tree, guard) for guard in raising):
-        return f"{where}: removing the `if` that raises where apex is missing would leave its block empty, or a " \
-            "statement shares its lines"
-    gone = _registrations(tree, registrations, switched)
-    if isinstance(gone, str):
-        return f"{where}: {gone}"
-    for branch in removed:
-        native_if = tree.parent(branch)
-        if branch in branches and isinstance(native_if, ast.If) and (lost := _lost_steps(branch.body, native_if.body)):
-            elses.append(f"the apex branch on line {branch.lineno} is removed{lost}")
-    for statement in removed + gone:
-        switched.splices.append((*index.removal(statement.lineno, _last_line(statement)), ""))
-    switched.splices.extend(_import_removal(tree, import_node, optional, switched))
-    _load_through_the_helper(tree, uses, loads, switched)
-    said = (f"{where}: '{apex}' now takes the native path '{native}' took (torch.amp's autocast and GradScaler; "
-            f"apex.amp is gone, so it could only fail), each `{spelled} == {native!r}` reads `{spelled} in "
-            f"({native!r}, {apex!r})`, and the apex branch it left dead is removed")
-    for use in uses:
-        switched.messages.setdefault(id(use.ref), said)
-    switched.note = (f"{where}: '{apex}' now runs torch.amp's autocast and a GradScaler with torch's defaults, not "
-                     f"apex's opt_level ({opt_level}: O2's float16 model and float32 master weights have no native "
-                     "twin) nor its loss scaler's settings" + "".join(f"; {e}" for e in elses))
-    return switched
+            return f"line {node.lineno} compares `{spelled}` otherwise"
+    return raising, elses
 
 
 def _else_taken(tree: _Tree, compare: ast.Compare, branches: list[ast.If]) -> list[str]:
@@ -201,9 +238,16 @@ def _raises_alone(tree: _Tree, compare: ast.Compare) -> ast.If | None:
     guard = tree.parent(compare)
     holder = tree.parent(guard)
     if isinstance(guard, ast.BoolOp) and isinstance(guard.op, ast.And) and isinstance(holder, ast.If) \
-            and holder.test is guard and not holder.orelse and all(isinstance(s, ast.Raise) for s in holder.body):
+            and holder.test is guard and not holder.orelse and all(isinstance(s, ast.Raise) for s in holder.body) \
+            and any(_apex_missing(operand) for operand in guard.values):
         return holder
     return None
+
+
+def _apex_missing(test: ast.expr) -> bool:
+    """`'apex' not in ...` (`sys.modules`): apex was not imported."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Constant) and test.left.value == "apex"
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn))
 
 
 def _alone_on_its_lines(tree: _Tree, statement: ast.stmt) -> bool:
@@ -251,6 +295,19 @@ def _registrations(tree: _Tree, registrations: list[AmpUse], switched: Switched)
             f"`{tree.text(statement)}` is removed: CUDA autocast runs torch.{name} in float16 already (it is on "
             "autocast's float16 list), so under the native path's autocast the registration has nothing to do")
     return removed
+
+
+def _import_kept(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImport | None) -> str | None:
+    """Why the import cannot simply go, or None: it imports amp alone, on lines of its own; an optional one's `try`
+    holds the import alone and its handler only calls (a warning) or passes: a name it bound would be left unbound."""
+    statement: ast.stmt = import_node if optional is None else optional.statement
+    if len(import_node.names) != 1 or not _alone_on_its_lines(tree, statement):
+        return f"the apex import on line {import_node.lineno} imports more, or shares its lines"
+    if optional is not None and (optional.flags_set or optional.cleared_before is not None or any(
+            not isinstance(s, (ast.Expr, ast.Pass)) for h in optional.statement.handlers for s in h.body)):
+        return (f"the optional import's `try` on line {statement.lineno} sets names (flags, or in its `except`), "
+                "which removing it would leave unbound")
+    return None
 
 
 def _import_removal(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImport | None,
