@@ -61,6 +61,7 @@ JOBS: dict[str, list[str]] = {
     "setup_box_wrong_order_verify": ["verify", "apex_setup_box.py", "--rewritten", "apex_setup_box.wrong_order.py"],
     "imagenet_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.native.py", "--", "--opt-level",
                         "O1"],
+    "switch_verify": ["verify", "apex_switch.py", "--rewritten", "apex_switch.native.py"],
     "imagenet_wrong_eval_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.wrong_eval.py", "--",
                                    "--opt-level", "O1"],
 }
@@ -264,6 +265,17 @@ def test_a_config_key_as_the_condition_verifies_as_a_flag_does(condition_key_ver
     assert report["equivalent"] is True and report["first_difference"] is None
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 4
     assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 4, "step": 4, "update": 4, "skipped_steps": 0}
+
+
+def test_the_apex_value_of_a_switch_taking_the_native_path_verifies(switch_verify: Job) -> None:
+    """Transformer-XL's `--amp apex|pytorch` switch, rewritten under --unsafe-fixes (the apex value takes the module's
+    native path): the 6 losses bit for bit, the clipping unscaled as apex's was, the scale saved and loaded back
+    through the checkpoint as apex's was."""
+    report = switch_verify.report
+    assert switch_verify.returncode == 0, switch_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
+    assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 0}
 
 
 def test_a_module_import_with_initialize_under_the_flag_verifies_as_the_local_import_does(

@@ -60,6 +60,7 @@ from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _step
 from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_state
 from ampfix.families.apex.rewrite.shape import _shape
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.switch import native_switch
 from ampfix.families.apex.rewrite.tree import _Tree
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical, Split
 
@@ -113,7 +114,15 @@ def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.Impo
         remove_registrations(rewrite, registrations)
         _check_splices(rewrite)
     except NotMechanical as reason:
-        return str(reason)
+        switched = None if split is not None or method_imports else native_switch(tree, uses, registrations,
+                                                                                 import_node, optional)
+        if switched is None or isinstance(switched, str):
+            return str(reason) if switched is None else f"{reason}; {switched}"
+        if not engine.options.unsafe_fixes:
+            return UnsafeOnly(f"{switched.note} (an unsafe fix exists: --unsafe-fixes)")
+        if commit:
+            engine.add_splices(switched.splices)
+        return Rewritten(switched.messages, True, tuple(switched.splices))
     opt_level = rewrite.shape.opt_level
     unsafe = opt_level.unsafe or bool(rewrite.unsafe_notes) or split is not None
     if unsafe and not engine.options.unsafe_fixes:

@@ -1,0 +1,98 @@
+"""The switch between apex.amp and the module's own native path on a string (`ampfix.families.apex.rewrite.switch`,
+DeepLearningExamples' Transformer-XL): what each message says, what the default mode leaves, and why a switch that
+reads its value otherwise is left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ampfix.engine import Options, fix_source
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+WHERE = "the switch on `args.amp` ('pytorch' native, 'apex' apex.amp)"
+
+
+def _read(name: str) -> str:
+    return (FIXTURES / f"{name}.in.py").read_text(encoding="utf-8")
+
+
+def test_the_apex_value_takes_the_native_path_and_each_use_says_so() -> None:
+    result = fix_source(_read("unsafe_fixes/apex_native_switch"), Options(unsafe_fixes=True))
+    by_line = {f.line: f.message for f in result.findings if f.fixed}
+    assert by_line[69] == (
+        f"{WHERE}: 'apex' now takes the native path 'pytorch' took (torch.amp's autocast and GradScaler; apex.amp is "
+        "gone, so it could only fail), each `args.amp == 'pytorch'` reads `args.amp in ('pytorch', 'apex')`, and the "
+        "apex branch it left dead is removed")
+    assert by_line[39] == by_line[53] == by_line[25] == by_line[69]
+    assert by_line[76].startswith("`amp.load_state_dict(checkpoint['amp_state'])` -> "
+                                  "`scaler.load_state_dict(grad_scaler_state(...))`: into the native branch's scaler")
+    assert by_line[76].endswith("a checkpoint an apex run saved still resumes")
+    assert by_line[9].startswith("the optional `from apex import amp` and its `except` branch are removed")
+
+
+def test_in_the_default_mode_the_note_says_what_the_apex_value_loses() -> None:
+    """The `else` the apex value ran stepped `optimizer_sparse`; the native body it takes now does not."""
+    source = _read("unsafe_fixes/apex_native_switch")
+    result = fix_source(source)
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(
+        f"not rewritten: {WHERE}: 'apex' now runs torch.amp's autocast and a GradScaler with torch's defaults, not "
+        "apex's opt_level (`args.apex_amp_opt_level`: O2's float16 model and float32 master weights have no native "
+        "twin) nor its loss scaler's settings; where it ran the `else` of the `if` on line 54, it runs that `if`'s "
+        "body, as the native value did (so `optimizer_sparse` is no longer stepped there) (an unsafe fix exists: "
+        "--unsafe-fixes)")
+
+
+def test_a_switch_whose_value_is_read_otherwise_is_left_saying_where() -> None:
+    source = _read("unsafe_fixes/apex_native_switch_other_comparison")
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert initialize.message.endswith(f"; {WHERE}: line 13 compares `args.amp` otherwise")
+
+
+def test_an_apex_branch_that_steps_what_the_native_one_does_not_says_so() -> None:
+    source = _read("unsafe_fixes/apex_native_switch_other_comparison").replace(
+        "    if args.amp == 'apex':\n        print('apex amp')\n", "").replace(
+        "            optimizer.step()\n", "            optimizer.step()\n            other.step()\n")
+    result = fix_source(source)
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    assert "; the apex branch on line 20 is removed (so `other` is no longer stepped there) (an unsafe fix exists" \
+        in initialize.message
+
+
+def _other_comparison_made(new: str) -> str:
+    """The switch fixture with its extra `if args.amp == 'apex':` replaced by `new`."""
+    return _read("unsafe_fixes/apex_native_switch_other_comparison").replace(
+        "    if args.amp == 'apex':\n        print('apex amp')\n", new)
+
+
+def _reason(source: str) -> str:
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert result.new_source == source
+    (initialize,) = [f for f in result.findings if f.code == "AMP101"]
+    return initialize.message.partition(f"; {WHERE}: ")[2]
+
+
+def test_a_switch_value_read_other_than_compared_is_left() -> None:
+    assert _reason(_other_comparison_made("    print(args.amp)\n")) == (
+        "line 13 reads `args.amp` otherwise (what it does with 'apex' is not known)")
+
+
+def test_an_if_that_raises_for_the_apex_value_for_another_reason_is_left() -> None:
+    """Only a raise where apex is missing (`'apex' not in sys.modules`) goes with apex."""
+    source = _other_comparison_made("    if args.amp == 'apex' and args.world_size > 8:\n        raise ValueError\n")
+    assert _reason(source) == "line 13 compares `args.amp` otherwise"
+    source = _other_comparison_made("    if args.amp == 'apex' and 'apex' not in sys.modules:\n        raise "
+                                        "RuntimeError\n").replace("import torch\n", "import sys\n\nimport torch\n")
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert "raise RuntimeError" not in result.new_source and "'apex' not in sys.modules" not in result.new_source
+
+
+def test_an_optional_import_that_sets_a_flag_is_left() -> None:
+    """Removing the `try` would leave the flag unbound."""
+    source = _other_comparison_made("").replace(
+        "from apex import amp\n", "try:\n    from apex import amp\nexcept ImportError:\n    HAS_APEX = False\n")
+    assert _reason(source) == ("the optional import's `try` on line 4 sets names (flags, or in its `except`), which "
+                               "removing it would leave unbound")
