@@ -60,6 +60,12 @@ class ProjectModules(Protocol):
         """As `uses`, for every name below `qname` too (`apex.amp.state_dict` below `apex.amp`)."""
         ...
 
+    def switch_reader(self) -> bool:
+        """Whether the file asked about reads an enum whose members guard the project's apex.amp uses (`if X ==
+        E.APEX:` around each): planned under --unsafe-fixes though it spells no apex (its comparisons are the
+        switch's too)."""
+        ...
+
     def in_run(self, place: str) -> bool:
         """Whether the file of `place` (a path as `uses` shows it, `:line` or not) is one this run processes (an
         apex set-up split across modules is rewritten only where every module holding a half is)."""

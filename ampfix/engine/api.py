@@ -78,7 +78,7 @@ def _process(source: str, options: Options, rewrite: bool, project: ProjectModul
     # The rule data only once a file is read: the files a run passes over never load it.
     from ampfix.families import SPELLINGS
 
-    if not could_hold_use(source, options.retargets, SPELLINGS):
+    if not could_hold_use(source, options.retargets, SPELLINGS) and not _reads_apex_switch(options, project):
         return SourceResult(source, source)
     from ampfix.syntax.suppressions import scan_when_asked
 
@@ -129,3 +129,9 @@ def _finding(planned: PlannedFinding, applied: bool) -> Finding:
         suggestion=planned.suggestion,
         follows=planned.follows,
     )
+
+
+def _reads_apex_switch(options: Options, project: ProjectModules | None) -> bool:
+    """Under --unsafe-fixes, a file that spells no use yet compares the members of an enum that switches the
+    project's apex.amp uses (`ProjectModules.switch_reader`): its comparisons are rewritten with them."""
+    return options.unsafe_fixes and project is not None and project.switch_reader()

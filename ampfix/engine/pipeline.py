@@ -26,8 +26,10 @@ from ampfix.syntax.suppressions import NONE, Suppressions
 
 
 def plan_apex(context: ModuleContext, sink: Sink) -> None:
-    """The apex planner, imported for a module it can find something in (`apex.rules.may_hold_use`)."""
-    if may_hold_apex_use(context.index.text):
+    """The apex planner, imported for a module it can find something in (`apex.rules.may_hold_use`), or that reads
+    the enum of a switch on apex.amp under --unsafe-fixes (`ProjectModules.switch_reader`)."""
+    if may_hold_apex_use(context.index.text) or (context.options.unsafe_fixes and context.project is not None
+                                                 and context.project.switch_reader()):
         from ampfix.families.apex.detect import plan_apex as plan
 
         plan(context, sink)

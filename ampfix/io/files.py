@@ -20,7 +20,8 @@ from ampfix.io.codec import NOTEBOOK_SUFFIX, PYTHON, READ_ERROR_CODE, SUFFIXES, 
 from ampfix.io.declared_torch import Target, declared_torch_of_file
 from ampfix.io import result_cache
 from ampfix.io.exclusion import GITIGNORE, Exclusions, FolderFilter
-from ampfix.io.project_modules import FileModules, begin_run, cache_state, forget, project_modules, run_state
+from ampfix.io.project_modules import (FileModules, begin_run, cache_state, forget, project_modules, reads_apex_switch,
+                                       run_state)
 
 if TYPE_CHECKING:
     from ampfix.io.codec import Codec
@@ -96,9 +97,11 @@ def _walk(directory: Path, skipped: FolderFilter, walked: str = "") -> Iterator[
             yield from _walk(subdir, skipped, below)
 
 
-def read_candidate(path: Path, retargets: bool = False, kept: bool = False) -> bytes | None | FileResult:
+def read_candidate(path: Path, retargets: bool = False, kept: bool = False,
+                   unsafe_fixes: bool = False) -> bytes | None | FileResult:
     """The file's bytes if it could hold a use the run looks at (or `kept`: a check of it is kept, whose replay
-    costs less than the byte filter's rule data), None if not, or a read error."""
+    costs less than the byte filter's rule data; or, under `unsafe_fixes`, it compares the members of an enum that
+    switches the project's apex.amp uses, `reads_apex_switch`), None if not, or a read error."""
     try:
         data = _read_regular_file(path)
     except _NotRegular as kind:
@@ -106,7 +109,9 @@ def read_candidate(path: Path, retargets: bool = False, kept: bool = False) -> b
     except OSError as error:
         return _error(path, f"cannot read: {error.strerror or error}")
     # The engine's test, on the bytes: a file that cannot hold a use is never decoded.
-    return data if kept or codec_for(path).could_hold(data, retargets) else None
+    if kept or codec_for(path).could_hold(data, retargets):
+        return data
+    return data if unsafe_fixes and path.name.endswith(".py") and reads_apex_switch(path) else None
 
 
 def codec_for(path: Path) -> Codec:
@@ -168,7 +173,7 @@ def shown_message(finding: Finding) -> str:
 def process_file(path: Path, options: Options, mode: str = "check", data: bytes | None = None) -> FileResult:
     """Check, diff (a dry run) or rewrite one file. Never raises for a bad file."""
     if data is None:
-        read = read_candidate(path, options.retargets)
+        read = read_candidate(path, options.retargets, unsafe_fixes=options.unsafe_fixes)
         if read is None:
             return FileResult(str(path))
         if isinstance(read, FileResult):
@@ -247,7 +252,8 @@ def _plans_half(path: Path, project: FileModules) -> bool:
     options, _ = targeted(path, project.options)
     from ampfix.families.apex import rules  # asked only by a half of a split apex set-up, under --unsafe-fixes
 
-    halves = {rules.INITIALIZE.code, rules.SCALE_LOSS.code}
+    # a half's initialize or scale_loss fixed; or an enum switch's comparisons, in a module without apex
+    halves = {rules.INITIALIZE.code, rules.SCALE_LOSS.code, rules.FRAMEWORK_CONFIG.code}
     result = fix_source(decoded.source, options, project)
     return any(f.fixed and f.code in halves for f in result.findings)
 
@@ -391,7 +397,7 @@ def process_paths(paths: Iterable[str | os.PathLike[str]], options: Options, mod
     if on_discovered is not None:  # the CLI counts files for its progress line and summary
         found = _observed(found, on_discovered)
     kept = result_cache.begin(cache_state()) if mode == "check" else None
-    items = _candidates(found, options.retargets, kept)
+    items = _candidates(found, options.retargets, kept, options.unsafe_fixes)
     head = list(itertools.islice(items, MIN_FILES_FOR_POOL))
     if jobs < 2 or len(head) < MIN_FILES_FOR_POOL:
         for item in itertools.chain(head, items):
@@ -550,14 +556,14 @@ def _observed(paths: Iterable[Path | FileResult],
         yield path
 
 
-def _candidates(paths: Iterable[Path | FileResult], retargets: bool,
-                kept: result_cache.ResultCache | None = None) -> Iterator[_Candidate | FileResult]:
+def _candidates(paths: Iterable[Path | FileResult], retargets: bool, kept: result_cache.ResultCache | None = None,
+                unsafe_fixes: bool = False) -> Iterator[_Candidate | FileResult]:
     for path in paths:
         if isinstance(path, FileResult):  # a folder that cannot be read
             yield path
             continue
         try:
-            read = read_candidate(path, retargets, kept is not None and kept.has_entry(path))
+            read = read_candidate(path, retargets, kept is not None and kept.has_entry(path), unsafe_fixes)
         except Exception as error:  # noqa: BLE001 - as in _process_item: that file's finding, not the run's end
             read = _internal_error(path, error)
         if isinstance(read, FileResult):

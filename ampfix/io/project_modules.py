@@ -132,6 +132,9 @@ class FileModules:
     def uses_below(self, qname: str) -> tuple[str, ...]:
         return self.uses(qname, below=True)
 
+    def switch_reader(self) -> bool:
+        return reads_apex_switch(self.path, self.root)
+
     def in_run(self, place: str) -> bool:
         files = _run_files()
         return files is not None and _place_path(place) in files
@@ -203,6 +206,36 @@ def _place_path(place: str) -> Path:
         return path.resolve()
     except OSError:
         return path.absolute()
+
+
+# project root -> the files that read an enum whose members guard the project's apex.amp uses: one walk per run.
+_switch_readers: dict[Path, frozenset[Path]] = {}
+
+
+def reads_apex_switch(path: Path, root: Path | None = None) -> bool:
+    """Does `path` read an enum whose members guard the project's apex.amp uses (`if X == E.APEX:` around each,
+    `ampfix.families.apex.rewrite.enum_switch`)? Such a file spells no apex (vissl's gradient clipping hook compares
+    `task.amp_type == AmpType.PYTORCH`), yet its comparisons are rewritten with the modules that use apex.amp.
+    Asked only under --unsafe-fixes, of a file the byte filter passed over."""
+    try:
+        me = path.resolve()
+    except OSError:
+        return False
+    root = root or _project_root(me)
+    if root not in _switch_readers:
+        from ampfix.families.apex.rewrite.enum_switch import guarding_enum  # only asked under --unsafe-fixes
+
+        enums = set()
+        for apex_file in dict.fromkeys(found for _, found in _uses(root, "apex.amp", below=True)):
+            try:
+                enum = guarding_enum(ast.parse(apex_file.read_bytes()))
+            except (OSError, SyntaxError, ValueError, RecursionError):
+                continue
+            if enum is not None:
+                enums.add(enum)
+        _switch_readers[root] = frozenset(found.resolve() for enum in sorted(enums)
+                                          for _, found in _uses(root, enum, below=True))
+    return me in _switch_readers[root]
 
 
 def _module_name(path: Path) -> str | None:
@@ -528,6 +561,7 @@ def forget(cache: bool = True) -> None:
     _indices.clear()
     _cache = cache
     _used.clear()
+    _switch_readers.clear()
     _run, _run_found = None, None  # a run that is not `process_paths`' (the codemod, flake8) has no file set
     _constructed.clear()
 

@@ -19,6 +19,8 @@ from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import UnsafeFix, plan_parallel
 from ampfix.families.apex.split import split_half
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
+from ampfix.families.apex.rewrite import enum_switch
+from ampfix.families.apex.rewrite.enum_switch import Planned
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
                                          engine_of, float16_function, plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_import, resolve
@@ -91,10 +93,14 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
         rewritten = _plan_rewrite(analysis, uses)
         if type(rewritten) is str:
             across = _plan_split(analysis, uses)
+            switch = _plan_enum_switch(analysis, uses) if not isinstance(across, Rewritten) else None
             if isinstance(across, Rewritten):
                 rewritten = across
+            elif isinstance(switch, (Rewritten, UnsafeOnly)):
+                rewritten = switch
             else:
-                rewritten += _other_half(analysis, {rule.code for *_, rule in uses}) + across
+                rewritten += _other_half(analysis, {rule.code for *_, rule in uses}) + across \
+                    + (f"; {switch}" if switch else "")
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
         fp16, imports_gone = _plan_imports(analysis, rewritten, parallel)
@@ -121,6 +127,8 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
         _report_imports(analysis, used, left, Rewritten({**done.messages, **imports_gone},
                                                         done.unsafe or isinstance(fp16, Fp16Plan)),
                         {id(star_import(analysis.tree)): fp16} if isinstance(fp16, str) else {})
+    elif analysis.options.unsafe_fixes and analysis.context.project is not None:
+        _plan_enum_switch_reader(analysis)
     _report_named_modules(analysis)
     if _may_hold_settings(analysis):
         _report_settings(analysis)
@@ -174,6 +182,66 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
         return f"; under --unsafe-fixes, not rewritten across modules: {planned}"
     committed = commit_rewrites(analysis, [planned])
     return committed if isinstance(committed, Rewritten) else f"; {committed}"
+
+
+def _plan_enum_switch(analysis: ApexModule,
+                      uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str | None:
+    """A switch between apex.amp and the project's native path on an enum's members, across the project's modules
+    (`ampfix.families.apex.rewrite.enum_switch`): rewritten under --unsafe-fixes, reported as an unsafe fix in the
+    default mode; or why not; None where the module's apex.amp uses are no such switch."""
+    project = analysis.context.project
+    if project is None or not all(full.startswith(rules.AMP_MODULE + ".") for *_, full, _ in uses):
+        return None
+    if _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]) is not None:
+        return None  # the one-file reason says it
+    planned = _switch_part(analysis)
+    if planned is None or isinstance(planned, str):
+        return planned
+    if not analysis.options.unsafe_fixes:
+        return UnsafeOnly(f"{planned.note} (an unsafe fix exists: --unsafe-fixes)")
+    switched = planned.switched
+    messages = {id(ref): switched.messages.get(id(ref.node), f"{planned.said}; {planned.lost}") for ref, *_ in uses}
+    engine_of(analysis).add_splices(switched.splices)
+    return Rewritten(messages, True, tuple(switched.splices))
+
+
+def _switch_part(analysis: ApexModule) -> Planned | str | None:
+    """This module's part of an enum switch (`enum_switch.project_switch`), or why not: also where its edits would
+    meet another planner's."""
+    project = analysis.context.project
+    assert project is not None  # the callers'
+    module = enum_switch.module_of(analysis.tree, analysis.walker.chains)
+    planned = enum_switch.project_switch(module, analysis.index, project, analysis.options.unsafe_fixes)
+    if planned is None or isinstance(planned, str):
+        return planned
+    edited = engine_of(analysis).edit_spans()
+    met = [s for s in planned.switched.splices if any(s[0] < b and a < s[1] or a == b == s[0] for a, b in edited)]
+    if met:
+        line = analysis.index.text.count("\n", 0, met[0][0]) + 1
+        return f"{planned.members.where}: its edit on line {line} meets another rewrite's"
+    return planned
+
+
+def _plan_enum_switch_reader(analysis: ApexModule) -> None:
+    """Under --unsafe-fixes, a module without apex that compares an enum switch's members (vissl's gradient clipping
+    hook, `task.amp_type == AmpType.PYTORCH`): its comparisons widened with the modules that use apex.amp, each
+    reported there (a framework setting that selected apex); or, where its part is not rewritten, why."""
+    if not any(isinstance(ref.parent, ast.Compare) for ref in analysis.walker.chains):
+        return
+    planned = _switch_part(analysis)
+    if planned is None:
+        return
+    if isinstance(planned, str):
+        module = enum_switch.module_of(analysis.tree, analysis.walker.chains)
+        found = enum_switch.switch_of(module, analysis.context.project)  # type: ignore[arg-type]
+        reads = module.reads_below(found[0].enum) if isinstance(found, tuple) else []
+        if reads:
+            analysis.add_finding(reads[0][0].node, rules.FRAMEWORK_CONFIG.code, f"not rewritten: {planned}",
+                                 fixable=False)
+        return
+    engine_of(analysis).add_splices(planned.switched.splices)
+    for compare in planned.switched.widened:
+        _report_fixed(analysis, compare, rules.FRAMEWORK_CONFIG, f"{planned.said}; {planned.lost}", True)
 
 
 def _plan_rewrite(analysis: ApexModule,
