@@ -232,8 +232,10 @@ def _plan_enum_switch_reader(analysis: ApexModule) -> None:
     if planned is None:
         return
     if isinstance(planned, str):
+        project = analysis.context.project
+        assert project is not None  # the caller's
         module = enum_switch.module_of(analysis.tree, analysis.walker.chains)
-        found = enum_switch.switch_of(module, analysis.context.project)  # type: ignore[arg-type]
+        found = enum_switch.switch_of(module, project)
         reads = module.reads_below(found[0].enum) if isinstance(found, tuple) else []
         if reads:
             analysis.add_finding(reads[0][0].node, rules.FRAMEWORK_CONFIG.code, f"not rewritten: {planned}",

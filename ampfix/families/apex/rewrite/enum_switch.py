@@ -185,11 +185,35 @@ def _files(places: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def settled(tree: ast.Module, members: Members) -> bool:
-    """The module as the switch leaves it: no apex.amp use, no `X == E.N` (a module rewritten already by this run)."""
+    """The module as the switch leaves it (rewritten already by this run, or by hand): no apex.amp use, and each
+    read of the members in a widened comparison, or the test of a load through the helper."""
     module = _Module(tree)
-    return not module.apex_uses() and not any(
-        module.compared(chain.node) is not None and qname == f"{members.enum}.{members.native}"
-        for chain, qname in module.reads_below(members.enum))
+    return not module.apex_uses() and all(
+        qname == members.enum and isinstance(module.parent(chain.node), (ast.Subscript, ast.Call))
+        or _done(module, chain.node, members) for chain, qname in module.reads_below(members.enum))
+
+
+def _done(module: _Module, node: ast.expr, members: Members) -> bool:
+    """Is `node` (a read of a member) as the switch leaves it: in `X in (E.N, E.A)`, or the test `X == E.A` of an
+    `if` that loads through the helper, `S.load_state_dict(H(A))`, and else `S.load_state_dict(A)`?"""
+    names = (f"{members.enum}.{members.native}", f"{members.enum}.{members.apex}")
+    pair, compare = module.parent(node), None
+    if isinstance(pair, ast.Tuple) and len(pair.elts) == 2:
+        compare = module.parent(pair)
+        return isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(compare.ops[0], ast.In) \
+            and compare.comparators[0] is pair \
+            and tuple(next((q for c, q in module.resolved if c.node is e), None) for e in pair.elts) == names
+    compare = module.compared(node)
+    holder = module.parent(compare) if compare is not None else None
+    if not (isinstance(holder, ast.If) and holder.test is compare and len(holder.body) == len(holder.orelse) == 1
+            and module.member_test(compare) == names[1]):
+        return False
+    loads = [s.value if isinstance(s, ast.Expr) else None for s in (holder.body[0], holder.orelse[0])]
+    if not all(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "load_state_dict"
+               and len(c.args) == 1 for c in loads):
+        return False
+    helped, plain = (c.args[0] for c in loads if isinstance(c, ast.Call))
+    return isinstance(helped, ast.Call) and len(helped.args) == 1 and ast.dump(helped.args[0]) == ast.dump(plain)
 
 
 def plan_switch(module: _Module, index: SourceIndex, members: Members) -> Switched | str:
@@ -201,6 +225,8 @@ def plan_switch(module: _Module, index: SourceIndex, members: Members) -> Switch
     elifs: set[int] = set()  # id() of the `elif X == E.N` tests made the `if` of their chain
     for chain, qname in module.reads_below(members.enum):
         node, line = chain.node, chain.node.lineno
+        if qname != members.enum and _done(module, node, members):
+            continue  # rewritten already
         compare = module.compared(node)
         if qname == members.enum:
             if not isinstance(module.parent(node), (ast.Subscript, ast.Call)):
@@ -216,11 +242,12 @@ def plan_switch(module: _Module, index: SourceIndex, members: Members) -> Switch
         if index.lines[holder.lineno - 1].lstrip().startswith("elif"):
             return f"the `if` on line {line} that tests `{_text(index, node)}` is an `elif`"
         after = holder.orelse[0] if len(holder.orelse) == 1 else None
-        if isinstance(after, ast.If) and module.member_test(after.test) == native_q \
+        if isinstance(after, ast.If) and isinstance(after.test, ast.Compare) \
+                and module.member_test(after.test) == native_q \
                 and index.lines[after.lineno - 1].lstrip().startswith("elif") \
-                and ast.dump(after.test.left) == ast.dump(compare.left):  # type: ignore[attr-defined]
+                and ast.dump(after.test.left) == ast.dump(compare.left):
             start, end = index.span(holder)[0], index.span(after.test)[1]
-            switched.splices.append((start, end, f"if {_widened(index, after.test, members)}"))  # type: ignore[arg-type]
+            switched.splices.append((start, end, f"if {_widened(index, after.test, members)}"))
             elifs.add(id(after.test))
             handled.append((start, end))
             switched.lost.append(f"the apex branch on line {holder.lineno} is removed")

@@ -1,0 +1,134 @@
+"""The switch between apex.amp and the project's own native path on an enum's members, across modules
+(`ampfix.families.apex.rewrite.enum_switch`, vissl's `AmpType`): fixtures/projects/apex_enum_switch, a task module
+(the set-up, the checkpoint), a step module (autocast, backward, step) and a clipping module that uses no apex but
+compares `AmpType.PYTORCH` (so the apex value must unscale there too). Rewritten together under --unsafe-fixes, or
+none; the default mode reports the unsafe fix."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ampfix.cli.app import app
+
+PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "apex_enum_switch"
+EXPECTED = PROJECT.parent / "apex_enum_switch.expected"
+REWRITTEN = ("pkg/clip.py", "pkg/step.py", "pkg/task.py")
+WHERE = ("the switch on `AmpType` across the project's modules (`AmpType.PYTORCH` native, `AmpType.APEX` "
+         "apex.amp)")
+SAID = (f"{WHERE}: `AmpType.APEX` now takes the path `AmpType.PYTORCH` took (torch.amp's autocast and GradScaler; "
+        "apex.amp is gone, so it could only fail): each `X == AmpType.PYTORCH` of the project's modules reads "
+        "`X in (AmpType.PYTORCH, AmpType.APEX)`, and the apex branches are removed")
+LOST = ("`AmpType.APEX` now runs torch.amp's autocast and a GradScaler with torch's defaults, not apex's opt_level "
+        "(O2's float16 model and float32 master weights have no native twin) nor its loss scaler's settings")
+STEP_LOST = (f"{LOST}; the apex branch on line 18 is removed; where it took the `else` value of the conditional "
+             "expression on line 13, it takes the first, as the native value did; where it ran the `else` of the "
+             "`if` on line 29, it runs that `if`'s body, as the native value did")
+TASK_LOST = (f"{LOST}; the apex branch on line 19 is removed; the apex branch on line 30 is removed (initialize "
+             "there was given `**self.amp_args`: none of it applies now)")
+LOAD = ("pkg/task.py:38:21: AMP104 fixed (unsafe): `apex.amp.load_state_dict(state[\"amp\"])` -> "
+        "`self.amp_grad_scaler.load_state_dict(grad_scaler_state(state[\"amp\"]))`: into the native value's scaler, "
+        "through `grad_scaler_state` (added at module level), which also reads the format apex.amp.state_dict() "
+        "wrote ({'loss_scaler0': {'loss_scale', 'unskipped'}}): a checkpoint an apex run saved still resumes")
+
+
+def _project(tmp_path: Path, monkeypatch, name: str = "project") -> Path:
+    root = tmp_path / name
+    shutil.copytree(PROJECT, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+def _unchanged(root: Path, *except_for: str) -> None:
+    for path in sorted(PROJECT.rglob("*.py")):
+        relative = path.relative_to(PROJECT).as_posix()
+        if relative not in except_for:
+            assert (root / relative).read_bytes() == path.read_bytes(), relative
+
+
+def _findings(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("pkg/")]
+
+
+def test_every_module_that_reads_the_members_is_rewritten_together(tmp_path: Path, monkeypatch) -> None:
+    """The apex member takes the native member's path in the three modules (the clipping module unscales for it
+    too), the apex branches and imports go, the checkpoint loads through the helper; a second run changes nothing."""
+    root = _project(tmp_path, monkeypatch)
+    first = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert first.exit_code == 1, first.stdout  # files changed
+    assert _findings(first.stdout) == [
+        f"pkg/clip.py:7:8: AMP109 fixed (unsafe): {SAID}; {LOST}",
+        f"pkg/step.py:19:14: AMP102 fixed (unsafe): {SAID}; {STEP_LOST}",
+        f"pkg/task.py:31:42: AMP101 fixed (unsafe): {SAID}; {TASK_LOST}",
+        LOAD]
+    for name in REWRITTEN:
+        assert (root / name).read_bytes() == (EXPECTED / name).read_bytes(), name
+    _unchanged(root, *REWRITTEN)
+    again = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert again.exit_code == 0, again.stdout
+    assert _findings(again.stdout) == []
+    for name in REWRITTEN:
+        assert (root / name).read_bytes() == (EXPECTED / name).read_bytes(), name
+
+
+def test_the_default_mode_reports_the_unsafe_fix_and_changes_nothing(tmp_path: Path, monkeypatch) -> None:
+    root = _project(tmp_path, monkeypatch)
+    result = CliRunner().invoke(app, ["rewrite", "."])
+    assert result.exit_code == 1, result.stdout  # findings left, none fixed
+    initialize, scale_loss = (next(line for line in _findings(result.stdout) if f" {code} " in line)
+                              for code in ("AMP101", "AMP102"))
+    assert scale_loss == (
+        "pkg/step.py:19:14: AMP102 left: `apex.amp.scale_loss` was removed from apex in 2025; not rewritten: "
+        f"{WHERE}: {STEP_LOST} (an unsafe fix exists: --unsafe-fixes); suggested: scaler.scale(loss).backward(); "
+        "scaler.step(optimizer); scaler.update()")
+    assert f"; not rewritten: {WHERE}: {TASK_LOST} (an unsafe fix exists: --unsafe-fixes); suggested:" in initialize
+    assert not any(line.startswith("pkg/clip.py") for line in _findings(result.stdout))
+    _unchanged(root)
+
+
+def test_a_module_given_without_the_others_is_left_naming_them(tmp_path: Path, monkeypatch) -> None:
+    """A pre-commit hook given the step module alone, or the two apex modules without the clipping one: nothing
+    is rewritten (the clipping module would still skip the unscale for the apex value)."""
+    root = _project(tmp_path, monkeypatch)
+    alone = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/step.py"])
+    assert alone.exit_code == 1
+    (scale_loss,) = _findings(alone.stdout)
+    assert (f"; {WHERE}: every module that reads its members must be rewritten in the same run: pkg/clip.py, "
+            "pkg/task.py (give this run every such module, or the project's folder); suggested:") in scale_loss
+    both = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/step.py", "pkg/task.py"])
+    assert [line.split(" ")[1] for line in _findings(both.stdout)] == ["AMP102", "AMP101", "AMP104"]
+    assert all(" left: " in line for line in _findings(both.stdout))
+    assert (f"; {WHERE}: every module that reads its members must be rewritten in the same run: pkg/clip.py "
+            "(give this run") in _findings(both.stdout)[0]
+    _unchanged(root)
+
+
+def test_a_module_that_reads_a_member_otherwise_leaves_every_module(tmp_path: Path, monkeypatch) -> None:
+    """`task.amp_type is AmpType.PYTORCH` in the clipping module: its part is not planned, so no module is
+    rewritten, each saying where."""
+    root = _project(tmp_path, monkeypatch)
+    clip = root / "pkg" / "clip.py"
+    clip.write_text(clip.read_text().replace("task.amp_type == AmpType.PYTORCH", "task.amp_type is AmpType.PYTORCH"))
+    result = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert result.exit_code == 1
+    findings = _findings(result.stdout)
+    assert findings[0] == (f"pkg/clip.py:7:25: AMP109 left: not rewritten: {WHERE}: line 7 reads `AmpType.PYTORCH` "
+                           "otherwise than as `X == AmpType.PYTORCH`")
+    assert [line.split(" ")[1:3] for line in findings[1:]] == [["AMP102", "left:"], ["AMP101", "left:"],
+                                                                ["AMP104", "left:"]]
+    assert f"; {WHERE}: the part in pkg/clip.py is not rewritten (its findings say why); suggested:" in findings[1]
+    _unchanged(root, "pkg/clip.py")
+
+
+def test_a_module_rewritten_already_is_known_by_its_shape(tmp_path: Path, monkeypatch) -> None:
+    """The clipping module written already (by another worker of the run, or by hand): the two apex modules, given
+    alone, are rewritten to match."""
+    root = _project(tmp_path, monkeypatch)
+    shutil.copy(EXPECTED / "pkg" / "clip.py", root / "pkg" / "clip.py")
+    result = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "pkg/task.py", "pkg/step.py"])
+    assert result.exit_code == 1, result.stdout
+    for name in REWRITTEN:
+        assert (root / name).read_bytes() == (EXPECTED / name).read_bytes(), name
