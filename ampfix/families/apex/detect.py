@@ -226,14 +226,14 @@ def _plan_enum_switch_reader(analysis: ApexModule) -> None:
     """Under --unsafe-fixes, a module without apex that compares an enum switch's members (vissl's gradient clipping
     hook, `task.amp_type == AmpType.PYTORCH`): its comparisons widened with the modules that use apex.amp, each
     reported there (a framework setting that selected apex); or, where its part is not rewritten, why."""
-    if not any(isinstance(ref.parent, ast.Compare) for ref in analysis.walker.chains):
+    project = analysis.context.project
+    assert project is not None  # the caller's
+    if not any(isinstance(ref.parent, ast.Compare) for ref in analysis.walker.chains) or not project.switch_reader():
         return
     planned = _switch_part(analysis)
     if planned is None:
         return
     if isinstance(planned, str):
-        project = analysis.context.project
-        assert project is not None  # the caller's
         module = enum_switch.module_of(analysis.tree, analysis.walker.chains)
         found = enum_switch.switch_of(module, project)
         reads = module.reads_below(found[0].enum) if isinstance(found, tuple) else []

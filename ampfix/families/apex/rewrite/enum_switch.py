@@ -150,8 +150,10 @@ def guarding_enum(tree: ast.Module) -> str | None:
 def switch_of(own: _Module, project: ProjectModules) -> tuple[Members, tuple[str, ...]] | str | None:
     """The switch the project's modules make (this one, `own`, among them), and the other files that read its enum;
     or why it is not one; None where the project's apex.amp uses are not all in branches on one member."""
-    apex_files = _files(project.uses_below(rules.AMP_MODULE))
     members = {apex_member(own)}
+    if "" in members:
+        return None  # this module's own uses are no such switch: the project is not asked
+    apex_files = _files(project.uses_below(rules.AMP_MODULE))
     for place in apex_files:
         tree = project.tree_of(place)
         members.add(apex_member(_Module(tree)) if tree is not None else "")
