@@ -6,7 +6,10 @@ none; the default mode reports the unsafe fix."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -132,3 +135,32 @@ def test_a_module_rewritten_already_is_known_by_its_shape(tmp_path: Path, monkey
     assert result.exit_code == 1, result.stdout
     for name in REWRITTEN:
         assert (root / name).read_bytes() == (EXPECTED / name).read_bytes(), name
+
+
+def _verify(tmp_path: Path, original: Path, rewritten: Path) -> dict:
+    report_path = tmp_path / "verify.json"
+    subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original / "run.py"), "--rewritten",
+                    str(rewritten / "run.py"), "--json", str(report_path)], capture_output=True, text=True,
+                   timeout=300, cwd=tmp_path)
+    return json.loads(report_path.read_text())
+
+
+def test_the_rewrite_trains_as_the_apex_original_and_the_clipping_module_is_needed(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """run.py trains three steps with `AmpType.APEX` and clips each step's gradients: the rewritten project against
+    the apex original (the runner's emulation) is equivalent, the 3 losses bit for bit, each clip on unscaled
+    gradients; with the clipping module left as it was (the apex value skipping the unscale), it is not."""
+    original = tmp_path / "original"
+    shutil.copytree(PROJECT, original)
+    root = _project(tmp_path, monkeypatch, "rewritten")
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1
+    report = _verify(tmp_path, original, root)
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 3 and report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 3, "unscale": 3, "step": 3, "update": 3, "skipped_steps": 0}
+    shutil.copy(PROJECT / "pkg" / "clip.py", root / "pkg" / "clip.py")
+    report = _verify(tmp_path, original, root)
+    assert report["equivalent"] is False
+    assert report["first_difference"] == ("step 0: original clip_grad_norm_ max_norm=1.0 at clip.py:9; rewrite "
+                                          "clip_grad_norm_ max_norm=1.0 on gradients still scaled by 65536.0 at "
+                                          "clip.py:9")
