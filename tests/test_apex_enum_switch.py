@@ -164,3 +164,42 @@ def test_the_rewrite_trains_as_the_apex_original_and_the_clipping_module_is_need
     assert report["first_difference"] == ("step 0: original clip_grad_norm_ max_norm=1.0 at clip.py:9; rewrite "
                                           "clip_grad_norm_ max_norm=1.0 on gradients still scaled by 65536.0 at "
                                           "clip.py:9")
+
+
+def test_a_third_member_compared_leaves_every_module(tmp_path: Path, monkeypatch) -> None:
+    """`AmpType.BFLOAT16` compared in the clipping module: which member is native is not one, nothing is rewritten."""
+    root = _project(tmp_path, monkeypatch)
+    clip = root / "pkg" / "clip.py"
+    clip.write_text(clip.read_text().replace(
+        "    torch.nn.utils", "    if task.amp_type == AmpType.BFLOAT16:\n        return\n    torch.nn.utils"))
+    result = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert result.exit_code == 1
+    findings = _findings(result.stdout)
+    assert [line.split(" ")[1:3] for line in findings] == [["AMP102", "left:"], ["AMP101", "left:"],
+                                                           ["AMP104", "left:"]]
+    assert ("; apex.amp is used under `AmpType.APEX` tests, and the project's modules compare `AmpType` to other "
+            "members than one native one: `AmpType.PYTORCH` (this module:13), `AmpType.BFLOAT16` (pkg/clip.py:9); "
+            "suggested:") in findings[0]
+    _unchanged(root, "pkg/clip.py")
+
+
+def test_an_if_on_the_apex_member_with_an_else_leaves_every_module(tmp_path: Path, monkeypatch) -> None:
+    """`if task.amp_type == AmpType.APEX: ... else: <the scaler's step>`: the native value ran the `else`, which the
+    switch does not move out of it; the step module says why, the others name it."""
+    root = _project(tmp_path, monkeypatch)
+    step = root / "pkg" / "step.py"
+    step.write_text(step.read_text().replace(
+        "    if task.amp_type == AmpType.PYTORCH:\n        task.amp_grad_scaler.step(task.optimizer)\n"
+        "        task.amp_grad_scaler.update()\n    else:\n        task.optimizer.step()\n",
+        "    if task.amp_type == AmpType.APEX:\n        task.optimizer.step()\n    else:\n"
+        "        task.amp_grad_scaler.step(task.optimizer)\n        task.amp_grad_scaler.update()\n"))
+    result = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert result.exit_code == 1
+    clip, scale_loss, initialize, _ = _findings(result.stdout)
+    assert clip == f"pkg/clip.py:7:25: AMP109 left: not rewritten: {WHERE}: the part in pkg/step.py is not rewritten " \
+        "(its findings say why)"
+    assert (f"; {WHERE}: the `if` on line 29 that tests `AmpType.APEX` has an `else`, and is neither followed by an "
+            "`elif` on the native member nor a load of apex's state beside the native scaler's; suggested:") \
+        in scale_loss
+    assert f"; {WHERE}: the part in pkg/step.py is not rewritten (its findings say why); suggested:" in initialize
+    _unchanged(root, "pkg/step.py")

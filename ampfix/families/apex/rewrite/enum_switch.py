@@ -104,12 +104,14 @@ class _Module:
         return None
 
     def member_test(self, test: ast.expr) -> str | None:
-        """The qualified name `test` compares to, where it is `X == E.M` (E.M a dotted name resolved), else None."""
+        """The qualified name `test` compares to, where it is `X == E.M`: E a name the module imports from a module
+        (`from pkg.amp_types import AmpType`, so E.M resolves to `pkg.amp_types.AmpType.M`), else None (`X ==
+        torch.float16` compares to a module's attribute, not a class's member)."""
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
-                and isinstance(test.comparators[0], ast.Attribute)):
+                and isinstance(right := test.comparators[0], ast.Attribute) and isinstance(right.value, ast.Name)):
             return None
-        right = test.comparators[0]
-        return next((qname for chain, qname in self.resolved if chain.node is right), None)
+        qname = next((qname for chain, qname in self.resolved if chain.node is right), None)
+        return qname if qname is not None and qname.count(".") >= 2 else None
 
     def apex_branch(self, node: ast.AST) -> ast.If | None:
         """The innermost `if X == E.M:` whose body holds `node`, or None."""
@@ -175,7 +177,8 @@ def switch_of(own: _Module, project: ProjectModules) -> tuple[Members, tuple[str
     others = [name for name in names if name != apex_name]
     name = enum.rpartition(".")[2]
     if len(others) != 1:
-        where = ", ".join(f"`{name}.{n}` ({names[n]})" for n in others) or "none"
+        where = ", ".join(f"`{name}.{n}` ({names[n]})" for n in others[:3]) or "none"
+        where += f" and {len(others) - 3} more" if len(others) > 3 else ""
         return (f"apex.amp is used under `{name}.{apex_name}` tests, and the project's modules compare `{name}` to "
                 f"other members than one native one: {where}")
     return Members(enum, apex_name, others[0]), tuple(dict.fromkeys((*readers, *apex_files)))
@@ -272,7 +275,8 @@ def plan_switch(module: _Module, index: SourceIndex, members: Members) -> Switch
             handled.append(index.span(load[0]))
     for chain, qname in module.reads_below(members.enum):
         compare = module.compared(chain.node)
-        if qname == native_q and compare is not None and id(compare) not in elifs:
+        inside = compare is not None and any(a <= index.span(compare)[0] < b for a, b in handled)
+        if qname == native_q and compare is not None and id(compare) not in elifs and not inside:
             switched.splices.append((*index.span(compare), _widened(index, compare, members)))
             switched.widened.append(compare)
     uses = module.apex_uses()
@@ -285,6 +289,9 @@ def plan_switch(module: _Module, index: SourceIndex, members: Members) -> Switch
     gone = _import_removals(module, index, handled, switched)
     if isinstance(gone, str):
         return gone
+    spans = sorted((start, end) for start, end, _ in switched.splices)
+    if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return "two of its edits meet (an `if` on a member inside the branch of another)"
     return switched
 
 
