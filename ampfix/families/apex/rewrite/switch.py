@@ -104,6 +104,9 @@ def native_switch(tree: _Tree, uses: list[AmpUse], registrations: list[AmpUse], 
     if isinstance(found, str):
         return f"{where}: {found}"
     raising, elses = found
+    if not _runs_native_amp(tree, switch):
+        return (f"{where}: no `if` that tests `{switch.spelled} == {switch.native!r}` names torch's autocast or "
+                f"GradScaler: '{switch.native}' is not shown to be a mixed-precision path for '{switch.apex}' to take")
     kept = _import_kept(tree, import_node, optional)
     if kept is not None:
         return f"{where}: {kept}"
@@ -214,6 +217,25 @@ def _comparisons(tree: _Tree, switch: _Switch, switched: Switched) -> tuple[list
         else:
             return f"line {node.lineno} compares `{spelled}` otherwise"
     return raising, elses
+
+
+_TORCH_AMP = ("torch.amp.", "torch.cuda.amp.", "torch.autocast", "torch.cpu.amp.")
+
+
+def _runs_native_amp(tree: _Tree, switch: _Switch) -> bool:
+    """Does the body of some `if` testing `S == native` name torch's AMP (`torch.cuda.amp.GradScaler()`, timm's
+    `amp_autocast = torch.cuda.amp.autocast`)? Else the native value is not shown to be the mixed-precision path the
+    apex value could take (`if S == 'none': ... elif S == 'apex': ...` is no such switch)."""
+    for compare in ast.walk(tree.engine.tree):
+        if not (isinstance(compare, ast.Compare) and _literal_test(compare) == (switch.subject, switch.native)):
+            continue
+        holder = _if_testing(tree, compare)
+        for node in (n for s in (holder.body if holder is not None else []) for n in ast.walk(s)):
+            scope = tree.engine.scope_of(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
+            if scope is not None and isinstance(node, ast.expr) \
+                    and (tree.engine.resolve(node, scope) or "").startswith(_TORCH_AMP):
+                return True
+    return False
 
 
 def _if_testing(tree: _Tree, compare: ast.Compare) -> ast.If | None:
