@@ -170,3 +170,16 @@ def test_where_apex_parallel_is_not_rewritten_the_try_stays_for_it() -> None:
         "`from apex.parallel import DistributedDataParallel as ApexDDP`, `from apex.parallel import "
         "convert_syncbn_model` (`has_apex` True where it imports, as before)")
     assert not by_line[14].fixed and not by_line[15].fixed and not by_line[63].fixed
+
+
+def test_an_optional_import_whose_try_sets_a_flag_true_keeps_the_flag() -> None:
+    """fixtures/run/apex_switch_first.py: `has_apex = True` after the import, `has_apex = False` in the `except`: the
+    flag stays where the `try` was, always True, so `--apex-amp` still selects the apex value (now the native path)."""
+    source = (FIXTURES / "run" / "apex_switch_first.py").read_text(encoding="utf-8")
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert "\nhas_apex = True\n\nparser = " in result.new_source and "try:" not in result.new_source
+    (optional,) = [f for f in result.findings if f.code == "AMP100"]
+    assert optional.fixed and optional.message == (
+        "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and the "
+        "native path that takes its place is always there; `has_apex`, True exactly where apex imported, is now "
+        "always True")

@@ -409,11 +409,26 @@ def _import_kept(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImp
         return f"the apex import on line {import_node.lineno} imports more, or shares its lines"
     if optional is not None and optional.others:
         return None  # the `try` also imports apex.parallel: removed by the step after both rewrites (`detect`)
-    if optional is not None and (optional.flags_set or optional.cleared_before is not None or any(
-            not isinstance(s, (ast.Expr, ast.Pass)) for h in optional.statement.handlers for s in h.body)):
+    if optional is not None and _unbound_left(optional):
         return (f"the optional import's `try` on line {statement.lineno} sets names (flags, or in its `except`), "
                 "which removing it would leave unbound")
+    if optional is not None and optional.flags_set and "#" in tree.text(statement):
+        return f"the optional import's `try` on line {statement.lineno}, whose flags stay, holds a comment"
     return None
+
+
+def _flags(optional: OptionalImport) -> list[str]:
+    """The names the `try` sets True after the import."""
+    return [t.id for flag in optional.flags_set for t in flag.targets if isinstance(t, ast.Name)]
+
+
+def _unbound_left(optional: OptionalImport) -> bool:
+    """Would removing the `try` leave a name unbound that it bound? Its flags stay where it was (True, as where apex
+    imported), and the apex.amp name has no use left; a name only its `except` sets (`HAS_APEX = False` with no
+    `HAS_APEX = True` in the `try`) would be."""
+    kept = {*_flags(optional), optional.amp_name}
+    return any(isinstance(s, ast.Assign) and any(not (isinstance(t, ast.Name) and t.id in kept) for t in s.targets)
+               for h in optional.statement.handlers for s in h.body)
 
 
 def _import_removal(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImport | None,
@@ -424,6 +439,16 @@ def _import_removal(tree: _Tree, import_node: ast.ImportFrom, optional: Optional
     if optional is not None and optional.others:
         switched.messages[id(import_node)] = "the optional `from apex import amp` is removed: no apex.amp use is left"
         return []  # with the apex.parallel imports of its `try`, by the step after both rewrites (`detect`)
+    if optional is not None and optional.flags_set:  # each flag stays where the `try` was, always True
+        flags = _flags(optional)
+        newline = "\r\n" if tree.index.text.count("\r\n") else "\n"
+        kept = "".join(f"{tree.text(flag)}{newline}" for flag in optional.flags_set)
+        switched.messages[id(import_node)] = (
+            "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and "
+            f"the native path that takes its place is always there; {', '.join(f'`{f}`' for f in flags)}, True "
+            f"exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now always True")
+        index = tree.index
+        return [(index.line_start(statement.lineno), index.line_end(_last_line(statement)), kept)]
     if optional is not None:
         switched.messages[id(import_node)] = (
             "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and "
