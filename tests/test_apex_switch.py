@@ -183,3 +183,18 @@ def test_an_optional_import_whose_try_sets_a_flag_true_keeps_the_flag() -> None:
         "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and the "
         "native path that takes its place is always there; `has_apex`, True exactly where apex imported, is now "
         "always True")
+
+
+def test_where_only_apex_parallel_is_rewritten_the_try_stays_for_apex_amp() -> None:
+    """The default mode with torch's DDP given the module alone (no unsafe fix for apex.parallel): its imports leave
+    the `try`, which stays for `from apex import amp`, left (the switch is an unsafe fix); the output is stable."""
+    source = _read("apex/apex_switch_first_default").replace("ApexDDP(model, delay_allreduce=True)", "ApexDDP(model)")
+    result = fix_source(source)
+    assert "try:\n    from apex import amp\n\n    has_apex = True\nexcept ImportError:\n    has_apex = False\n" \
+        in result.new_source
+    by_line = {f.line: f for f in result.findings}
+    assert not by_line[13].fixed and not by_line[50].fixed
+    assert by_line[14].fixed and by_line[14].message == by_line[15].message == (
+        "the import is removed from the optional import's `try`: what it imported is rewritten; the `try` stays for "
+        "`from apex import amp` (`has_apex` True where it imports, as before)")
+    assert fix_source(result.new_source).new_source == result.new_source

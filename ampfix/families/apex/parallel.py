@@ -2,11 +2,10 @@
 
 Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
 uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
-own, no comment on them; or in a `try` whose handlers only raise; or in the optional import of apex.amp's `try`; or
-earlier in the block of the call), or read as
-`apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
-module level (or by the apex.amp rewrite made
-beside it, before the module-level uses); each call passes only what
+own, no comment on them; or in a `try` whose handlers only raise; or in the optional import of apex.amp's `try`,
+whose imports `ampfix.families.apex.detect` removes after both rewrites; or earlier in the block of the call), or read
+as `apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
+module level (or by the apex.amp rewrite made beside it, before the module-level uses); each call passes only what
 means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
 one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
 `X.local_rank` read in the call's scope where `X` is seen from the call; without one it is reported. The imports

@@ -15,7 +15,16 @@ into NAME through the helper that also reads apex's format, so a checkpoint an a
 `... and S == '<apex>' and ...` of an `if` that only raises (apex missing was an error for that value) goes; so do the
 optional import and the registrations autocast makes no-ops. The numerics of the apex value change (apex's opt_level
 and its loss scaler's settings no longer apply): under --unsafe-fixes only. Anything else that reads `S`, or a use
-elsewhere, and the module is not this shape."""
+elsewhere, and the module is not this shape.
+
+timm's (DeepLearningExamples' GPUNet) puts the apex branch first, `if S == '<apex>': ... elif S == '<native>': ...`:
+the apex branch goes and its `elif` becomes the `if`, widened as every native test is. Each `S != '<native>'` (timm's
+choice of apex's SyncBN and DDP) reads `S not in ('<native>', '<apex>')`, so the apex value runs the native value's
+side there too (the note names each such `if`); an `assert` reading `S` stays (it only stops a run, each value where
+it stopped). Some `if` testing `S == '<native>'` must name torch's autocast or GradScaler: else the native value is
+not shown to be a mixed-precision path. The optional import's flags set True stay where its `try` was (always True);
+where the `try` also imports apex.parallel, its imports are left to the step after this rewrite and apex.parallel's
+(`ampfix.families.apex.detect`)."""
 
 from __future__ import annotations
 
