@@ -32,6 +32,7 @@ FORMATTER_LEFT = {
     "unsafe_fixes/autocast_reference_keyword_call": "a one-line call pushed past 88 columns",
     "apex/parallel_rewritten": "a one-line call pushed past 88 columns (the apex.parallel rewrite)",
     "apex/parallel_import_in_try_that_raises": "a one-line call pushed past 88 columns (the apex.parallel rewrite)",
+    "unsafe_fixes/apex_switch_first": "a one-line call pushed past 88 columns (the apex.parallel rewrite)",
     # the old-defaults partial that replaces a followed reference (issue 29) is written on one line, never split
     "autocast/reference_followed_through_an_argument": "the partial written for a reference is past 88 columns",
     "autocast/reference_followed_through_self": "the partial written for a reference is past 88 columns",

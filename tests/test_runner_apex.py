@@ -62,6 +62,9 @@ JOBS: dict[str, list[str]] = {
     "imagenet_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.native.py", "--", "--opt-level",
                         "O1"],
     "switch_verify": ["verify", "apex_switch.py", "--rewritten", "apex_switch.native.py"],
+    "switch_first_verify": ["verify", "apex_switch_first.py", "--rewritten", "apex_switch_first.native.py"],
+    "switch_first_native_verify": ["verify", "apex_switch_first.py", "--rewritten", "apex_switch_first.native.py",
+                                   "--", "--apex-amp", "0", "--native-amp", "1"],
     "imagenet_wrong_eval_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.wrong_eval.py", "--",
                                    "--opt-level", "O1"],
 }
@@ -276,6 +279,27 @@ def test_the_apex_value_of_a_switch_taking_the_native_path_verifies(switch_verif
     assert report["equivalent"] is True and report["first_difference"] is None
     assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
     assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 0}
+
+
+def test_the_apex_value_of_a_switch_with_the_apex_branch_first_verifies(switch_first_verify: Job) -> None:
+    """timm's switch (GPUNet's train.py), the apex branch first, timm's scalers in a module beside the script (apex's
+    scale_loss called there): rewritten under --unsafe-fixes, `has_apex` kept True, the apex value takes the native
+    branch. The 6 losses bit for bit, apex's initialize emulated on the original side only, the clipping unscaled."""
+    report = switch_first_verify.report
+    assert switch_first_verify.returncode == 0, switch_first_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
+    assert [item["line"] for item in report["original"]["emulated"]] == [54]
+    assert report["rewritten"]["emulated"] == []
+    assert report["rewritten"]["scaler"] == {"scale": 6, "unscale": 6, "step": 6, "update": 6, "skipped_steps": 0}
+
+
+def test_the_native_value_of_the_apex_first_switch_runs_as_it_ran(switch_first_native_verify: Job) -> None:
+    """`--native-amp 1`: the `elif` that became the `if` runs for "native" as before."""
+    report = switch_first_native_verify.report
+    assert switch_first_native_verify.returncode == 0, switch_first_native_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert report["original"]["losses"] == report["rewritten"]["losses"] and len(report["original"]["losses"]) == 6
 
 
 def test_a_module_import_with_initialize_under_the_flag_verifies_as_the_local_import_does(

@@ -18,7 +18,8 @@ from ampfix.families.apex.tried import plan_tried, raising_try
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import UnsafeFix, plan_parallel
 from ampfix.families.apex.split import split_half
-from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
+from ampfix.families.apex.optional import (OptionalImport, imports_amp_alone, imports_parallel, optional_holding,
+                                           optional_import)
 from ampfix.families.apex.rewrite import enum_switch
 from ampfix.families.apex.rewrite.enum_switch import Planned
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
@@ -27,6 +28,7 @@ from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_imp
 from ampfix.syntax.context import ModuleContext, Sink
 from ampfix.syntax.prefilter import mentions_apex
 from ampfix.families.apex import rules
+from ampfix.core.locations import SourceIndex
 from ampfix.core.rules import Rule, longest_prefix
 
 # The engine, as apex's detection reaches it (through `ApexModule`, its view of the planner context and sink):
@@ -432,7 +434,57 @@ def _plan_imports(analysis: ApexModule, rewritten: Rewritten | str,
         splices, said = plan_tried(tree, index, top, gone)
         engine.add_splices(splices)
         messages.update(said)
+    for top in tree.body:
+        first = next((s for s in top.body[1:] if imports_parallel(s)), None) if isinstance(top, ast.Try) else None
+        optional = optional_holding(tree, first, analysis.walker.module_scope) if first is not None else None
+        if optional is not None:
+            splices, said = _optional_imports_gone(analysis, optional, rewritten, parallel)
+            engine.add_splices(splices)
+            messages.update(said)
     return fp16, messages
+
+
+def _optional_imports_gone(analysis: ApexModule, optional: OptionalImport, rewritten: Rewritten | str,
+                           parallel: dict[int, str] | str) -> tuple[list[tuple[int, int, str]], dict[int, str]]:
+    """The optional import's `try` that also imports apex.parallel (timm's), after both rewrites, which left its
+    imports here: where every import of it went (apex.amp's and apex.parallel's uses rewritten), the `try` goes, its
+    `except` with it, and the flags it set True stay where it was, always True (what took apex's place is always
+    there); where some went, those lines go, and the `try` stays for the rest, its flags True where the rest
+    imports, as before. The edits, and the message of each import removed, by id()."""
+    index = analysis.index
+    amp_gone = isinstance(rewritten, Rewritten) and id(optional.import_node) in rewritten.messages
+    gone = [optional.import_node] * amp_gone + [s for s in optional.others if isinstance(parallel, dict)
+                                                 and id(s) in parallel]
+    statement = optional.statement
+    if not gone or any(not _own_lines(index, s) for s in gone):
+        return [], {}
+    flags = [f"`{target.id}`" for flag in optional.flags_set for target in flag.targets if isinstance(target, ast.Name)]
+    if len(gone) == 1 + len(optional.others) and _own_lines(index, statement):
+        newline = "\r\n" if index.text.count("\r\n") else "\n"
+        kept = "".join(f"{index.text[index.span(flag)[0]:index.span(flag)[1]]}{newline}" for flag in optional.flags_set)
+        said = (f"; {', '.join(flags)}, True exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now "
+                "always True: what took apex's place is always there" if flags else "")
+        end = statement.end_lineno or statement.lineno
+        splice = (index.line_start(statement.lineno), index.line_end(end), kept) if kept \
+            else (*index.removal(statement.lineno, end), "")
+        messages = {id(s): "the apex.parallel import is removed with the optional import's `try`: torch's names take "
+                    "its place" for s in optional.others}
+        messages[id(optional.import_node)] = ("the optional `from apex import amp` and its `except` branch are "
+                                              "removed, with the apex.parallel imports of its `try` (torch.amp and "
+                                              f"torch's names take their place){said}")
+        return [splice], messages
+    left = ", ".join(f"`{ast.unparse(s)}`" for s in (optional.import_node, *optional.others) if s not in gone)
+    kept_flags = f" ({', '.join(flags)} True where it imports, as before)" if flags else ""
+    return ([(*index.removal(s.lineno, s.end_lineno or s.lineno), "") for s in gone],
+            {id(s): f"the import is removed from the optional import's `try`: what it imported is rewritten; the `try` "
+                    f"stays for {left}{kept_flags}" for s in gone})
+
+
+def _own_lines(index: SourceIndex, statement: ast.stmt) -> bool:
+    """The statement alone on its lines, no comment on them (removing its lines drops nothing else)."""
+    start, end = index.span(statement)
+    text = index.text[index.line_start(statement.lineno):index.line_end(statement.end_lineno or statement.lineno)]
+    return text.strip() == index.text[start:end].strip() and "#" not in text
 
 
 def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> ast.ImportFrom | OptionalImport | str:
@@ -606,10 +658,14 @@ def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewrit
             elif id(imp.node) in why:
                 _report(analysis, imp.node, rule, advice, f"not rewritten: {why[id(imp.node)]}",
                         unsafe_fix=isinstance(why[id(imp.node)], UnsafeOnly))
-            elif imp.optional:
+            elif imp.optional and (qname == rules.AMP_MODULE or qname.startswith(rules.AMP_MODULE + ".")):
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")
+            elif imp.optional:  # apex.parallel beside it (timm's): what the `except` turns off is not mixed precision
+                _report(analysis, imp.node, rule, advice,
+                        "where the import fails (current apex), the `except` branch runs and the code silently goes "
+                        "on without it; torch's twin is always there, so import nothing instead")
             elif not _binding_used(imp.scope, imp.node, qname, used):
                 _report(analysis, imp.node, rule, advice)
             elif _binding_used(imp.scope, imp.node, qname, left):  # it fails on current apex too

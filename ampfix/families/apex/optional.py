@@ -6,6 +6,7 @@ can remove it with mixed precision left on:
                                                timm's `has_apex = False` just before the `try` counts as the
                                                handler's False: nothing runs between them)
         from apex import amp
+        from apex.parallel import convert_syncbn_model  (timm's: apex.parallel imports may follow, `others`)
         has_apex = True                       (the try may also set flags True after the import)
     except ImportError:
         amp = None                            (the handler only sets `amp = None`, flags False,
@@ -16,6 +17,9 @@ can remove it with mixed precision left on:
 
 Once the rewrite has removed the `try`, each flag is True wherever it is bound: it was True on the path where apex
 imported, which is the path the rewrite keeps, so `if flag:` around apex's calls still holds where it held then.
+Where the `try` also imports apex.parallel, the rewrites of apex.amp and of apex.parallel leave its imports to one
+step after both (`ampfix.families.apex.detect`): the `try` goes only where every import of it went, else only the
+imports that went, and the flags keep their meaning, True where what is left imported.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class OptionalImport:
     amp_name: str  # the name the import binds
     flags_set: tuple[ast.Assign, ...]  # `FLAG = True` after the import in the try's body: kept where the try was
     cleared_before: ast.Assign | None  # `FLAG = False` just before the try, a flag's False as the handler's is
+    others: tuple[ast.ImportFrom, ...] = ()  # `from apex.parallel import ...` in the try's body, after the import
 
 
 def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> OptionalImport | str:
@@ -54,8 +59,8 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
     if statement.orelse or statement.finalbody or handler is None or handler.name is not None \
             or not catches_missing_names(handler):
         return "the optional import's `try` has an `else`, a `finally`, or not one `except ImportError:`"
-    if not all(_sets(s, True) for s in rest):
-        return "the optional import's `try` does more than import apex.amp and set flags True"
+    if not all(_sets(s, True) or imports_parallel(s) for s in rest):
+        return "the optional import's `try` does more than import apex.amp (and apex.parallel) and set flags True"
     if not all(_handles(s, binding.name, module_scope) for s in handler.body):
         return ("the optional import's `except` does more than set `amp = None` and flags False, pass, print, warn or "
                 "raise (removing it would drop that)")
@@ -64,7 +69,27 @@ def optional_import(tree: ast.Module, binding: Binding, module_scope: Scope) -> 
         return f"`{binding.name}` is also bound to something else"
     flags_set = tuple(s for s in rest if isinstance(s, ast.Assign))
     return OptionalImport(statement, import_node, binding.name, flags_set,
-                          _flag_cleared_before(tree, statement, flags_set))
+                          _flag_cleared_before(tree, statement, flags_set),
+                          tuple(s for s in rest if isinstance(s, ast.ImportFrom)))
+
+
+def imports_parallel(statement: ast.stmt) -> bool:
+    """`from apex.parallel import ...`, absolute."""
+    return isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and not statement.level
+
+
+def optional_holding(tree: ast.Module, statement: ast.stmt, module_scope: Scope) -> OptionalImport | None:
+    """The optional import whose `try` also holds `statement` (one of its `others`), or None."""
+    for top in tree.body:
+        if not (isinstance(top, ast.Try) and any(statement is s for s in top.body[1:])
+                and isinstance(first := top.body[0], ast.ImportFrom) and imports_amp_alone(first)):
+            continue
+        name = first.names[0].asname or first.names[0].name
+        binding = next((b for b in module_scope.bindings.get(name, [])
+                        if b.imported_by is not None and b.imported_by.node is first), None)
+        found = optional_import(tree, binding, module_scope) if binding is not None else None
+        return found if isinstance(found, OptionalImport) and statement in found.others else None
+    return None
 
 
 def _flag_cleared_before(tree: ast.Module, statement: ast.Try, flags_set: tuple[ast.Assign, ...]) -> ast.Assign | None:

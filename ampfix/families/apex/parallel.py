@@ -2,10 +2,10 @@
 
 Rewritten all together or not at all, only where the code proves it right: every apex.parallel name the module
 uses is one of these, imported by `from apex.parallel import ...` statements at module level (each on lines of its
-own, no comment on them; or in a `try` whose handlers only raise; or earlier in the block of the call), or read as
-`apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
-module level (or by the apex.amp rewrite made
-beside it, before the module-level uses); each call passes only what
+own, no comment on them; or in a `try` whose handlers only raise; or in the optional import of apex.amp's `try`,
+whose imports `ampfix.families.apex.detect` removes after both rewrites; or earlier in the block of the call), or read
+as `apex.parallel.<name>` through an `import apex` that binds it as well, and called directly; `torch` is imported at
+module level (or by the apex.amp rewrite made beside it, before the module-level uses); each call passes only what
 means the same to torch (`PARALLEL_TWINS`). `DistributedDataParallel(model)` gets `device_ids=[<local rank>]`, the
 one GPU of this process (apex's used the module's device): a `local_rank` name seen from the call, or an
 `X.local_rank` read in the call's scope where `X` is seen from the call; without one it is reported. The imports
@@ -19,6 +19,7 @@ import ast
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.module import ApexModule
+from ampfix.families.apex.optional import optional_holding
 from ampfix.families.apex.rewrite import Engine, NotMechanical, engine_of
 from ampfix.families.apex.tried import raising_try
 from ampfix.syntax.bindings import ChainRef
@@ -81,7 +82,8 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
                 and _binds_before(engine, statement, call):
             packages.setdefault(id(statement), (statement, []))[1].append(ref)
         elif not (isinstance(statement, ast.ImportFrom) and statement.module == "apex.parallel" and len(ref.parts) == 1
-                and _binds_before(engine, _import_site(engine, statement), call)):
+                  and (_binds_before(engine, _import_site(engine, statement), call)
+                       or optional_holding(engine.tree, statement, engine.module_scope) is not None)):
             raise NotMechanical("an apex.parallel name does not come from `from apex.parallel import ...` at module "
                                 "level, or before its use in the use's block (alone, or in a `try` whose handlers "
                                 "only raise)")
@@ -112,8 +114,14 @@ def _plan(engine: Engine, uses: list[tuple[ChainRef, str]],
         messages[id(ref)] = f"`{'.'.join(ref.parts)}` -> `{new}`{extra}"
     for package, refs in packages.values():
         _remove_package_import(engine, package, refs, splices)
+    held = [st for st in sites.values() if optional_holding(engine.tree, st, engine.module_scope) is not None]
+    for statement in held:  # in the optional import's `try`: removed by the step after both rewrites (`detect`)
+        if not {f"apex.parallel.{alias.name}" for alias in statement.names} <= set(rules.PARALLEL_TWINS):
+            raise NotMechanical("the apex.parallel import also imports a name with no rewrite")
+        messages[id(statement)] = "the apex.parallel import is removed: torch's names take its place"
     for site in sorted({id(_import_site(engine, st)): _import_site(engine, st) for st in sites.values()
-                        if raising_try(engine.tree, st, engine.index) is None}.values(), key=lambda node: node.lineno):
+                        if raising_try(engine.tree, st, engine.index) is None and st not in held}.values(),
+                       key=lambda node: node.lineno):
         _remove(engine, site, [st for st in sites.values() if _import_site(engine, st) is site], splices, messages)
     for edit_start, edit_end in engine.edit_spans():
         if any(s < edit_end and edit_start < e for s, e, _ in splices if s <= e):

@@ -30,8 +30,9 @@ class _Engine:
         self.parents: Parents = analysis.context.parents
         self._scopes: dict[int, Scope] | None = None
 
-    def scope_of(self, name: ast.Name) -> Scope | None:
-        """The scope the bindings walk read `name` in (every name is one of its chains), or None."""
+    def scope_of(self, name: ast.expr) -> Scope | None:
+        """The scope the bindings walk read `name` in (every name is one of its chains, as is each whole chain
+        `torch.cuda.amp.GradScaler`), or None."""
         if self._scopes is None:
             self._scopes = {id(ref.node): ref.scope for ref in self._analysis.walker.chains}
         return self._scopes.get(id(name))

@@ -62,6 +62,13 @@ def _rewrite_import(rw: _Rewrite) -> None:
     replacement = "" if shape.torch_bound else f"import {_NATIVE.package}{newline}"
     if shape.import_statement is None:
         return  # a local import in initialize's `if`: gone with it
+    if optional is not None and optional.others:
+        # the `try` also imports apex.parallel: its imports are left to one step after both rewrites (`detect`)
+        if not shape.torch_bound:
+            raise NotMechanical("the optional import's `try` also imports apex.parallel, and the module does not "
+                                "import torch")
+        rw.messages[id(shape.import_node)] = _optional_import_message(shape.amp, sorted(set(rw.flags)), False)
+        return
     if optional is None:
         _whole_lines_only(rw, shape.import_statement)
         removed: ast.stmt = shape.import_statement

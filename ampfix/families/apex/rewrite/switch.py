@@ -15,7 +15,16 @@ into NAME through the helper that also reads apex's format, so a checkpoint an a
 `... and S == '<apex>' and ...` of an `if` that only raises (apex missing was an error for that value) goes; so do the
 optional import and the registrations autocast makes no-ops. The numerics of the apex value change (apex's opt_level
 and its loss scaler's settings no longer apply): under --unsafe-fixes only. Anything else that reads `S`, or a use
-elsewhere, and the module is not this shape."""
+elsewhere, and the module is not this shape.
+
+timm's (DeepLearningExamples' GPUNet) puts the apex branch first, `if S == '<apex>': ... elif S == '<native>': ...`:
+the apex branch goes and its `elif` becomes the `if`, widened as every native test is. Each `S != '<native>'` (timm's
+choice of apex's SyncBN and DDP) reads `S not in ('<native>', '<apex>')`, so the apex value runs the native value's
+side there too (the note names each such `if`); an `assert` reading `S` stays (it only stops a run, each value where
+it stopped). Some `if` testing `S == '<native>'` must name torch's autocast or GradScaler: else the native value is
+not shown to be a mixed-precision path. The optional import's flags set True stay where its `try` was (always True);
+where the `try` also imports apex.parallel, its imports are left to the step after this rewrite and apex.parallel's
+(`ampfix.families.apex.detect`)."""
 
 from __future__ import annotations
 
@@ -41,9 +50,10 @@ class Switched:
     note: str = ""
 
 
-def _literal_test(node: ast.expr) -> tuple[str, str] | None:
-    """`S == 'value'` (S a name or attribute chain): S's text is the caller's, here its node and the value."""
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq) \
+def _literal_test(node: ast.expr, op: type[ast.cmpop] = ast.Eq) -> tuple[str, str] | None:
+    """`S == 'value'` (or `op`; S a name or attribute chain): S's text is the caller's, here its node and the
+    value."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], op) \
             and _chain(node.left) and isinstance(value := node.comparators[0], ast.Constant) \
             and isinstance(value.value, str):
         return ast.dump(node.left), value.value
@@ -51,15 +61,28 @@ def _literal_test(node: ast.expr) -> tuple[str, str] | None:
 
 
 def _apex_branch(tree: _Tree, node: ast.AST) -> ast.If | None:
-    """The innermost `if` whose body holds `node` and that is an `elif S == ...:` after an `if S == ...:`."""
+    """The innermost `if` whose body holds `node` and that is an `elif S == ...:` after an `if S == ...:` (with no
+    `else`), or an `if S == ...:` (itself no `elif`) followed by an `elif S == ...:` (timm's, apex first)."""
     child, parent = node, tree.parent(node)
     while parent is not None:
         if isinstance(parent, ast.If) and any(child is s for s in parent.body):
             above = tree.parent(parent)
-            if isinstance(above, ast.If) and above.orelse == [parent] and not parent.orelse:
+            is_elif = isinstance(above, ast.If) and above.orelse == [parent]
+            if is_elif and not parent.orelse:
+                return parent
+            if not is_elif and len(parent.orelse) == 1 and isinstance(parent.orelse[0], ast.If):
                 return parent
         child, parent = parent, tree.parent(parent)
     return None
+
+
+def _native_of(tree: _Tree, branch: ast.If) -> ast.If | None:
+    """The native `if` of an apex branch: the `if` before an `elif` branch, the `elif` after an apex-first one."""
+    if branch.orelse:
+        native = branch.orelse[0]
+        return native if isinstance(native, ast.If) else None
+    above = tree.parent(branch)
+    return above if isinstance(above, ast.If) else None
 
 
 @dataclass
@@ -72,6 +95,7 @@ class _Switch:
     apex: str
     branches: list[ast.If]
     loads: dict[int, tuple[ast.If, str]]  # id() of the native `if` of a load chain: its apex branch, the scaler's name
+    quoted: str = ""  # the two values as the module quotes them: `('native', 'apex')`, the tuple the tests read
 
     @property
     def where(self) -> str:
@@ -89,6 +113,9 @@ def native_switch(tree: _Tree, uses: list[AmpUse], registrations: list[AmpUse], 
     if isinstance(found, str):
         return f"{where}: {found}"
     raising, elses = found
+    if not _runs_native_amp(tree, switch):
+        return (f"{where}: no `if` that tests `{switch.spelled} == {switch.native!r}` names torch's autocast or "
+                f"GradScaler: '{switch.native}' is not shown to be a mixed-precision path for '{switch.apex}' to take")
     kept = _import_kept(tree, import_node, optional)
     if kept is not None:
         return f"{where}: {kept}"
@@ -103,17 +130,26 @@ def native_switch(tree: _Tree, uses: list[AmpUse], registrations: list[AmpUse], 
         return f"{where}: {gone}"
     removed = [b for b in switch.branches if all(b is not load for load, _ in switch.loads.values())]
     for branch in removed:
-        native_if = tree.parent(branch)
-        if isinstance(native_if, ast.If) and (lost := _lost_steps(branch.body, native_if.body)):
+        native_if = _native_of(tree, branch)
+        if native_if is not None and (lost := _lost_steps(branch.body, native_if.body)):
             elses.append(f"the apex branch on line {branch.lineno} is removed{lost}")
-    for statement in removed + raising + gone:
+    for branch in removed:
+        native_if = _native_of(tree, branch)
+        if branch.orelse and native_if is not None:  # apex first: its `elif` becomes the `if`
+            switched.splices.append((index.span(branch)[0], index.span(native_if.test)[0], "if "))
+    for statement in [b for b in removed if not b.orelse] + raising + gone:
         switched.splices.append((*index.removal(statement.lineno, _last_line(statement)), ""))
     switched.splices.extend(_import_removal(tree, import_node, optional, switched))
     _load_through_the_helper(tree, uses, switch.loads, switched)
     spelled, native, apex = switch.spelled, switch.native, switch.apex
+    negated = (f", each `{spelled} != {native!r}` reads `{spelled} not in {switch.quoted}`"
+               if any(isinstance(n, ast.Compare) and _literal_test(n, ast.NotEq) == (switch.subject, native)
+                      for n in ast.walk(tree.engine.tree)) else "")
+    dead = ("the apex branch before it is removed (the `elif` after it becomes the `if`)" if any(
+        b.orelse for b in removed) else "the apex branch it left dead is removed")
     said = (f"{where}: '{apex}' now takes the native path '{native}' took (torch.amp's autocast and GradScaler; "
             f"apex.amp is gone, so it could only fail), each `{spelled} == {native!r}` reads `{spelled} in "
-            f"({native!r}, {apex!r})`, and the apex branch it left dead is removed")
+            f"{switch.quoted}`{negated}, and {dead}")
     for use in uses:
         switched.messages.setdefault(id(use.ref), said)
     switched.note = (f"{where}: '{apex}' now runs torch.amp's autocast and a GradScaler with torch's defaults, not "
@@ -132,16 +168,23 @@ def _find(tree: _Tree, uses: list[AmpUse]) -> _Switch | str | None:
         if branch not in branches:
             branches.append(branch)
     tests = {_literal_test(b.test) for b in branches}
-    natives = {_literal_test(p.test) for b in branches if isinstance(p := tree.parent(b), ast.If)}
+    natives = {_literal_test(p.test) for b in branches if (p := _native_of(tree, b)) is not None}
     test, native_test, first = tests.pop(), natives.pop(), branches[0].test
     if tests or natives or test is None or native_test is None or native_test[0] != test[0] \
             or native_test[1] == test[1] or not isinstance(first, ast.Compare):
         return None
-    switch = _Switch(test[0], tree.text(first.left), native_test[1], test[1], branches, {})
+    native_if = _native_of(tree, branches[0])
+    assert native_if is not None and isinstance(native_if.test, ast.Compare)  # natives holds its test
+    quoted = f"({tree.text(native_if.test.comparators[0])}, {tree.text(first.comparators[0])})"
+    switch = _Switch(test[0], tree.text(first.left), native_test[1], test[1], branches, {}, quoted)
     for branch in branches:
-        if not tree.index.lines[branch.lineno - 1].lstrip().startswith("elif"):
-            return f"{switch.where}: the apex branch on line {branch.lineno} is an `if` inside an `else`, not an `elif`"
-        loaded = _loaded_into(tree, branch)
+        native = _native_of(tree, branch)
+        elif_branch = native if branch.orelse else branch
+        if elif_branch is None or not tree.index.lines[elif_branch.lineno - 1].lstrip().startswith("elif"):
+            which = "native" if branch.orelse else "apex"
+            return (f"{switch.where}: the {which} branch on line {getattr(elif_branch, 'lineno', branch.lineno)} is "
+                    "an `if` inside an `else`, not an `elif`")
+        loaded = _loaded_into(tree, branch) if not branch.orelse else None
         if loaded is not None:
             switch.loads[id(tree.parent(branch))] = (branch, loaded)
         elif any(isinstance(n, ast.Attribute) and n.attr == "load_state_dict" for n in ast.walk(branch)):
@@ -165,18 +208,88 @@ def _comparisons(tree: _Tree, switch: _Switch, switched: Switched) -> tuple[list
             continue
         value = _literal_test(node)
         holder = tree.parent(node)
-        if value is not None and value[1] == native:
+        if _literal_test(node, ast.NotEq) == (switch.subject, native):
+            start, end = tree.index.span(node)
+            switched.splices.append((start, end, f"{spelled} not in {switch.quoted}"))
+            elses.extend(_body_left(tree, node))
+        elif value is not None and value[1] == native:
             if not (isinstance(holder, ast.If) and id(holder) in switch.loads):
                 start, end = tree.index.span(node)
-                switched.splices.append((start, end, f"{spelled} in ({native!r}, {apex!r})"))
+                switched.splices.append((start, end, f"{spelled} in {switch.quoted}"))
                 elses.extend(_else_taken(tree, node, switch.branches))
         elif value is not None and value[1] == apex and isinstance(holder, ast.If) and holder in switch.branches:
             continue
         elif value is not None and value[1] == apex and (guard := _raises_alone(tree, node)) is not None:
             raising.append(guard)
+        elif _asserted(tree, node):
+            continue
         else:
             return f"line {node.lineno} compares `{spelled}` otherwise"
     return raising, elses
+
+
+_TORCH_AMP = ("torch.amp.", "torch.cuda.amp.", "torch.autocast", "torch.cpu.amp.")
+
+
+def _runs_native_amp(tree: _Tree, switch: _Switch) -> bool:
+    """Does the body of some `if` testing `S == native` name torch's AMP (`torch.cuda.amp.GradScaler()`, timm's
+    `amp_autocast = torch.cuda.amp.autocast`)? Else the native value is not shown to be the mixed-precision path the
+    apex value could take (`if S == 'none': ... elif S == 'apex': ...` is no such switch)."""
+    for compare in ast.walk(tree.engine.tree):
+        if not (isinstance(compare, ast.Compare) and _literal_test(compare) == (switch.subject, switch.native)):
+            continue
+        holder = _if_testing(tree, compare)
+        for node in (n for s in (holder.body if holder is not None else []) for n in ast.walk(s)):
+            scope = tree.engine.scope_of(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
+            if scope is not None and isinstance(node, ast.expr) \
+                    and (tree.engine.resolve(node, scope) or "").startswith(_TORCH_AMP):
+                return True
+    return False
+
+
+def _if_testing(tree: _Tree, compare: ast.Compare) -> ast.If | None:
+    """The `if` whose test is `compare` or an `and` with it an operand, or None."""
+    test: ast.AST = compare
+    if isinstance(above := tree.parent(compare), ast.BoolOp) and isinstance(above.op, ast.And):
+        test = above
+    holder = tree.parent(test)
+    return holder if isinstance(holder, ast.If) and holder.test is test else None
+
+
+def _body_left(tree: _Tree, compare: ast.Compare) -> list[str]:
+    """Where `compare` (`S != native`) is the test of an `if` (or an operand of its `and`): the apex value ran its
+    body, and now runs its `else`, as the native value did. What it says, with the optimizers the body stepped that
+    the `else` steps neither so nor through a scaler."""
+    holder = _if_testing(tree, compare)
+    if holder is None:
+        return []
+    runs = "that `if`'s `else`" if holder.orelse else "neither (it has no `else`)"
+    calls = _apex_calls(tree, holder.body)
+    apex = f" (not apex's {', '.join(calls)})" if calls else ""
+    return [f"where it ran the body of the `if` on line {holder.lineno}, it runs {runs}, as the native value "
+            f"did{apex}{_lost_steps(holder.body, holder.orelse)}"]
+
+
+def _apex_calls(tree: _Tree, statements: list[ast.stmt]) -> list[str]:
+    """The calls, as written, of apex's names in `statements` (`ApexDDP(model, delay_allreduce=True)`)."""
+    found = []
+    for node in (n for s in statements for n in ast.walk(s)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and (scope := tree.engine.scope_of(node.func)) is not None \
+                and (tree.engine.resolve(node.func, scope) or "").startswith("apex."):
+            found.append(f"`{tree.text(node)}`")
+    return found
+
+
+def _asserted(tree: _Tree, compare: ast.Compare) -> bool:
+    """Does `compare` lie in the test of an `assert`? The assert only stops a run, and each value of the subject
+    stops where it stopped: the apex value still asks what it asked (timm's `assert not use_amp == "apex", "Cannot
+    use APEX AMP with torchscripted model"` still refuses it)."""
+    child: ast.AST = compare
+    node = tree.parent(compare)
+    while isinstance(node, (ast.BoolOp, ast.UnaryOp, ast.Compare)):
+        child, node = node, tree.parent(node)
+    return isinstance(node, ast.Assert) and node.test is child
 
 
 def _else_taken(tree: _Tree, compare: ast.Compare, branches: list[ast.If]) -> list[str]:
@@ -188,7 +301,7 @@ def _else_taken(tree: _Tree, compare: ast.Compare, branches: list[ast.If]) -> li
         test = above
     holder = tree.parent(test)
     if not (isinstance(holder, ast.If) and holder.test is test and holder.orelse) \
-            or any(holder.orelse == [branch] for branch in branches):
+            or any(holder.orelse == [branch] or branch.orelse == [holder] for branch in branches):
         return []
     return [f"where it ran the `else` of the `if` on line {holder.lineno}, it runs that `if`'s body, as the native "
             f"value did{_lost_steps(holder.orelse, holder.body)}"]
@@ -303,11 +416,28 @@ def _import_kept(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImp
     statement: ast.stmt = import_node if optional is None else optional.statement
     if len(import_node.names) != 1 or not _alone_on_its_lines(tree, statement):
         return f"the apex import on line {import_node.lineno} imports more, or shares its lines"
-    if optional is not None and (optional.flags_set or optional.cleared_before is not None or any(
-            not isinstance(s, (ast.Expr, ast.Pass)) for h in optional.statement.handlers for s in h.body)):
+    if optional is not None and optional.others:
+        return None  # the `try` also imports apex.parallel: removed by the step after both rewrites (`detect`)
+    if optional is not None and _unbound_left(optional):
         return (f"the optional import's `try` on line {statement.lineno} sets names (flags, or in its `except`), "
                 "which removing it would leave unbound")
+    if optional is not None and optional.flags_set and "#" in tree.text(statement):
+        return f"the optional import's `try` on line {statement.lineno}, whose flags stay, holds a comment"
     return None
+
+
+def _flags(optional: OptionalImport) -> list[str]:
+    """The names the `try` sets True after the import."""
+    return [t.id for flag in optional.flags_set for t in flag.targets if isinstance(t, ast.Name)]
+
+
+def _unbound_left(optional: OptionalImport) -> bool:
+    """Would removing the `try` leave a name unbound that it bound? Its flags stay where it was (True, as where apex
+    imported), and the apex.amp name has no use left; a name only its `except` sets (`HAS_APEX = False` with no
+    `HAS_APEX = True` in the `try`) would be."""
+    kept = {*_flags(optional), optional.amp_name}
+    return any(isinstance(s, ast.Assign) and any(not (isinstance(t, ast.Name) and t.id in kept) for t in s.targets)
+               for h in optional.statement.handlers for s in h.body)
 
 
 def _import_removal(tree: _Tree, import_node: ast.ImportFrom, optional: OptionalImport | None,
@@ -315,6 +445,19 @@ def _import_removal(tree: _Tree, import_node: ast.ImportFrom, optional: Optional
     """The import of apex.amp (the optional one's whole `try`, its `except` branch with it): nothing is left to
     use it, and torch.amp is always there."""
     statement: ast.stmt = import_node if optional is None else optional.statement
+    if optional is not None and optional.others:
+        switched.messages[id(import_node)] = "the optional `from apex import amp` is removed: no apex.amp use is left"
+        return []  # with the apex.parallel imports of its `try`, by the step after both rewrites (`detect`)
+    if optional is not None and optional.flags_set:  # each flag stays where the `try` was, always True
+        flags = _flags(optional)
+        newline = "\r\n" if tree.index.text.count("\r\n") else "\n"
+        kept = "".join(f"{tree.text(flag)}{newline}" for flag in optional.flags_set)
+        switched.messages[id(import_node)] = (
+            "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and "
+            f"the native path that takes its place is always there; {', '.join(f'`{f}`' for f in flags)}, True "
+            f"exactly where apex imported, {'is' if len(flags) == 1 else 'are'} now always True")
+        index = tree.index
+        return [(index.line_start(statement.lineno), index.line_end(_last_line(statement)), kept)]
     if optional is not None:
         switched.messages[id(import_node)] = (
             "the optional `from apex import amp` and its `except` branch are removed: no apex.amp use is left, and "
