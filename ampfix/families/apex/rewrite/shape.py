@@ -358,10 +358,13 @@ def _returned_shape(tree: _Tree, init_use: AmpUse, init: ast.Assign, others: tup
     if returned is None:
         return None
     amp = init_use.ref.parts[0]
-    if optional is not None or companion is not None or import_node not in tree.engine.tree.body:
+    if optional is not None or import_node not in tree.engine.tree.body:
         raise NotMechanical(f"`{returned.set_up.name}` returns initialize's optimizer to `{returned.caller.name}`, "
-                            "and apex.amp is not imported by one plain module-level `from apex import amp`, or "
-                            "initialize is called twice")
+                            "and apex.amp is not imported by one plain module-level `from apex import amp` (the "
+                            "only import this shape removes)")
+    if companion is not None:
+        raise NotMechanical(f"`{returned.set_up.name}` returns initialize's optimizer to `{returned.caller.name}`, and "
+                            "initialize is called again for a model alone")
     model, optimizer, enabled = _initialize_arguments(init_call)
     if enabled is not None:
         raise NotMechanical(f"initialize in `{returned.set_up.name}`, which returns its optimizer to "
