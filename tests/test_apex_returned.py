@@ -87,6 +87,44 @@ def test_o1_is_rewritten_in_the_default_mode_the_scaler_the_modules() -> None:
     assert fix_source(REWRITTEN).new_source == REWRITTEN
 
 
+def test_an_unconditional_set_up_returning_the_names_initialize_bound() -> None:
+    """initialize under no `if`, binding other names (`model, opt`), which the set-up returns: apex returned the
+    objects it was given, so those names are rebound to them, and the scaler is always enabled where it ran."""
+    source = (SET_UP.replace("    if {test}:\n        model, optimizer = amp.initialize", "    model, opt = amp.initialize")
+              .replace("    return model, optimizer\n", "    return model, opt\n")
+              .replace("        if {scaled}:\n            with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+                       "                scaled_loss.backward()\n        else:\n            loss.backward()\n",
+                       "        with amp.scale_loss(loss, optimizer) as scaled_loss:\n"
+                       "            scaled_loss.backward()\n")
+              .format(extra=""))
+    assert "amp.initialize(model, optimizer" in source and "if " not in source
+    result = fix_source(source)
+    assert result.new_source == REWRITTEN.replace(
+        "    if use_fp16:\n        global scaler\n        scaler = torch.amp.GradScaler(\"cuda\")\n"
+        "    return model, optimizer\n",
+        "    global scaler\n    scaler = torch.amp.GradScaler(\"cuda\")\n    model, opt = model, optimizer\n"
+        "    return model, opt\n")
+    assert "`amp.initialize` (O1) -> `scaler = torch.amp.GradScaler(\"cuda\")`, the module's" in \
+        [f.message for f in result.findings if f.code == "AMP101"][0]
+
+
+def test_a_set_up_stepping_the_optimizer_itself_is_left() -> None:
+    source = _source().replace("    return model, optimizer\n", "    optimizer.step()\n    return model, optimizer\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (message,) = [f.message for f in result.findings if f.code == "AMP101"]
+    assert message.endswith("not rewritten: `optimizer` is stepped in `set_up` too"), message
+
+
+def test_a_set_up_returning_another_optimizer_is_left() -> None:
+    source = _source().replace("    return model, optimizer\n", "    other = optimizer\n    return model, other\n")
+    result = fix_source(source)
+    assert result.new_source == source
+    (message,) = [f.message for f in result.findings if f.code == "AMP101"]
+    assert message.endswith("not rewritten: `set_up` does not return the model and the optimizer initialize was "
+                            "given, by the names it was given them or bound them to"), message
+
+
 @pytest.mark.parametrize(("changes", "reason"), [
     ({"extra": "    args.fp16 = False\n"},
      "in `main`, after `set_up(...)` is given `args.fp16` for `use_fp16`: the condition of initialize is assigned on "

@@ -11,7 +11,8 @@ apex meant:
 
 - the set-up function is a plain module-level function, named in the module only by one call in the own body of
   another module-level function (the caller), `T1, ..., Tn = set_up(...)`, each target a name; it ends with its one
-  `return`, a tuple of as many names, returning the optimizer initialize was given (by that name) at the position
+  `return`, a tuple of as many names, returning the optimizer initialize was given (by that name, or the name it bound
+  it to: apex returned the objects it was given, patched in place) at the position
   whose target the caller's scale_loss calls and steps are given: every optimizer stepped through the scaler is the
   one the set-up returned (where it is one initialize never saw, apex raised at scale_loss, where the scaler now
   steps it, a set-up error, not a path a program took);
@@ -84,13 +85,16 @@ def returned_set_up(tree: _Tree, init: ast.Assign, arguments: Callable[[], tuple
         raise NotMechanical(f"`{set_up.name}` does not end with its one `return`, a tuple of {len(targets)} names "
                             f"(what `{caller.name}` unpacks)")
     names = [v.id for v in values if isinstance(v, ast.Name)]
-    if not (isinstance(optimizer, ast.Name) and optimizer.id in names and isinstance(model, ast.Name)
-            and model.id in names):
-        raise NotMechanical(f"`{set_up.name}` does not return the model and the optimizer given to initialize by "
-                            "the names it was given them")
-    opt_name, model_name = targets[names.index(optimizer.id)], targets[names.index(model.id)]
+    # apex returned the objects it was given (patched in place): the names given or bound hold them
+    bound = init.targets[0].elts if isinstance(init.targets[0], ast.Tuple) else []
+    opt_at = _position(names, optimizer, bound[1] if len(bound) == 2 else None)
+    model_at = _position(names, model, bound[0] if len(bound) == 2 else None)
+    if opt_at is None or model_at is None or opt_at == model_at:
+        raise NotMechanical(f"`{set_up.name}` does not return the model and the optimizer initialize was given, by "
+                            "the names it was given them or bound them to")
+    opt_name, model_name = targets[opt_at], targets[model_at]
     given = {_optimizer_of(use) for use in others if _optimizer_of(use) is not None}
-    if given != {opt_name} or _name_stores(caller, opt_name) != [call.targets[0].elts[names.index(optimizer.id)]] \
+    if given != {opt_name} or _name_stores(caller, opt_name) != [call.targets[0].elts[opt_at]] \
             or opt_name in {a.arg for a in ast.walk(caller.args) if isinstance(a, ast.arg)} \
             or any(_binds_otherwise(n, opt_name) for n in ast.walk(caller)):
         raise NotMechanical(f"the scale_loss calls in `{caller.name}` are not all given `{opt_name}`, bound once there "
@@ -98,9 +102,11 @@ def returned_set_up(tree: _Tree, init: ast.Assign, arguments: Callable[[], tuple
     early = [use.ref.node.lineno for use in others if use.ref.node.lineno <= (call.end_lineno or call.lineno)]
     if early:
         raise NotMechanical(f"apex.amp is used in `{caller.name}` before `{set_up.name}(...)` on {_lines(early)}")
-    if any(isinstance(n, ast.Attribute) and n.attr == "step" and _chain(n.value) and ast.unparse(n.value)
-           == optimizer.id for n in ast.walk(set_up)):
-        raise NotMechanical(f"`{optimizer.id}` is stepped in `{set_up.name}` too")
+    held = {ast.unparse(node) for node in (optimizer, *bound[1:2])}  # the optimizer's names in the set-up
+    stepped = next((ast.unparse(n.value) for n in ast.walk(set_up) if isinstance(n, ast.Attribute) and n.attr == "step"
+                    and _chain(n.value) and ast.unparse(n.value) in held), None)
+    if stepped is not None:
+        raise NotMechanical(f"`{stepped}` is stepped in `{set_up.name}` too")
     condition = _condition(tree, guard, set_up, caller, call) if guard is not None else None
     if any(isinstance(n, ast.Name) and n.id == SCALER or isinstance(n, ast.arg) and n.arg == SCALER
            or isinstance(n, (ast.Global, ast.Nonlocal)) and SCALER in n.names
@@ -108,6 +114,12 @@ def returned_set_up(tree: _Tree, init: ast.Assign, arguments: Callable[[], tuple
         raise NotMechanical(f"the name `{SCALER}` is used in the module, where the scaler `{caller.name}` reads would "
                             "be bound")
     return _Returned(set_up, init, call, caller, condition, model_name, opt_name, others[0].ref.scope)
+
+
+def _position(names: list[str], given: ast.expr, bound: ast.expr | None) -> int | None:
+    """Where `names` (the set-up's return) holds what initialize was given (`given`) or bound it to (`bound`)."""
+    spelled = {node.id for node in (given, bound) if isinstance(node, ast.Name)}
+    return next((position for position, name in enumerate(names) if name in spelled), None)
 
 
 def _mentions_in(tree: _Tree, set_up: ast.FunctionDef) -> list[tuple[ast.Call | None, ast.AST]]:
