@@ -75,7 +75,8 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
                                              ("apex_condition_key", False), ("apex_objectives", False),
                                              ("apex_clip_helpers", False), ("apex_single_file", False),
                                              ("apex_dcgan", True), ("apex_validate", False),
-                                             ("apex_switch", True), ("apex_switch_first", True)])
+                                             ("apex_switch", True), ("apex_switch_first", True),
+                                             ("apex_bert_glue", True)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""
@@ -292,6 +293,15 @@ TWICE = ("not rewritten: initialize is called 2 times (in two branches, or again
      "script's top level, which may run outside the autocast added"),
     ("initialize_for_inference_commented", "AMP101",
      "not rewritten: a comment sits on a line that would be rebuilt"),
+    # BERT's run_squad.py: the project's clipper after every micro-step's backward, the step at the boundary
+    ("clip_in_every_micro_step", "AMP101",
+     "not rewritten: clipping over master_params on line 24 runs after every micro-step's backward, before the `if` "
+     "on line 26 that steps: apex had unscaled the gradients when each scale_loss exited, so it clipped the unscaled "
+     "sum so far, and the next micro-step added to the clipped one; a GradScaler keeps them scaled until its step "
+     "and unscales them once per step (a second `unscale_` before `update()` raises), so no scaler call gives that "
+     "clipping unscaled gradients there (by hand: `scaler.unscale_(optimizer)` and the clipping right before "
+     "`scaler.step(optimizer)`, the same where every micro-step steps, one accumulation step; with more, the "
+     "accumulated gradients are clipped once)"),
     # DeepSpeed's engine, classy_vision's task: the keywords are a dict's
     ("initialize_with_keyword_dict", "AMP101",
      "not rewritten: initialize is given `**amp_params`: its keywords, opt_level among them, cannot be read here (by "
@@ -319,6 +329,19 @@ def test_a_shape_outside_the_provable_one_says_why(case: str, code: str, reason:
     assert result.new_source == source
     (finding,) = [f for f in result.findings if f.code == code]
     assert finding.message.endswith(reason), finding.message
+
+
+def test_clipping_in_every_micro_step_is_left_under_unsafe_fixes_too():
+    """BERT's run_squad.py loop (fixtures/apex/clip_in_every_micro_step): its computed loss_scale is an unsafe fix, but
+    no fix gives its clipping unscaled gradients, so --unsafe-fixes leaves it with the same reason."""
+    from ampfix.engine import Options, fix_source
+
+    source = (ROOT / "fixtures" / "apex" / "clip_in_every_micro_step.in.py").read_text()
+    result = fix_source(source, Options(unsafe_fixes=True))
+    assert result.new_source == source
+    (message,) = [f.message for f in result.findings if f.code == "AMP101"]
+    assert "not rewritten: clipping over master_params on line 24 runs after every micro-step's backward, before the " \
+        "`if` on line 26 that steps" in message and "(an unsafe fix exists" not in message, message
 
 
 def test_initialize_names_the_calls_of_the_models_methods_left_outside_the_autocast():

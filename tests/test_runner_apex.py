@@ -65,6 +65,9 @@ JOBS: dict[str, list[str]] = {
     "switch_first_verify": ["verify", "apex_switch_first.py", "--rewritten", "apex_switch_first.native.py"],
     "switch_first_native_verify": ["verify", "apex_switch_first.py", "--rewritten", "apex_switch_first.native.py",
                                    "--", "--apex-amp", "0", "--native-amp", "1"],
+    "bert_glue_verify": ["verify", "apex_bert_glue.py", "--rewritten", "apex_bert_glue.native.py"],
+    "bert_glue_off_verify": ["verify", "apex_bert_glue.py", "--rewritten", "apex_bert_glue.native.py", "--", "--fp16",
+                             "0"],
     "imagenet_wrong_eval_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.wrong_eval.py", "--",
                                    "--opt-level", "O1"],
 }
@@ -427,6 +430,33 @@ def test_apexs_imagenet_with_the_scaler_handed_to_train_is_equivalent(imagenet_v
     assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
     assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 6
     assert rewritten["scaler"] == {"scale": 6, "unscale": 0, "step": 6, "update": 6, "skipped_steps": 0}
+
+
+def test_berts_set_up_returning_to_main_verifies_with_the_modules_scaler(bert_glue_verify: Job) -> None:
+    """issue 44: BERT's run_glue.py (initialize in `init_optimizer_and_amp`, under `if use_fp16:`, which returns the
+    optimizer to `main`), rewritten under --unsafe-fixes: the module's scaler, bound where initialize was and read in
+    `main`, is equivalent, the 6 losses bit for bit, 3 steps at the accumulation boundary through it."""
+    report = bert_glue_verify.report
+    assert bert_glue_verify.returncode == 0, bert_glue_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert EMULATED_O1 in [use["feature"] for use in original["emulated"]]
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 3
+    assert rewritten["scaler"] == {"scale": 6, "unscale": 0, "step": 3, "update": 3, "skipped_steps": 0}
+
+
+def test_berts_set_up_with_fp16_off_differs_only_by_the_disabled_placeholder(bert_glue_off_verify: Job) -> None:
+    """`--fp16 0`: initialize never ran and apex.amp was never used; the rewrite steps through the module's disabled
+    placeholder (a pass-through), which verify names as the difference; everything it produces is the same."""
+    report = bert_glue_off_verify.report
+    assert report["equivalent"] is False
+    assert "enabled=False) at apex_bert_glue.native.py:37" in report["first_difference"]
+    original, rewritten = report["original"], report["rewritten"]
+    assert original["emulated"] == [] and original["grad_scalers"] == []
+    assert original["losses"] == rewritten["losses"] and len(original["losses"]) == 6
+    assert original["optimizer_steps"] == rewritten["optimizer_steps"] == 3
+    assert [(r["enabled"], r["entered"]) for r in rewritten["autocast_regions"]] == [(False, 6), (False, 1)]
 
 
 def test_imagenet_without_the_autocast_in_validate_is_named(imagenet_wrong_eval_verify: Job) -> None:

@@ -48,6 +48,7 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
         if branch_step is not None:
             following = branch_step  # `if T: other_step(opt) else: opt.step()` right after the clipping
         if following is None or following.lineno not in step_lines:
+            _clipped_in_every_micro_step(rw, statement, block, position)
             raise NotMechanical("clipping is not directly before the optimizer step (inside micro-steps it would clip "
                                 "partial, scaled gradients)")
         _starts_its_line(rw, statement)
@@ -61,6 +62,28 @@ def _rewrite_clipping(rw: _Rewrite) -> None:
             raise NotMechanical(f"`{opt_name}` is clipped twice before its step (unscale_ may run once per step)")
         unscaled.add((following.lineno, opt_name))
         rw.unscaled_steps.add(following.lineno)
+
+
+def _clipped_in_every_micro_step(rw: _Rewrite, statement: ast.stmt, block: list[ast.stmt], position: int) -> None:
+    """Clipping over master_params after the backward of every micro-step, the step under a later `if` of the same
+    block (an accumulation boundary; BERT's run_squad.py, `gradClipper.step(amp.master_params(optimizer))`): apex
+    had unscaled the gradients when each scale_loss exited, so it clipped the unscaled sum so far, and the next
+    micro-step added to the clipped one. A GradScaler keeps them scaled until its step and unscales once per step: no
+    scaler call gives that clipping unscaled gradients. Said exactly, with what a person may write instead."""
+    before, after = block[:position], block[position + 1:]
+    boundary = next((s for s in after if isinstance(s, ast.If) and any(
+        node is step for node in ast.walk(s) for step in rw.steps)), None)
+    if boundary is None or not any(_holds_a_backward(rw, s) for s in before):
+        return
+    opt_name = rw.shape.opt_name
+    raise NotMechanical(
+        f"clipping over master_params on line {statement.lineno} runs after every micro-step's backward, before the "
+        f"`if` on line {boundary.lineno} that steps: apex had unscaled the gradients when each scale_loss exited, so "
+        "it clipped the unscaled sum so far, and the next micro-step added to the clipped one; a GradScaler keeps "
+        "them scaled until its step and unscales them once per step (a second `unscale_` before `update()` raises), "
+        "so no scaler call gives that clipping unscaled gradients there (by hand: `scaler.unscale_("
+        f"{opt_name})` and the clipping right before `scaler.step({opt_name})`, the same where every micro-step "
+        "steps, one accumulation step; with more, the accumulated gradients are clipped once)")
 
 
 def _holds_a_backward(rw: _Rewrite, statement: ast.stmt) -> bool:

@@ -91,12 +91,29 @@ def _initialize_message(rw: _Rewrite) -> None:
            f"it was given); every `{opt_name}` stepped is one of them" if shape.item_loop is not None else "")
         + (f", handed to {', '.join(f'`{m.name}`' for m in shape.methods)} as the last parameter (each call given "
            f"`{shape.scaler}`)" if shape.handed else "")
+        + (_returned_note(rw) if shape.returned is not None else "")
         + f"; {steps}"
         + (f"; `{shape.scaler}.unscale_({opt_name})` before the gradients are read on {_lines(rw.unscaled_at)} "
            "(apex had unscaled them when scale_loss exited)" if rw.unscaled_at else "")
         + (f"; {shape.opt_level.note}" if shape.opt_level.note else "") + note)
     if shape.companion is not None:
         _companion_message(rw, covered)
+
+
+def _returned_note(rw: _Rewrite) -> str:
+    """Where the scaler of a set-up function returning to its caller lives, and what initialize's names become."""
+    shape, tree = rw.shape, rw.tree
+    returned = shape.returned
+    assert returned is not None
+    target = returned.init.targets[0]
+    set_up, caller = returned.set_up.name, returned.caller.name
+    bound = (f"; `{tree.text(target)}` is bound as apex returned it (given no optimizer, the model alone)"
+             if isinstance(target, ast.Name) else "")
+    condition = (f"; the `if {tree.text(returned.condition)}:` around scale_loss in `{caller}` tests what `{set_up}` "
+                 f"is given for the condition of initialize" if returned.condition is not None else "")
+    return (f", the module's (`global {shape.scaler}` in `{set_up}`, bound disabled at the module's top until "
+            f"initialize's place runs), read by `{caller}`, which steps the optimizer `{set_up}` returns on line "
+            f"{shape.init.lineno}{bound}{condition}")
 
 
 def _companion_message(rw: _Rewrite, covered: list[tuple[int, int]]) -> None:

@@ -26,6 +26,9 @@ def _rewrite_initialize(rw: _Rewrite) -> None:
     if shape.split is not None:
         _rewrite_split_half(rw)
         return
+    if shape.returned is not None:
+        _rewrite_returned_set_up(rw)
+        return
     if shape.branch_flag is not None:
         _scaler_after_the_flag(rw)
         return
@@ -63,6 +66,29 @@ def _rewrite_split_half(rw: _Rewrite) -> None:
     rw.splices.append((index.line_start(statement.lineno), index.line_end(_last_line(statement)), created))
     assert isinstance(shape.function, ast.FunctionDef)  # _set_up_half
     at = index.line_start(first_line(shape.function))
+    rw.splices.append((at, at, f"{scaler}({shape.device}, enabled=False){newline * 3}"))
+
+
+def _rewrite_returned_set_up(rw: _Rewrite) -> None:
+    """A set-up function returning initialize's optimizer to its caller (`returned`): initialize's statement binds
+    the module's scaler (`global`), disabled at the module's top until then, and the names initialize bound, as apex
+    returned them (given no optimizer, the model alone); the caller reads the module's scaler."""
+    shape, tree, index = rw.shape, rw.tree, rw.tree.index
+    returned, newline = shape.returned, shape.newline
+    assert returned is not None
+    init = returned.init
+    _whole_lines_only(rw, init)
+    indent = tree.indent(init.lineno)
+    scaler = f"{shape.scaler} = {shape.spell(_NATIVE.grad_scaler)}"
+    created = f"{indent}global {shape.scaler}{newline}{indent}{scaler}({rw.scaler_args}){newline}"
+    target = init.targets[0]
+    if isinstance(target, ast.Name):
+        created += (f"{indent}{target.id} = {shape.model} if {shape.optimizer} is None else ({shape.model}, "
+                    f"{shape.optimizer}){newline}")
+    elif isinstance(target, ast.Tuple) and [tree.text(e) for e in target.elts] != [shape.model, shape.optimizer]:
+        created += f"{indent}{tree.text(target)} = {shape.model}, {shape.optimizer}{newline}"
+    rw.splices.append((index.line_start(init.lineno), index.line_end(_last_line(init)), created))
+    at = index.line_start(first_line(returned.set_up))
     rw.splices.append((at, at, f"{scaler}({shape.device}, enabled=False){newline * 3}"))
 
 

@@ -21,6 +21,7 @@ from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
 from ampfix.families.apex.rewrite.loss_scale import initialize_per_loss_scale
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
+from ampfix.families.apex.rewrite.returned import _Returned, returned_set_up
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
 from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _chain, _chains, _last_line, _name_stores
@@ -88,6 +89,9 @@ class _Shape:
     # (`_evaluation_initialize`): removed
     companion: AmpUse | None = None
     handed: bool = False  # `methods` are module-level functions initialize's function calls, handed the scaler
+    # initialize in a set-up function that returns its optimizer to its one caller, which steps it (`returned`):
+    # `function` is the caller, `init` the call; the scaler is the module's
+    returned: _Returned | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -96,7 +100,7 @@ class _Shape:
 
     @property
     def scope(self) -> Scope:
-        return self.init_use.ref.scope
+        return self.init_use.ref.scope if self.returned is None else self.returned.scope
 
     @property
     def models(self) -> list[str]:
@@ -132,6 +136,9 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     init = tree.parent(init_call)
     if not (isinstance(init, ast.Assign) and init.value is init_call and len(init.targets) == 1):
         raise NotMechanical("the initialize call is not a plain assignment")
+    if (returned := _returned_shape(tree, init_use, init, (scale_losses, clips, states, scale_reads), import_node,
+                                    optional, companion)) is not None:
+        return returned
     item_loop = _initialize_loop(tree, init)  # one call per list item: the loop becomes the scaler
     site = init if item_loop is None else item_loop.loop
     model, optimizer, enabled = _initialize_arguments(init_call, item_loop is not None)
@@ -336,6 +343,55 @@ def _step_half(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, spl
                   [], [], torch_bound, _NATIVE.package, _comment_lines(tree.index.text), device, dtype,
                   _line_ending(tree, init), import_node, None, import_node, block_end=_last_line(function),
                   split=split)
+
+
+def _returned_shape(tree: _Tree, init_use: AmpUse, init: ast.Assign, others: tuple[list[AmpUse], ...],
+                    import_node: ast.ImportFrom, optional: OptionalImport | None,
+                    companion: AmpUse | None) -> _Shape | None:
+    """initialize in a set-up function returning its optimizer to its one caller (`returned`): the caller is the
+    function the sub-rewrites work in, from the call on; initialize's statement becomes the module's scaler. None
+    where initialize is not in such a function. `others`: the scale_loss, master_params, state and scale read uses."""
+    init_call = _call_of(init_use)
+    scale_losses, clips, states, scale_reads = others
+    returned = returned_set_up(tree, init, lambda: _initialize_arguments(init_call)[:2],
+                               [use for uses in others for use in uses])
+    if returned is None:
+        return None
+    amp = init_use.ref.parts[0]
+    if optional is not None or import_node not in tree.engine.tree.body:
+        raise NotMechanical(f"`{returned.set_up.name}` returns initialize's optimizer to `{returned.caller.name}`, "
+                            "and apex.amp is not imported by one plain module-level `from apex import amp` (the "
+                            "only import this shape removes)")
+    if companion is not None:
+        raise NotMechanical(f"`{returned.set_up.name}` returns initialize's optimizer to `{returned.caller.name}`, and "
+                            "initialize is called again for a model alone")
+    model, optimizer, enabled = _initialize_arguments(init_call)
+    if enabled is not None:
+        raise NotMechanical(f"initialize in `{returned.set_up.name}`, which returns its optimizer to "
+                            f"`{returned.caller.name}`, has an `enabled=` (the scaler there would be enabled by a "
+                            "name of the set-up's)")
+    target = returned.init.targets[0]
+    if not (isinstance(target, ast.Name) or isinstance(target, ast.Tuple) and len(target.elts) == 2
+            and all(_chain(e) for e in target.elts)):
+        raise NotMechanical("the left side of initialize is neither one name nor two (model, optimizer)")
+    opt_level = _several_losses(_opt_level(tree, init_call), init_call, scale_losses)
+    call = returned.call
+    _names_usable(tree, init_use.ref.scope, returned.init, (), SCALER)  # torch means torch where the scaler is made
+    torch_bound = _names_usable(tree, returned.scope, call, (returned.opt_name,), SCALER)
+    torch_top = tree.engine.module_scope.bindings.get(_NATIVE.package, [])
+    if torch_bound and not any(b.line < returned.set_up.lineno for b in torch_top) \
+            or not torch_bound and not import_node.lineno < returned.set_up.lineno:
+        raise NotMechanical(f"`{_NATIVE.package}` is not imported at the top of the module before "
+                            f"`{returned.set_up.name}`, where the module's scaler is bound")
+    if not torch_bound:
+        _torch_importable(tree, False)
+    device, dtype = _device_and_dtype(tree.engine)
+    caller = returned.caller
+    return _Shape(amp, init_use, call, call, caller, ast.unparse(model), ast.unparse(optimizer), returned.model_name,
+                  returned.opt_name, None, (), scale_losses, clips, states, [], torch_bound, _NATIVE.package,
+                  _comment_lines(tree.index.text), device, dtype, _line_ending(tree, returned.init), import_node, None,
+                  import_node, returned.condition, opt_level, scale_reads, _last_line(caller),
+                  conditional_beside_import=returned.condition is not None, returned=returned)
 
 
 def _line_ending(tree: _Tree, init: ast.Assign) -> str:

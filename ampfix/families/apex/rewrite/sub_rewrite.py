@@ -61,7 +61,8 @@ class _Rewrite:
         shape = self.shape
         condition = shape.method_condition
         enabled_text = self.enabled if condition is None else f"bool({self.tree.text(condition)})"
-        if shape.split is not None and not shape.split.set_up:  # the step half: whether the set-up enabled it
+        # the step half, or the caller of a set-up function: whether the set-up enabled it
+        if shape.split is not None and not shape.split.set_up or shape.returned is not None:
             enabled_text = f"{shape.scaler}.is_enabled()"
         enabled = f", enabled={enabled_text})" if enabled_text is not None else ")"
         return f"{shape.spell(_NATIVE.autocast)}({shape.device}, dtype={shape.spell(shape.dtype)}" + enabled
