@@ -1134,8 +1134,8 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_ha
         "apex.amp is reached through 2 imports (`import apex.amp._amp_state` on line 4, `from apex import amp` on "
         "line 5), where the rewrite takes one `from apex import amp` (at module level, or in the function of its "
         "uses); the other half of the set-up is in the project: apex.amp.initialize at pkg/trainer.py:17 "
-        f"{_SHARED}; `AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24: the rewrite "
-        "across modules takes a set-up function that returns `model, optimizer` to the module scaling the loss, not "
+        f"{_SHARED}; `AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24 (at least): the "
+        "rewrite across modules takes a set-up function that returns `model, optimizer` to the module scaling the loss, not "
         f"a class of this module that the set-up's module builds (by hand: {_BY_HAND}, initialize removed where the "
         "class is built, and the forward passes whose loss reaches it under autocast there); "
         f"{_SETTINGS}; suggested: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
@@ -1164,6 +1164,12 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_ha
         "module the project imports by name") + suggested
     for path in sorted(SCALING_CLASS.rglob("*.py")):
         assert (root / path.relative_to(SCALING_CLASS)).read_bytes() == path.read_bytes(), path
+    # the class built nowhere in the project (a registry may build it by name): nothing is said of it
+    trainer = root / "pkg" / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("self.fp_optimizer = AMPOptimizer(", "self.fp_optimizer = dict(")
+                       .replace("from pkg.fp_optimizers import AMPOptimizer\n", ""))
+    (scale_loss,) = [line for line in CliRunner().invoke(app, ["check", "."]).stdout.splitlines() if " AMP102 " in line]
+    assert f"{_SHARED}; {_SETTINGS}; suggested:" in scale_loss
 
 
 @pytest.mark.parametrize(("written", "said"), [

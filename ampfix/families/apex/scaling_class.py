@@ -109,10 +109,12 @@ _WHY = {
 
 
 def scaling_class(holder: ast.AST | None, parent: Parent, module: ast.Module) -> tuple[ast.ClassDef, str] | None:
-    """The module-level class and the method (directly in its body) that hold `holder`, or None."""
+    """The module-level class and the plain method (directly in its body, undecorated: it takes the object) that
+    hold `holder`, or None (a staticmethod's object is not the one built)."""
     method = _function_of(holder, parent) if holder is not None else None
     klass = parent(method) if method is not None else None
-    if isinstance(klass, ast.ClassDef) and klass in module.body and method is not None:
+    if isinstance(klass, ast.ClassDef) and klass in module.body and method is not None \
+            and not method.decorator_list and method.args.args:
         return klass, method.name
     return None
 
@@ -127,8 +129,10 @@ def step_class_note(project: ProjectModules, scale_losses: list[ChainRef], paren
         return ""
     klass, method = only
     calls = project.constructions(klass.name)
-    built = f"built at {', '.join(calls.seen[:3])}" if calls is not None and calls.seen else \
-        "built nowhere else in the project"
+    if calls is None or not calls.seen or calls.escape is not None:
+        return ""  # built otherwise (a registry, by name): who holds the object cannot be told
+    # the project's files are read up to the first construction given an argument by position
+    built = f"built at {', '.join(calls.seen[:3])}" + (" (at least)" if calls.positional is not None else "")
     return (f"; `{klass.name}.{method}` scales the loss, and the class is {built}: the rewrite across modules takes "
             "a set-up function that returns `model, optimizer` to the module scaling the loss, not a class of this "
             f"module that the set-up's module builds (by hand: {_by_hand(klass.name, method)}, initialize removed "
