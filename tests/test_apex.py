@@ -1112,7 +1112,8 @@ _SETTINGS = ("apex's loss scaler is set through its private `_amp_state.loss_sca
              "growth_interval=dls_upscale_interval` (the scale it starts from, where it is set before the first loss "
              "is scaled; apex doubled its scale after that many clean updates and halved it on inf/NaN gradients, as "
              "a GradScaler does with its default factors; apex counted each scale_loss as an update, a GradScaler "
-             "counts each step: they differ with gradient accumulation)")
+             "counts each step: they differ with gradient accumulation; apex's scale stopped growing at 2**24, a "
+             "GradScaler's has no ceiling)")
 _BY_HAND = ("a GradScaler made in `AMPOptimizer.__init__` and used in `AMPOptimizer.step` (scale, `unscale_` before "
             "clipping, step, update)")
 
@@ -1173,7 +1174,7 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_ha
 
 
 @pytest.mark.parametrize(("written", "said"), [
-    # written directly after initialize: the scale it starts from (fixtures/apex/private_loss_scale_written)
+    # written directly after an initialize under an `if` (where it did not run, the write raised): left, said
     ("    amp._amp_state.loss_scalers[0]._loss_scale = 2.0**10\n",
      "; apex's loss scaler is set through its private `_amp_state.loss_scalers[0]` on line 6 (`_loss_scale = "
      "2.0**10`): a GradScaler's `init_scale=2.0**10` (the scale it starts from, where it is set before the first "
@@ -1191,7 +1192,7 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_ha
 def test_the_loss_scaler_settings_written_through_amp_state_are_read_as_gradscaler_arguments(written, said):
     from ampfix.engine import check_source
 
-    source = ("from apex import amp\n\n\ndef train(model, optimizer, loader):\n"
-              "    model, optimizer = amp.initialize(model, optimizer)\n" + written)
+    source = ("from apex import amp\n\n\ndef train(model, optimizer, loader, fp16):\n"
+              "    if fp16: model, optimizer = amp.initialize(model, optimizer)\n" + written)
     (note,) = [f.message for f in check_source(source).findings if f.code == "AMP106"]
     assert note == "apex's private amp state was removed from apex in 2025; GradScaler keeps its own" + said

@@ -19,8 +19,8 @@ from ampfix.families.apex.tried import plan_tried, raising_try
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import UnsafeFix, plan_parallel
 from ampfix.families.apex.split import split_half
-from ampfix.families.apex.scaling_class import (loss_scaler_settings, set_up_class_note, settings_note,
-                                                step_class_note)
+from ampfix.families.apex.scaler_settings import loss_scaler_settings, settings_note
+from ampfix.families.apex.scaling_class import set_up_class_note, step_class_note
 from ampfix.families.apex.optional import OptionalImport, imports_amp_alone, optional_import
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
                                          engine_of, float16_function, plan_rewrite)

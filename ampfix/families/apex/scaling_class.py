@@ -1,7 +1,7 @@
 """A set-up split across modules where the module that calls initialize builds, after it, an object of a class of
 the other module whose method scales the loss (DeepLearningExamples' GNMT: `Seq2SeqTrainer.__init__` calls
 initialize, then builds `AMPOptimizer`, whose `step` holds scale_loss and whose `__init__` sets apex's loss scaler
-through its private `_amp_state`): what each half's finding says of that class and of those settings. Nothing is
+through its private `_amp_state`, `scaler_settings`): what each half's finding says of that class. Nothing is
 rewritten from here (docs/apex.md, *Set-ups split across modules*): the notes say what the rewrite across modules
 would have to make and does not.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ampfix.core.project import ProjectModules
 from ampfix.families.apex import rules
+from ampfix.families.apex.scaler_settings import function_of
 from ampfix.syntax.bindings import ChainRef, Scope
 
 Parent = Callable[[ast.AST], "ast.AST | None"]
@@ -22,96 +22,10 @@ ResolveValue = Callable[[ast.expr, Scope], "str | None"]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One write of a setting of apex's first loss scaler."""
-
-    line: int
-    attribute: str  # apex's (`_loss_scale`)
-    value: str  # as the code spells it
-
-
-def loss_scaler_settings(refs: list[ChainRef], parent: Parent, text: Callable[[ast.AST], str]) -> list[Setting] | None:
-    """The settings the uses of `loss_scalers` (`refs`, every one in the module) write to apex's first loss scaler,
-    directly (`loss_scalers[0]._loss_scale = v`) or through a local name bound to it once in a function (`s =
-    loss_scalers[0]`, then only `s.<attr> = v` there); None where there is none, or any use is something else (a
-    read of the scale is the one-file rewrite's, `scaler_state`)."""
-    settings: list[Setting] = []
-    for ref in refs:
-        subscript = ref.parent
-        if not (isinstance(subscript, ast.Subscript) and subscript.value is ref.node
-                and isinstance(subscript.slice, ast.Constant) and subscript.slice.value == 0):
-            return None
-        above = parent(subscript)
-        written = _written(above, parent, text)
-        if written is not None:
-            settings.append(written)
-            continue
-        if not (isinstance(above, ast.Assign) and above.value is subscript and len(above.targets) == 1
-                and isinstance(above.targets[0], ast.Name)):
-            return None
-        name = above.targets[0].id
-        function = _function_of(above, parent)
-        if function is None:
-            return None
-        for node in ast.walk(function):
-            if not isinstance(node, ast.Name) or node.id != name or node is above.targets[0]:
-                continue
-            written = _written(parent(node), parent, text) if isinstance(node.ctx, ast.Load) else None
-            if written is None:
-                return None
-            settings.append(written)
-        if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(function)):
-            return None
-    return sorted(settings, key=lambda s: s.line) or None
-
-
-def _written(node: ast.AST | None, parent: Parent, text: Callable[[ast.AST], str]) -> Setting | None:
-    """`X.<attr> = value`, the attribute the one target of a plain assignment (the value as the code spells it)."""
-    statement = parent(node) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) else None
-    if not (isinstance(node, ast.Attribute) and isinstance(statement, ast.Assign) and statement.targets == [node]):
-        return None
-    return Setting(statement.lineno, node.attr, text(statement.value))
-
-
-def _function_of(node: ast.AST, parent: Parent) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    above = parent(node)
-    while above is not None and not isinstance(above, _FUNCTIONS):
-        above = parent(above)
-    return above if isinstance(above, _FUNCTIONS) else None
-
-
-def settings_note(settings: list[Setting]) -> str:
-    """What the settings are to a GradScaler (`rules.LOSS_SCALER_SETTINGS`), and which have no twin."""
-    lines = sorted({s.line for s in settings})
-    shown = ", ".join(f"`{s.attribute} = {s.value}`" for s in settings)
-    mapped = [f"{rules.LOSS_SCALER_SETTINGS[s.attribute]}={s.value}" for s in settings
-              if s.attribute in rules.LOSS_SCALER_SETTINGS]
-    unmapped = [f"`{s.attribute}`" for s in settings if s.attribute not in rules.LOSS_SCALER_SETTINGS]
-    where = f"line {lines[0]}" if len(lines) == 1 else f"lines {', '.join(map(str, lines))}"
-    note = f"apex's loss scaler is set through its private `_amp_state.loss_scalers[0]` on {where} ({shown})"
-    attributes = {s.attribute for s in settings}
-    if mapped:
-        note += f": a GradScaler's `{', '.join(mapped)}`"
-        why = [_WHY[a] for a in rules.LOSS_SCALER_SETTINGS if a in attributes]
-        note += f" ({'; '.join(why)})"
-    if unmapped:
-        note += f"; {', '.join(unmapped)} {'has' if len(unmapped) == 1 else 'have'} no GradScaler twin"
-    return note
-
-
-_WHY = {
-    "_loss_scale": "the scale it starts from, where it is set before the first loss is scaled",
-    "_scale_seq_len": ("apex doubled its scale after that many clean updates and halved it on inf/NaN gradients, as "
-                       "a GradScaler does with its default factors; apex counted each scale_loss as an update, a "
-                       "GradScaler counts each step: they differ with gradient accumulation"),
-}
-
-
 def scaling_class(holder: ast.AST | None, parent: Parent, module: ast.Module) -> tuple[ast.ClassDef, str] | None:
     """The module-level class and the plain method (directly in its body, undecorated: it takes the object) that
     hold `holder`, or None (a staticmethod's object is not the one built)."""
-    method = _function_of(holder, parent) if holder is not None else None
+    method = function_of(holder, parent) if holder is not None else None
     klass = parent(method) if method is not None else None
     if isinstance(klass, ast.ClassDef) and klass in module.body and method is not None \
             and not method.decorator_list and method.args.args:

@@ -57,7 +57,7 @@ from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _r
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
 from ampfix.families.apex.rewrite.registrations import float16_function, no_op_registrations, remove_registrations
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
-from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_state
+from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_scaler_settings, _rewrite_state
 from ampfix.families.apex.rewrite.shape import _shape
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.switch import native_switch
@@ -86,7 +86,7 @@ class UnsafeOnly(str):
 
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
-    _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses,
+    _rewrite_availability_tests, _rewrite_initialize, _rewrite_scaler_settings, _rewrite_steps, _rewrite_scale_losses,
     _steps_after_the_backwards, _no_plain_backward, _rewrite_clipping,
     _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
     _rewrite_method_imports, _hand_the_scaler)

@@ -19,7 +19,8 @@ from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, 
                                                      _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
-from ampfix.families.apex.rewrite.loss_scale import initialize_per_loss_scale
+from ampfix.families.apex.rewrite.loss_scale import (ScalerSettings, initialize_per_loss_scale,
+                                                     settings_beside_initialize)
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
                                                    _self_of, _set_up_call, _sibling_method, _trainer_methods)
@@ -88,6 +89,8 @@ class _Shape:
     # (`_evaluation_initialize`): removed
     companion: AmpUse | None = None
     handed: bool = False  # `methods` are module-level functions initialize's function calls, handed the scaler
+    # apex's loss scaler set through `_amp_state` right after initialize: the GradScaler's arguments
+    scaler_settings: ScalerSettings | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -145,6 +148,10 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import = _guard(
         tree, site, init, init_use, import_statement, enabled, optional, checks, conditional is not None, local)
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
+    settings = settings_beside_initialize(tree, scale_reads, init_statement, init_statement is init and enabled is None
+                                          and item_loop is None, opt_level.scaler_keywords)
+    if settings is not None:
+        scale_reads = [use for use in scale_reads if not any(use is written for written in settings.uses)]
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
     branch_flag = _branch_flag(init_statement, init) if isinstance(init_statement, ast.If) else None
@@ -194,7 +201,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion, handed)
+                  conditional_beside_import, None, companion, handed, scaler_settings=settings)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
