@@ -1131,10 +1131,11 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_ha
     assert result.exit_code == 1
     lines = {line.split(": ")[0]: line for line in result.stdout.splitlines() if ": AMP10" in line}
     assert lines["pkg/fp_optimizers.py:30:14"] == (
-        "pkg/fp_optimizers.py:30:14: AMP102 `apex.amp.scale_loss` was removed from apex in 2025; not rewritten: "
-        "apex.amp is reached through 2 imports (`import apex.amp._amp_state` on line 4, `from apex import amp` on "
-        "line 5), where the rewrite takes one `from apex import amp` (at module level, or in the function of its "
-        "uses); the other half of the set-up is in the project: apex.amp.initialize at pkg/trainer.py:17 "
+        "pkg/fp_optimizers.py:30:14: AMP102 `apex.amp.scale_loss` was removed from apex in 2025; not rewritten: no "
+        "`apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the forward passes to "
+        "put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be rewritten alone "
+        "(a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand); the "
+        "other half of the set-up is in the project: apex.amp.initialize at pkg/trainer.py:17 "
         f"{_SHARED}; `AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24 (at least): the "
         "rewrite across modules takes a set-up function that returns `model, optimizer` to the module scaling the loss, not "
         f"a class of this module that the set-up's module builds (by hand: {_BY_HAND}, initialize removed where the "
@@ -1196,3 +1197,16 @@ def test_the_loss_scaler_settings_written_through_amp_state_are_read_as_gradscal
               "    if fp16: model, optimizer = amp.initialize(model, optimizer)\n" + written)
     (note,) = [f.message for f in check_source(source).findings if f.code == "AMP106"]
     assert note == "apex's private amp state was removed from apex in 2025; GradScaler keeps its own" + said
+
+
+def test_the_state_import_read_otherwise_is_named_with_the_module_import():
+    """fixtures/apex/private_state_import_read_otherwise: `import apex.amp._amp_state` binds `apex` for
+    `apex.optimizers` too, so it cannot go with the rewrite: the reason names both imports and their lines."""
+    from ampfix.engine import check_source
+
+    source = (ROOT / "fixtures" / "apex" / "private_state_import_read_otherwise.in.py").read_text()
+    (initialize,) = [f.message for f in check_source(source).findings if f.code == "AMP101"]
+    assert initialize.endswith(
+        "not rewritten: apex.amp is reached through 2 imports (`import apex.amp._amp_state` on line 4, `from apex "
+        "import amp` on line 5), where the rewrite takes one `from apex import amp` (at module level, or in the "
+        "function of its uses)")

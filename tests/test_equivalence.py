@@ -110,7 +110,7 @@ NOT_RUNNABLE = {"reported/too_many_positional", "unchanged/apex_amp", "device_cp
                 "apex/condition_else_with_comments", "apex/local_import_in_function",
                 "apex/local_import_under_condition", "apex/o1_script_with_apex_parallel",
                 "apex/opt_level_from_argparse_default_o1", "apex/parallel_rewritten", "unsafe_fixes/apex_opt_level_o2",
-                "apex/private_loss_scale_read", "apex/private_loss_scale_written", "apex/private_loss_scale_settings",
+                "apex/private_loss_scale_read", "apex/private_loss_scale_written", "apex/private_loss_scale_settings", "apex/private_state_import",
                 "apex/flair_trainer", "apex/o1_model_method_evaluates_after_initialize",
                 "apex/o1_plain_backward_beside_scale_loss", "apex/o1_plain_backward_in_a_helper", "apex/trainer_conditional_import",
                 "apex/local_imports_in_two_functions", "unsafe_fixes/apex_several_losses", "apex/optional_none_check_alone", "apex/optional_none_checks_alone", "apex/o1_torch_from_star_import",

@@ -180,7 +180,9 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
         return ""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
+    state = _state_import(analysis, amp_uses)
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
+                                   if state is None or binding is not state[1]])
     held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses])
     if held is not None or not isinstance(found, ast.ImportFrom) or len(amp_uses) != len(uses):
         return ""  # the one-file reason stands
@@ -189,7 +191,7 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
     if isinstance(split, str):
         return f"; under --unsafe-fixes, not rewritten across modules: {split}"
     planned = plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], found, None, commit=False,
-                           split=split)
+                           split=split, state_import=state[0] if state is not None else None)
     if isinstance(planned, str):
         return f"; under --unsafe-fixes, not rewritten across modules: {planned}"
     committed = commit_rewrites(analysis, [planned])
@@ -202,7 +204,11 @@ def _plan_rewrite(analysis: ApexModule,
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
+    state = _state_import(analysis, amp_uses)
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
+                                   if state is None or binding is not state[1]])
+    if state is not None and not isinstance(found, ast.ImportFrom):
+        found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])  # the reason names both
     # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
     reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
     if isinstance(found, OptionalImport):
@@ -214,7 +220,8 @@ def _plan_rewrite(analysis: ApexModule,
         groups = _local_groups(analysis, amp_uses)
         return found if groups is None else _plan_groups(analysis, groups)
     statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
-    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional,
+                        state_import=state[0] if state is not None else None)
 
 
 def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, str]]
@@ -424,6 +431,36 @@ def _text_of(analysis: ApexModule) -> Callable[[ast.AST], str]:
     """A node's source text, as the code spells it."""
     index = analysis.index
     return lambda node: index.text[slice(*index.span(node))]
+
+
+def _state_import(analysis: ApexModule,
+                  amp_uses: list[tuple[ChainRef, Binding, str]]) -> tuple[ast.Import, Binding] | None:
+    """`import apex.amp._amp_state` beside the module's `from apex import amp` (GNMT's fp_optimizers.py), read only
+    for apex's loss scalers (`apex.amp._amp_state.loss_scalers`): the import and the binding of `apex` it makes,
+    which the rewrite removes with the other. Only a module-level import of that one name, no alias, and every read
+    of the name it binds in the module one of those uses; else None (the reason names both imports)."""
+    bindings = {id(binding): binding for _, binding, _ in amp_uses}
+    others = [b for b in bindings.values() if b.qname != rules.AMP_MODULE]
+    if len(bindings) != 2 or len(others) != 1:
+        return None
+    state = others[0]
+    node = state.imported_by.node if state.imported_by is not None else None
+    if not (isinstance(node, ast.Import) and node in analysis.tree.body and len(node.names) == 1
+            and node.names[0].asname is None and node.names[0].name.startswith(rules.AMP_MODULE + ".")
+            and analysis.walker.module_scope.bindings.get(state.name, []) == [state]):
+        return None
+    through = [(ref, full) for ref, binding, full in amp_uses if binding is state]
+    roots = {id(_root(ref.node)) for ref, _ in through}
+    if any(full != rules.LOSS_SCALERS for _, full in through) or any(
+            isinstance(n, ast.Name) and n.id == state.name and id(n) not in roots for n in ast.walk(analysis.tree)):
+        return None
+    return node, state
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
 
 
 def _several_imports(bindings: list[Binding], not_plain: str) -> str:

@@ -95,20 +95,22 @@ _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
                  optional: OptionalImport | None = None, commit: bool = True,
                  method_imports: tuple[ast.ImportFrom, ...] = (),
-                 split: Split | None = None) -> Rewritten | UnsafeOnly | str:
+                 split: Split | None = None, state_import: ast.Import | None = None) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
     of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
     why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`).
     `method_imports`: the local imports of the other methods of a trainer set up in `__init__` (`import_node`'s).
     `split`: this module's half of a set-up split across modules, found whole in the project (the caller's
-    question): planned by the same sub-rewrites, each half from the same facts."""
+    question): planned by the same sub-rewrites, each half from the same facts. `state_import`: `import
+    apex.amp._amp_state` beside `import_node`, read only for apex's loss scalers (`detect._state_import`), removed
+    with it."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     registrations, uses = no_op_registrations(tree, uses)  # they go with the rest: autocast does what they did
     inference = split is None and not method_imports and for_inference_only(uses)
     try:
         rewrite = _Rewrite(tree, inference_shape(tree, uses, import_node, optional) if inference
-                           else _shape(tree, uses, import_node, optional, method_imports, split))
+                           else _shape(tree, uses, import_node, optional, method_imports, split, state_import))
         for sub_rewrite in INFERENCE_SUB_REWRITES if inference else _SUB_REWRITES:
             sub_rewrite(rewrite)
         remove_registrations(rewrite, registrations)

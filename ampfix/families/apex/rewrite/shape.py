@@ -91,6 +91,9 @@ class _Shape:
     handed: bool = False  # `methods` are module-level functions initialize's function calls, handed the scaler
     # apex's loss scaler set through `_amp_state` right after initialize: the GradScaler's arguments
     scaler_settings: ScalerSettings | None = None
+    # `import apex.amp._amp_state` beside the module's `from apex import amp`, read only for apex's loss scalers:
+    # removed with it
+    state_import: ast.Import | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -122,7 +125,8 @@ class _Shape:
 
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
-           method_imports: tuple[ast.ImportFrom, ...] = (), split: Split | None = None) -> _Shape:
+           method_imports: tuple[ast.ImportFrom, ...] = (), split: Split | None = None,
+           state_import: ast.Import | None = None) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
     if split is not None:
         return _split_shape(tree, uses, import_node, optional, split)
@@ -201,7 +205,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion, handed, scaler_settings=settings)
+                  conditional_beside_import, None, companion, handed, scaler_settings=settings,
+                  state_import=state_import)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
