@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.tree import _Tree
 from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
-from ampfix.families.apex.scaler_settings import Setting, written_by
+from ampfix.families.apex.scaler_settings import Setting, Written, written_by
 
 # What the value may be made of: names, attributes, constants, comparisons and choices, nothing that runs code.
 _PURE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Load, ast.cmpop,
@@ -106,16 +106,21 @@ class ScalerSettings:
 
 
 def settings_beside_initialize(tree: _Tree, uses: list[AmpUse], init_statement: ast.stmt, plain: bool,
-                               scaler_keywords: str) -> ScalerSettings | None:
-    """The settings the uses of `loss_scalers` write (`scaler_settings.written_by`), or None where none writes.
-    Given to the GradScaler only where they are exactly the statements after initialize in its block (set before
+                               scaler_keywords: str) -> tuple[ScalerSettings | None, list[AmpUse]]:
+    """The settings the uses of `loss_scalers` write (`scaler_settings.written_by`), or None where none writes; and
+    the other uses (reads of the scale, `scaler_state`)."""
+    found = [(use, written) for use in uses if (written := written_by(use.ref, tree.parent, tree.text)) is not None]
+    others = [use for use in uses if not any(use is written for written, _ in found)]
+    return (_mapped(tree, found, init_statement, plain, scaler_keywords) if found else None), others
+
+
+def _mapped(tree: _Tree, found: list[tuple[AmpUse, Written]], init_statement: ast.stmt, plain: bool,
+            scaler_keywords: str) -> ScalerSettings:
+    """The settings written, as the GradScaler's arguments: given to it only where they are exactly the statements after initialize in its block (set before
     the first loss is scaled, the scale apex starts from: a GradScaler's `init_scale`; set later, they change a
     scale in use, which no argument does), initialize `plain` (under no `if`, no `enabled=`, no loop: where
     initialize did not run, apex had no loss scaler and the write raised), given no loss_scale of its own, each
     setting mapped (`rules.LOSS_SCALER_SETTINGS`) and set once."""
-    found = [(use, written) for use in uses if (written := written_by(use.ref, tree.parent, tree.text)) is not None]
-    if not found:
-        return None
     if not plain:
         raise NotMechanical("apex's loss scaler is set through `_amp_state` beside an initialize under an `if`, an "
                             "`enabled=` or a loop (where it did not run, apex had no loss scaler and the write raised)")

@@ -152,10 +152,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import = _guard(
         tree, site, init, init_use, import_statement, enabled, optional, checks, conditional is not None, local)
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
-    settings = settings_beside_initialize(tree, scale_reads, init_statement, init_statement is init and enabled is None
-                                          and item_loop is None, opt_level.scaler_keywords)
-    if settings is not None:
-        scale_reads = [use for use in scale_reads if not any(use is written for written in settings.uses)]
+    settings, scale_reads = settings_beside_initialize(tree, scale_reads, init_statement, init_statement is init
+                                                       and enabled is None and not item_loop, opt_level.scaler_keywords)
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
     branch_flag = _branch_flag(init_statement, init) if isinstance(init_statement, ast.If) else None
@@ -205,8 +203,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion, handed, scaler_settings=settings,
-                  state_import=state_import)
+                  conditional_beside_import, None, companion, handed, settings, state_import)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
