@@ -1127,3 +1127,109 @@ def test_a_split_set_up_not_in_the_narrow_shape_is_left_in_both_halves(tmp_path:
     assert (f"under --unsafe-fixes, not rewritten across modules: the other half of the set-up in {changed} is not "
             "rewritten (its finding says why)") in out
     assert (root / other).read_bytes() == (WHOLE / other).read_bytes()
+
+
+SCALING_CLASS = ROOT / "fixtures" / "projects" / "apex_scaling_class"
+_SETTINGS = ("apex's loss scaler is set through its private `_amp_state.loss_scalers[0]` on lines 26, 27 (`_loss_scale "
+             "= loss_scale`, `_scale_seq_len = dls_upscale_interval`): a GradScaler's `init_scale=loss_scale, "
+             "growth_interval=dls_upscale_interval` (the scale it starts from, where it is set before the first loss "
+             "is scaled; apex doubled its scale after that many clean updates and halved it on inf/NaN gradients, as "
+             "a GradScaler does with its default factors; apex counted each scale_loss as an update, a GradScaler "
+             "counts each step: they differ with gradient accumulation; apex's scale stopped growing at 2**24, a "
+             "GradScaler's has no ceiling)")
+_BY_HAND = ("a GradScaler made in `AMPOptimizer.__init__` and used in `AMPOptimizer.step` (scale, `unscale_` before "
+            "clipping, step, update)")
+
+
+def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_halves(tmp_path: Path, monkeypatch):
+    """fixtures/projects/apex_scaling_class (DeepLearningExamples' GNMT: the trainer calls initialize, then builds
+    `AMPOptimizer`, whose `step` scales the loss and whose `__init__` sets apex's loss scaler through `_amp_state`):
+    left in both modes, each half naming the class, where it is built, what it would take by hand, and the loss
+    scaler's settings as the GradScaler arguments they are; nothing changes on disk."""
+    root = tmp_path / "scaling_class"
+    shutil.copytree(SCALING_CLASS, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    result = CliRunner().invoke(app, ["check", "."])
+    assert result.exit_code == 1
+    lines = {line.split(": ")[0]: line for line in result.stdout.splitlines() if ": AMP10" in line}
+    assert lines["pkg/fp_optimizers.py:30:14"] == (
+        "pkg/fp_optimizers.py:30:14: AMP102 `apex.amp.scale_loss` was removed from apex in 2025; not rewritten: no "
+        "`apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the forward passes to "
+        "put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be rewritten alone "
+        "(a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand); the "
+        "other half of the set-up is in the project: apex.amp.initialize at pkg/trainer.py:17 "
+        f"{_SHARED}; `AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24 (at least): the "
+        "rewrite across modules takes a set-up function that returns `model, optimizer` to the module scaling the loss, not "
+        f"a class of this module that the set-up's module builds (by hand: {_BY_HAND}, initialize removed where the "
+        "class is built, and the forward passes whose loss reaches it under autocast there); "
+        f"{_SETTINGS}; suggested: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
+    assert lines["pkg/fp_optimizers.py:25:23"] == (
+        "pkg/fp_optimizers.py:25:23: AMP106 apex's private amp state was removed from apex in 2025; GradScaler keeps "
+        f"its own; {_SETTINGS}; suggested: scaler.get_scale()")
+    set_up = ("pkg/trainer.py:17:42: AMP101 `apex.amp.initialize` was removed from apex in 2025; O2 casts the model "
+              "to float16 and keeps float32 master weights: native autocast (O1) changes the numerics, so the choice "
+              "is a person's; keep_batchnorm_fp32 belongs to a model cast to float16 (O2/O3): native AMP keeps every "
+              "weight float32; not rewritten: initialize with no scale_loss beside it: the backward passes are "
+              "elsewhere (another module, or inference only), where the scaler it becomes cannot reach; the other "
+              f"half of the set-up is in the project: apex.amp.scale_loss at pkg/fp_optimizers.py:30 {_SHARED}; the "
+              "loss is scaled in `AMPOptimizer.step` (pkg/fp_optimizers.py:30), an object of which is built on line "
+              "24 after initialize and kept as `self.fp_optimizer`: the rewrite across modules takes a set-up "
+              "function that returns `model, optimizer` to the module scaling the loss, not an object of the other "
+              f"module built here (by hand: {_BY_HAND}, initialize removed here, and the forward passes whose loss "
+              "reaches it under `torch.autocast(..., enabled=isinstance(self.fp_optimizer, AMPOptimizer))`)")
+    suggested = ("; suggested: scaler = torch.amp.GradScaler(\"cuda\"); torch.autocast(\"cuda\", dtype=torch.float16) "
+                 "around every forward pass and loss (training and evaluation)")
+    assert lines["pkg/trainer.py:17:42"] == set_up + suggested
+    unsafe = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "--apex-opt-level", "O1", "."])
+    assert unsafe.exit_code == 1  # findings left, nothing fixed
+    (initialize,) = [line for line in unsafe.stdout.splitlines() if " AMP101 " in line]
+    assert initialize == set_up.replace(": AMP101 ", ": AMP101 left: ") + (
+        "; under --unsafe-fixes, not rewritten across modules: initialize is not in a module-level function of a "
+        "module the project imports by name") + suggested
+    for path in sorted(SCALING_CLASS.rglob("*.py")):
+        assert (root / path.relative_to(SCALING_CLASS)).read_bytes() == path.read_bytes(), path
+    # the class built nowhere in the project (a registry may build it by name): nothing is said of it
+    trainer = root / "pkg" / "trainer.py"
+    trainer.write_text(trainer.read_text().replace("self.fp_optimizer = AMPOptimizer(", "self.fp_optimizer = dict(")
+                       .replace("from pkg.fp_optimizers import AMPOptimizer\n", ""))
+    (scale_loss,) = [line for line in CliRunner().invoke(app, ["check", "."]).stdout.splitlines() if " AMP102 " in line]
+    assert f"{_SHARED}; {_SETTINGS}; suggested:" in scale_loss
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    # written directly after an initialize under an `if` (where it did not run, the write raised): left, said
+    ("    amp._amp_state.loss_scalers[0]._loss_scale = 2.0**10\n",
+     "; apex's loss scaler is set through its private `_amp_state.loss_scalers[0]` on line 6 (`_loss_scale = "
+     "2.0**10`): a GradScaler's `init_scale=2.0**10` (the scale it starts from, where it is set before the first "
+     "loss is scaled)"),
+    # a ceiling, through a name: GradScaler has none
+    ("    scaler0 = amp._amp_state.loss_scalers[0]\n    scaler0._max_loss_scale = 2.0**16\n",
+     "; apex's loss scaler is set through its private `_amp_state.loss_scalers[0]` on line 7 (`_max_loss_scale = "
+     "2.0**16`); `_max_loss_scale` has no GradScaler twin"),
+    # read as well as set: not settings alone, nothing said of them
+    ("    scaler0 = amp._amp_state.loss_scalers[0]\n    scaler0._loss_scale = 8.0\n    print(scaler0._loss_scale)\n",
+     ""),
+    # another loss scaler than the first (num_losses): not the one GradScaler's
+    ("    amp._amp_state.loss_scalers[1]._loss_scale = 8.0\n", ""),
+])
+def test_the_loss_scaler_settings_written_through_amp_state_are_read_as_gradscaler_arguments(written, said):
+    from ampfix.engine import check_source
+
+    source = ("from apex import amp\n\n\ndef train(model, optimizer, loader, fp16):\n"
+              "    if fp16: model, optimizer = amp.initialize(model, optimizer)\n" + written)
+    (note,) = [f.message for f in check_source(source).findings if f.code == "AMP106"]
+    assert note == "apex's private amp state was removed from apex in 2025; GradScaler keeps its own" + said
+
+
+def test_the_state_import_read_otherwise_is_named_with_the_module_import():
+    """fixtures/apex/private_state_import_read_otherwise: `import apex.amp._amp_state` binds `apex` for
+    `apex.optimizers` too, so it cannot go with the rewrite: the reason names both imports and their lines."""
+    from ampfix.engine import check_source
+
+    source = (ROOT / "fixtures" / "apex" / "private_state_import_read_otherwise.in.py").read_text()
+    (initialize,) = [f.message for f in check_source(source).findings if f.code == "AMP101"]
+    assert initialize.endswith(
+        "not rewritten: apex.amp is reached through 2 imports (`import apex.amp._amp_state` on line 4, `from apex "
+        "import amp` on line 5), where the rewrite takes one `from apex import amp` (at module level, or in the "
+        "function of its uses)")

@@ -40,6 +40,8 @@ FORMATTER_LEFT = {
     "apex/condition_else_with_comments": "comments of a removed `if` keep its body's indentation",
     "apex/o1_script_resumes": "the added GradScaler state helper is one line too long",
     "apex/initialize_for_inference_only": "the autocast added as a second item of a `no_grad` is past 88 columns",
+    "apex/private_loss_scale_settings": "the GradScaler given apex's loss scaler settings is past 88 columns",
+    "apex/private_state_import": "the GradScaler given apex's loss scaler settings is past 88 columns",
 }
 # (ruff's formatter, --isolated, lays out `with a, b(\n    c\n):` as parenthesized context managers: the input of
 # format/black_hugged_argument is not ruff-clean, so it is not checked here.)

@@ -11,6 +11,7 @@ other packages (optimizers, normalization) still exist and are left alone.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from ampfix.families.apex.fp16_utils import Fp16Plan, plan_fp16_utils, star_import
 from ampfix.families.apex.handover import handover
@@ -22,6 +23,8 @@ from ampfix.families.apex.optional import (OptionalImport, imports_amp_alone, im
                                            optional_import)
 from ampfix.families.apex.rewrite import enum_switch
 from ampfix.families.apex.rewrite.enum_switch import Planned
+from ampfix.families.apex.scaler_settings import loss_scaler_settings, settings_note
+from ampfix.families.apex.scaling_class import set_up_class_note, step_class_note
 from ampfix.families.apex.rewrite import (AmpUse, Rewritten, UnsafeOnly, commit_rewrites, conditional_import,
                                          engine_of, float16_function, plan_rewrite)
 from ampfix.syntax.bindings import Binding, ChainRef, Guards, Scope, dynamic_import, resolve
@@ -101,13 +104,14 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif isinstance(switch, (Rewritten, UnsafeOnly)):
                 rewritten = switch
             else:
-                rewritten += _other_half(analysis, {rule.code for *_, rule in uses}) + across \
-                    + (f"; {switch}" if switch else "")
+                rewritten += _other_half(analysis, uses) + across + (f"; {switch}" if switch else "")
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
         fp16, imports_gone = _plan_imports(analysis, rewritten, parallel)
         # why not rewritten goes on initialize's finding, or on scale_loss's where the module has no initialize
         says_why = rules.INITIALIZE if any(rule is rules.INITIALIZE for *_, rule in uses) else rules.SCALE_LOSS
+        settings = loss_scaler_settings([ref for ref, _, full, _ in uses if full == rules.LOSS_SCALERS],
+                                        analysis.context.parents.of, _text_of(analysis))
         left: set[int] = set()  # id() of the import bindings some use left (not rewritten) goes through
         for ref, binding, full, rule in uses:
             if isinstance(rewritten, Rewritten) and id(ref) in rewritten.messages:
@@ -120,7 +124,8 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
                 if rule in (rules.DISTRIBUTED, rules.SYNC_BATCH_NORM) and isinstance(parallel, str):
                     not_rewritten = parallel
                 unsafe_fix = isinstance(rewritten, UnsafeOnly) and full.startswith(rules.AMP_MODULE + ".")
-                _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix)
+                said = settings_note(settings) if settings and full == rules.LOSS_SCALERS else ""
+                _report_use(analysis, ref, rule, full, not_rewritten, unsafe_fix, said)
         if isinstance(fp16, Fp16Plan):
             for node in ast.walk(analysis.tree):
                 if id(node) in fp16.calls:
@@ -136,12 +141,15 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
         _report_settings(analysis)
 
 
-def _other_half(analysis: ApexModule, used: set[str]) -> str:
-    """Where a module holds half of apex's set-up (scale_loss and no initialize, or initialize and no scale_loss;
-    `used`: the codes of the rules its uses fall under), the other half's places in the project's other modules, or
-    that none names it: apex's loss scaler was process-wide, so the two halves were one set-up (docs/apex.md,
-    *Set-ups split across modules*). "" where the module holds both or neither, or no project can be read."""
+def _other_half(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, Rule]]) -> str:
+    """Where a module holds half of apex's set-up (scale_loss and no initialize, or initialize and no scale_loss),
+    the other half's places in the project's other modules, or that none names it: apex's loss scaler was
+    process-wide, so the two halves were one set-up (docs/apex.md, *Set-ups split across modules*); then the class
+    of the other module the half builds or is, where the loss is scaled in a method of one, and the loss scaler's
+    settings written through `_amp_state` (`scaling_class`). "" where the module holds both or neither, or no
+    project can be read."""
     project = analysis.context.project
+    used = {rule.code for *_, rule in uses}
     if project is None or (rules.INITIALIZE.code in used) == (rules.SCALE_LOSS.code in used):
         return ""
     missing = rules.SCALE_LOSS if rules.INITIALIZE.code in used else rules.INITIALIZE
@@ -151,9 +159,20 @@ def _other_half(analysis: ApexModule, used: set[str]) -> str:
                 "is reached otherwise (an `amp` handed in as an argument, as Lightning's `configure_apex(amp, ...)`) "
                 "or is its callers', outside the project")
     shown = ", ".join(places[:_PLACES]) + (f" and {len(places) - _PLACES} more" if len(places) > _PLACES else "")
+    parent = analysis.context.parents.of
+    if missing is rules.SCALE_LOSS:
+        init = next(ref for ref, *_, rule in uses if rule is rules.INITIALIZE)
+        owner = set_up_class_note(project, init, parent, analysis.resolve_value)
+        settings = None
+    else:
+        owner = step_class_note(project, [ref for ref, *_, rule in uses if rule is rules.SCALE_LOSS], parent,
+                                analysis.tree)
+        settings = loss_scaler_settings([ref for ref, _, full, _ in uses if full == rules.LOSS_SCALERS], parent,
+                                        _text_of(analysis))
     return (f"; the other half of the set-up is in the project: {missing.title} at {shown} (apex's loss scaler was "
             "one for the process, so the halves are one set-up; one torch.amp.GradScaler the modules share is not "
-            "made, docs/apex.md: rewriting one module would leave the other calling apex)")
+            "made, docs/apex.md: rewriting one module would leave the other calling apex)" + owner
+            + (f"; {settings_note(settings)}" if settings else ""))
 
 
 _PLACES = 3  # the other half's places named, at most
@@ -170,7 +189,9 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
         return ""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
+    state = _state_import(analysis, amp_uses)
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
+                                   if state is None or binding is not state[1]])
     held = _held_back(analysis, [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses])
     if held is not None or not isinstance(found, ast.ImportFrom) or len(amp_uses) != len(uses):
         return ""  # the one-file reason stands
@@ -179,7 +200,7 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
     if isinstance(split, str):
         return f"; under --unsafe-fixes, not rewritten across modules: {split}"
     planned = plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], found, None, commit=False,
-                           split=split)
+                           split=split, state_import=state[0] if state is not None else None)
     if isinstance(planned, str):
         return f"; under --unsafe-fixes, not rewritten across modules: {planned}"
     committed = commit_rewrites(analysis, [planned])
@@ -254,7 +275,11 @@ def _plan_rewrite(analysis: ApexModule,
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
                 if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
-    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])
+    state = _state_import(analysis, amp_uses)
+    found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
+                                   if state is None or binding is not state[1]])
+    if state is not None and not isinstance(found, ast.ImportFrom):
+        found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses])  # the reason names both
     # what the rewrite changes: the uses, and the optional import it removes (reported as fixed)
     reported = [(ref.node.lineno, rule, ref.guards) for ref, _, _, rule in uses]
     if isinstance(found, OptionalImport):
@@ -266,7 +291,8 @@ def _plan_rewrite(analysis: ApexModule,
         groups = _local_groups(analysis, amp_uses)
         return found if groups is None else _plan_groups(analysis, groups)
     statement, optional = (found.import_node, found) if isinstance(found, OptionalImport) else (found, None)
-    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional)
+    return plan_rewrite(analysis, [AmpUse(ref, full) for ref, _, full in amp_uses], statement, optional,
+                        state_import=state[0] if state is not None else None)
 
 
 def _local_groups(analysis: ApexModule, amp_uses: list[tuple[ChainRef, Binding, str]]
@@ -497,7 +523,9 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
         return f"`{dynamic.name}` {dynamic.inferred}, which no rewrite moves with its uses"
     not_plain = ("apex.amp is not reached through one `from apex import amp` (at module level, or in the function "
                  "of its uses), or its name is also bound otherwise")
-    if binding is None or len(bindings) != 1 or binding.qname != rules.AMP_MODULE:
+    if len(bindings) > 1:
+        return _several_imports(list(bindings.values()), not_plain)
+    if binding is None or binding.qname != rules.AMP_MODULE:
         return not_plain
     scope, found = uses[0][0].scope.lookup(binding.name)
     node = binding.imported_by.node if binding.imported_by is not None else None
@@ -518,6 +546,54 @@ def _amp_import(analysis: ApexModule, uses: list[tuple[ChainRef, Binding]]) -> a
             and conditional_import(analysis.tree, node) is not None:
         return node  # `if is_apex_available(): from apex import amp` at module level
     return optional_import(analysis.tree, binding, analysis.walker.module_scope)
+
+
+def _text_of(analysis: ApexModule) -> Callable[[ast.AST], str]:
+    """A node's source text, as the code spells it."""
+    index = analysis.index
+    return lambda node: index.text[slice(*index.span(node))]
+
+
+def _state_import(analysis: ApexModule,
+                  amp_uses: list[tuple[ChainRef, Binding, str]]) -> tuple[ast.Import, Binding] | None:
+    """`import apex.amp._amp_state` beside the module's `from apex import amp` (GNMT's fp_optimizers.py), read only
+    for apex's loss scalers (`apex.amp._amp_state.loss_scalers`): the import and the binding of `apex` it makes,
+    which the rewrite removes with the other. Only a module-level import of that one name, no alias, and every read
+    of the name it binds in the module one of those uses; else None (the reason names both imports)."""
+    bindings = {id(binding): binding for _, binding, _ in amp_uses}
+    others = [b for b in bindings.values() if b.qname != rules.AMP_MODULE]
+    if len(bindings) != 2 or len(others) != 1:
+        return None
+    state = others[0]
+    node = state.imported_by.node if state.imported_by is not None else None
+    if not (isinstance(node, ast.Import) and node in analysis.tree.body and len(node.names) == 1
+            and node.names[0].asname is None and node.names[0].name.startswith(rules.AMP_MODULE + ".")
+            and analysis.walker.module_scope.bindings.get(state.name, []) == [state]):
+        return None
+    through = [(ref, full) for ref, binding, full in amp_uses if binding is state]
+    roots = {id(_root(ref.node)) for ref, _ in through}
+    if any(full != rules.LOSS_SCALERS for _, full in through) or any(
+            isinstance(n, ast.Name) and n.id == state.name and id(n) not in roots for n in ast.walk(analysis.tree)):
+        return None
+    return node, state
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def _several_imports(bindings: list[Binding], not_plain: str) -> str:
+    """Why uses reached through several import statements are not rewritten: each named with its line (GNMT's
+    `import apex.amp._amp_state` beside `from apex import amp`)."""
+    imports = {id(b.imported_by.node): b.imported_by.node for b in bindings if b.imported_by is not None}
+    if len(imports) != len(bindings):
+        return not_plain
+    shown = ", ".join(f"`{ast.unparse(node)}` on line {node.lineno}"
+                      for node in sorted(imports.values(), key=lambda n: (n.lineno, n.col_offset)))
+    return (f"apex.amp is reached through {len(imports)} imports ({shown}), where the rewrite takes one `from apex "
+            "import amp` (at module level, or in the function of its uses)")
 
 
 def _imported_dynamically(chains: list[ChainRef]) -> bool:
@@ -572,8 +648,8 @@ def _import_qnames(node: ast.Import | ast.ImportFrom) -> list[str]:
 
 
 def _report_use(analysis: ApexModule, ref: ChainRef, rule: Rule, full: str, not_rewritten: str = "",
-                unsafe_fix: bool = False) -> None:
-    notes = []
+                unsafe_fix: bool = False, said: str = "") -> None:
+    notes = [said]
     call = ref.parent if ref.role == "call" and isinstance(ref.parent, ast.Call) else None
     if rule is rules.INITIALIZE and call is not None:
         notes.append(_initialize_detail(call))

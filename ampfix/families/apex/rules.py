@@ -387,6 +387,11 @@ for _name in ("mmengine.optim.optimizer.ApexOptimWrapper",
 # GradScaler's `get_scale()`.
 LOSS_SCALERS = "apex.amp._amp_state.loss_scalers"
 LOSS_SCALE_READS = frozenset({"_loss_scale", "loss_scale"})
+# The settings of apex's dynamic loss scaler a script may write through `loss_scalers[0]` (DeepLearningExamples'
+# GNMT), and the GradScaler argument each one is: apex's LossScaler (apex/amp/scaler.py at eae1ddf1) starts at
+# `_loss_scale`, doubles it after `_scale_seq_len` clean updates and halves it on inf/NaN, as a GradScaler does from
+# `init_scale` after `growth_interval` clean updates with its default factors (2.0, 0.5).
+LOSS_SCALER_SETTINGS = {"_loss_scale": "init_scale", "_scale_seq_len": "growth_interval"}
 
 # An attribute apex set on optimizers it wrapped (`optimizer._amp_stash`); reported in files importing apex.
 AMP_STASH = "_amp_stash"

@@ -57,7 +57,7 @@ from ampfix.families.apex.rewrite.imports import _rewrite_availability_tests, _r
 from ampfix.families.apex.rewrite.initialize_and_steps import _rewrite_initialize, _rewrite_steps
 from ampfix.families.apex.rewrite.registrations import float16_function, no_op_registrations, remove_registrations
 from ampfix.families.apex.rewrite.scale_loss import _rewrite_scale_losses, _steps_after_the_backwards
-from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_state
+from ampfix.families.apex.rewrite.scaler_state import _rewrite_scale_reads, _rewrite_scaler_settings, _rewrite_state
 from ampfix.families.apex.rewrite.shape import _shape
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
 from ampfix.families.apex.rewrite.switch import native_switch
@@ -86,7 +86,7 @@ class UnsafeOnly(str):
 
 # In this order: each reads what the ones before it found (the steps, the forward passes, the unscaled steps).
 _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
-    _rewrite_availability_tests, _rewrite_initialize, _rewrite_steps, _rewrite_scale_losses,
+    _rewrite_availability_tests, _rewrite_initialize, _rewrite_scaler_settings, _rewrite_steps, _rewrite_scale_losses,
     _steps_after_the_backwards, _no_plain_backward, _rewrite_clipping,
     _unscale_before_gradient_reads, _rewrite_state, _rewrite_scale_reads, _rewrite_evaluation, _rewrite_import,
     _rewrite_method_imports, _hand_the_scaler)
@@ -95,20 +95,22 @@ _SUB_REWRITES: tuple[Callable[[_Rewrite], None], ...] = (
 def plan_rewrite(analysis: ApexModule, uses: list[AmpUse], import_node: ast.ImportFrom,
                  optional: OptionalImport | None = None, commit: bool = True,
                  method_imports: tuple[ast.ImportFrom, ...] = (),
-                 split: Split | None = None) -> Rewritten | UnsafeOnly | str:
+                 split: Split | None = None, state_import: ast.Import | None = None) -> Rewritten | UnsafeOnly | str:
     """Plan the rewrite of every use of apex.amp in the module (or, with a local import, in its function), or none
     of them: the message for each use by id() of its ChainRef (and, for the optional import, of the import), or
     why the code is not the mechanical shape. `commit`: hand the edits to the engine (else `commit_rewrites`).
     `method_imports`: the local imports of the other methods of a trainer set up in `__init__` (`import_node`'s).
     `split`: this module's half of a set-up split across modules, found whole in the project (the caller's
-    question): planned by the same sub-rewrites, each half from the same facts."""
+    question): planned by the same sub-rewrites, each half from the same facts. `state_import`: `import
+    apex.amp._amp_state` beside `import_node`, read only for apex's loss scalers (`detect._state_import`), removed
+    with it."""
     engine = _Engine(analysis)
     tree = _Tree(engine)
     registrations, uses = no_op_registrations(tree, uses)  # they go with the rest: autocast does what they did
     inference = split is None and not method_imports and for_inference_only(uses)
     try:
         rewrite = _Rewrite(tree, inference_shape(tree, uses, import_node, optional) if inference
-                           else _shape(tree, uses, import_node, optional, method_imports, split))
+                           else _shape(tree, uses, import_node, optional, method_imports, split, state_import))
         for sub_rewrite in INFERENCE_SUB_REWRITES if inference else _SUB_REWRITES:
             sub_rewrite(rewrite)
         remove_registrations(rewrite, registrations)

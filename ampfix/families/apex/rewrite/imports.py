@@ -94,9 +94,32 @@ def _rewrite_import(rw: _Rewrite) -> None:
         rw.torch_imported_at = imports_torch.lineno - 1
     elif not shape.torch_bound and any(removed is top for top in rw.tree.engine.tree.body):
         rw.torch_imported_at = removed.lineno
-    start, end = (index.removal(removed.lineno, _last_line(removed)) if not replacement
-                  else (index.line_start(removed.lineno), index.line_end(_last_line(removed))))
+    first, last = removed.lineno, _last_line(removed)
+    state = shape.state_import
+    if state is not None:  # `import apex.amp._amp_state` beside it goes too (`detect._state_import`)
+        _whole_lines_only(rw, state)
+        _remove_beside(rw, state, first, last, replacement)
+        if state.lineno == last + 1 and not replacement:  # the blank lines around both are the lower one's to take
+            rw.splices.append((index.line_start(first), index.line_end(last), ""))
+            return
+    start, end = (index.removal(first, last) if not replacement
+                  else (index.line_start(first), index.line_end(last)))
+    if state is not None and _last_line(state) == first - 1 and not replacement:
+        end = index.removal(state.lineno, last)[1]
     rw.splices.append((start, end, replacement))
+
+
+def _remove_beside(rw: _Rewrite, state: ast.Import, first: int, last: int, replacement: str) -> None:
+    """The state import removed; where it is adjacent to the apex.amp import (lines `first`..`last`), the blank lines
+    around the two go as for one statement removed, with the lower of them (each splice stays in its own statement)."""
+    index = rw.tree.index
+    state_first, state_last = state.lineno, _last_line(state)
+    if state_last == first - 1 or replacement and state_first == last + 1:
+        rw.splices.append((index.line_start(state_first), index.line_end(state_last), ""))
+    elif state_first == last + 1:
+        rw.splices.append((index.line_start(state_first), index.removal(first, state_last)[1], ""))
+    else:
+        rw.splices.append((*index.removal(state_first, state_last), ""))
 
 
 def _drop_flag_cleared_before(rw: _Rewrite, optional: OptionalImport) -> None:

@@ -5,16 +5,22 @@ None (the opt level's default) and "dynamic" were its dynamic scale, anything el
 its defaults where the value is None or "dynamic" (apex's dynamic scale: 2**16, doubled after 2000 clean steps,
 halved on inf/NaN), else the static twin a literal gets (`opt_level._static_loss_scale`). That twin differs from
 apex's static scale, so this is an unsafe fix, as for a literal. The value is written twice (the test and the
-scale): only an expression with no effect of its own, on one line, is rewritten."""
+scale): only an expression with no effect of its own, on one line, is rewritten.
+
+Also here: apex's dynamic loss scaler set through its private state right after initialize
+(`amp._amp_state.loss_scalers[0]._loss_scale = v`, `._scale_seq_len = n`; `scaler_settings`), which the GradScaler
+made in initialize's place is given as `init_scale=v, growth_interval=n` (`settings_beside_initialize`)."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.tree import _Tree
-from ampfix.families.apex.rewrite.vocabulary import NotMechanical
+from ampfix.families.apex.rewrite.vocabulary import AmpUse, NotMechanical
+from ampfix.families.apex.scaler_settings import Setting, Written, written_by
 
 # What the value may be made of: names, attributes, constants, comparisons and choices, nothing that runs code.
 _PURE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.IfExp, ast.Load, ast.cmpop,
@@ -87,3 +93,53 @@ def initialize_per_loss_scale(tree: _Tree, calls: list[ast.Call]) -> str | None:
 
 def _without_loss_scale(call: ast.Call) -> str:
     return ast.dump(ast.Call(call.func, call.args, [k for k in call.keywords if k.arg != "loss_scale"]))
+
+
+@dataclass(frozen=True)
+class ScalerSettings:
+    """apex's loss scaler settings written right after initialize, as the GradScaler's arguments."""
+
+    keywords: str  # `init_scale=v, growth_interval=n`, in the code's order
+    statements: tuple[ast.stmt, ...]  # what writes them (and binds a name to the scaler), removed
+    uses: tuple[AmpUse, ...]  # the uses of `loss_scalers` that write them
+    settings: tuple[Setting, ...]
+
+
+def settings_beside_initialize(tree: _Tree, uses: list[AmpUse], init_statement: ast.stmt, plain: bool,
+                               scaler_keywords: str) -> tuple[ScalerSettings | None, list[AmpUse]]:
+    """The settings the uses of `loss_scalers` write (`scaler_settings.written_by`), or None where none writes; and
+    the other uses (reads of the scale, `scaler_state`)."""
+    found = [(use, written) for use in uses if (written := written_by(use.ref, tree.parent, tree.text)) is not None]
+    others = [use for use in uses if not any(use is written for written, _ in found)]
+    return (_mapped(tree, found, init_statement, plain, scaler_keywords) if found else None), others
+
+
+def _mapped(tree: _Tree, found: list[tuple[AmpUse, Written]], init_statement: ast.stmt, plain: bool,
+            scaler_keywords: str) -> ScalerSettings:
+    """The settings written, as the GradScaler's arguments: given to it only where they are exactly the statements
+    after initialize in its block (set before the first loss is scaled, the scale apex starts from: a GradScaler's
+    `init_scale`; set later, they change a scale in use, which no argument does), initialize `plain` (under no `if`,
+    no `enabled=`, no loop: where initialize did not run, apex had no loss scaler and the write raised), given no
+    loss_scale of its own, each setting mapped (`rules.LOSS_SCALER_SETTINGS`) and set once."""
+    if not plain:
+        raise NotMechanical("apex's loss scaler is set through `_amp_state` beside an initialize under an `if`, an "
+                            "`enabled=` or a loop (where it did not run, apex had no loss scaler and the write raised)")
+    statements = sorted({id(s): s for _, w in found for s in w.statements}.values(),
+                        key=lambda s: (s.lineno, s.col_offset))
+    block, position = tree.block_of(init_statement)
+    if block[position + 1:position + 1 + len(statements)] != statements:
+        raise NotMechanical("apex's loss scaler is set through `_amp_state` elsewhere than in the statements directly "
+                            "after initialize (set later, it changes a scale already in use, which a GradScaler's "
+                            "arguments do not)")
+    settings = sorted((s for _, w in found for s in w.settings), key=lambda s: s.line)
+    attributes = [s.attribute for s in settings]
+    unmapped = [a for a in attributes if a not in rules.LOSS_SCALER_SETTINGS]
+    if unmapped:
+        raise NotMechanical(f"apex's loss scaler's `{unmapped[0]}` is set through `_amp_state`: it has no GradScaler "
+                            "twin")
+    if len(set(attributes)) != len(attributes):
+        raise NotMechanical("a setting of apex's loss scaler is written twice through `_amp_state`")
+    if scaler_keywords:
+        raise NotMechanical("initialize is given a loss_scale, and apex's loss scaler is set through `_amp_state` too")
+    keywords = ", ".join(f"{rules.LOSS_SCALER_SETTINGS[s.attribute]}={s.value}" for s in settings)
+    return ScalerSettings(keywords, tuple(statements), tuple(use for use, _ in found), tuple(settings))

@@ -9,8 +9,11 @@ import ast
 from ampfix.core.locations import first_line
 from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.shape import _call_of
+from ampfix.families.apex.rewrite.statements import _whole_lines_only
 from ampfix.families.apex.rewrite.sub_rewrite import _Rewrite
+from ampfix.families.apex.rewrite.tree import _last_line
 from ampfix.families.apex.rewrite.vocabulary import NotMechanical
+from ampfix.families.apex.scaler_settings import settings_note
 from ampfix.syntax.bindings import Scope
 
 
@@ -100,3 +103,17 @@ def _rewrite_scale_reads(rw: _Rewrite) -> None:
         rw.messages[id(use.ref)] = (f"apex's private loss scale `{tree.text(whole)}` -> `{rw.shape.scaler}.get_scale()`"
                                     " "
                                     "(the GradScaler updates its scale in update(), apex did in scale_loss)")
+
+
+def _rewrite_scaler_settings(rw: _Rewrite) -> None:
+    """apex's loss scaler set through `_amp_state` right after initialize (`loss_scale.settings_beside_initialize`):
+    the statements go, their values given to the GradScaler made in initialize's place (`_Rewrite.scaler_args`)."""
+    settings, index = rw.shape.scaler_settings, rw.tree.index
+    if settings is None:
+        return
+    for statement in settings.statements:
+        _whole_lines_only(rw, statement)
+    rw.splices.append((*index.removal(settings.statements[0].lineno, _last_line(settings.statements[-1])), ""))
+    for use in settings.uses:
+        rw.messages[id(use.ref)] = (f"{settings_note(list(settings.settings))} -> given to the GradScaler made where "
+                                    "initialize was")

@@ -19,7 +19,8 @@ from ampfix.families.apex.rewrite.conditions import (_ApexChecks, _branch_flag, 
                                                      _stable_key, conditional_import)
 from ampfix.families.apex.rewrite.engine import _Engine
 from ampfix.families.apex.rewrite.loops import _initialize_loop, _ItemLoop
-from ampfix.families.apex.rewrite.loss_scale import initialize_per_loss_scale
+from ampfix.families.apex.rewrite.loss_scale import (ScalerSettings, initialize_per_loss_scale,
+                                                     settings_beside_initialize)
 from ampfix.families.apex.rewrite.opt_level import _OptLevel, _opt_level, _several_losses
 from ampfix.families.apex.rewrite.returned import _Returned, returned_set_up
 from ampfix.families.apex.rewrite.trainers import (_method_condition, _methods_reached, _other_methods, _self_name,
@@ -92,6 +93,11 @@ class _Shape:
     # initialize in a set-up function that returns its optimizer to its one caller, which steps it (`returned`):
     # `function` is the caller, `init` the call; the scaler is the module's
     returned: _Returned | None = None
+    # apex's loss scaler set through `_amp_state` right after initialize: the GradScaler's arguments
+    scaler_settings: ScalerSettings | None = None
+    # `import apex.amp._amp_state` beside the module's `from apex import amp`, read only for apex's loss scalers:
+    # removed with it
+    state_import: ast.Import | None = None
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
@@ -123,7 +129,8 @@ class _Shape:
 
 
 def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optional: OptionalImport | None,
-           method_imports: tuple[ast.ImportFrom, ...] = (), split: Split | None = None) -> _Shape:
+           method_imports: tuple[ast.ImportFrom, ...] = (), split: Split | None = None,
+           state_import: ast.Import | None = None) -> _Shape:
     """The O1 pattern in the module, or NotMechanical with the first condition that fails."""
     if split is not None:
         return _split_shape(tree, uses, import_node, optional, split)
@@ -152,6 +159,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     init_statement, enabled, flags, condition, import_statement_kept, conditional_beside_import = _guard(
         tree, site, init, init_use, import_statement, enabled, optional, checks, conditional is not None, local)
     function, block_end = _initialize_holder(tree, init_statement)  # a function, or the module of a script
+    settings, scale_reads = settings_beside_initialize(tree, scale_reads, init_statement, init_statement is init
+                                                       and enabled is None and not item_loop, opt_level.scaler_keywords)
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
     branch_flag = _branch_flag(init_statement, init) if isinstance(init_statement, ast.If) else None
@@ -201,7 +210,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion, handed)
+                  conditional_beside_import, None, companion, handed, settings, state_import)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,

@@ -51,7 +51,8 @@ class _Rewrite:
 
     @property
     def scaler_args(self) -> str:
-        keywords = self.shape.opt_level.scaler_keywords
+        keywords = self.shape.opt_level.scaler_keywords or (
+            self.shape.scaler_settings.keywords if self.shape.scaler_settings is not None else "")
         return self.shape.device + (f", enabled={self.enabled}" if self.enabled is not None else "") + (
             f", {keywords}" if keywords else "")
 
