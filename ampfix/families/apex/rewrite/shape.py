@@ -210,7 +210,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   _comment_lines(tree.index.text), device, dtype, _line_ending(tree, init), import_node, optional,
                   import_statement_kept, condition, opt_level, scale_reads, block_end, scaler, tuple(methods),
                   method_imports, method_condition, in_init, optimizers, branch_flag, item_loop,
-                  conditional_beside_import, None, companion, handed, settings, state_import)
+                  conditional_beside_import, None, companion, handed, scaler_settings=settings,
+                  state_import=state_import)
 
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
