@@ -164,9 +164,7 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
     set_up_call = _set_up_call(tree, function)  # initialize in a set-up method that `__init__` calls
     self_name = _self_of(tree, function) if getattr(function, "name", "") == "__init__" or set_up_call else None
     branch_flag = _branch_flag(init_statement, init) if isinstance(init_statement, ast.If) else None
-    if branch_flag is not None:
-        _flag_in_scope(branch_flag, self_name)
-        _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
+    _branch_flag_checks(tree, branch_flag, self_name, init_statement, function, set_up_call)
     if self_name is None:
         _not_binding_self(tree, init, function)
     model_name, opt_name, optimizers = _bound_targets(init, model, optimizer, function, self_name, item_loop)
@@ -196,12 +194,8 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
             raise NotMechanical("apex.amp is imported with other apex modules in a `try`, and torch is not imported")
     if not torch_bound:
         _torch_importable(tree, local)
-    if condition is not None and branch_flag is None:  # the flag's assignments are checked above
-        _stable(condition, function, condition.lineno)
-        if isinstance(condition, ast.Subscript):
-            _stable_key(tree, condition, function)
-        for method in _other_methods(tree, function, condition):
-            _stable(condition, method, 0)
+    if branch_flag is None:  # the flag's assignments are checked above
+        _condition_stable(tree, condition, function)
     device, dtype = _device_and_dtype(tree.engine)
     if companion is not None:
         _beside_initialize(tree, companion, init_statement, init_call, function, scale_losses, enabled)
@@ -213,6 +207,26 @@ def _shape(tree: _Tree, uses: list[AmpUse], import_node: ast.ImportFrom, optiona
                   conditional_beside_import, None, companion, handed, scaler_settings=settings,
                   state_import=state_import)
 
+
+
+def _branch_flag_checks(tree: _Tree, branch_flag: ast.expr | None, self_name: str | None, init_statement: ast.stmt,
+                        function: ast.AST, set_up_call: ast.stmt | None) -> None:
+    """A flag set in initialize's branch (`_branch_flag`): in scope where it is read, and assigned only as allowed."""
+    if branch_flag is not None:
+        _flag_in_scope(branch_flag, self_name)
+        _flag_assignments(tree, branch_flag, init_statement, function, set_up_call)
+
+
+def _condition_stable(tree: _Tree, condition: ast.expr | None, function: ast.AST) -> None:
+    """initialize's condition, read again where the loss is scaled: unchanged in its function and the class's other
+    methods (a subscript's key too)."""
+    if condition is None:
+        return
+    _stable(condition, function, condition.lineno)
+    if isinstance(condition, ast.Subscript):
+        _stable_key(tree, condition, function)
+    for method in _other_methods(tree, function, condition):
+        _stable(condition, method, 0)
 
 def _guard(tree: _Tree, site: ast.stmt, init: ast.Assign, init_use: AmpUse, import_statement: ast.stmt,
            enabled: ast.expr | None, optional: OptionalImport | None, checks: _ApexChecks, conditional: bool,
