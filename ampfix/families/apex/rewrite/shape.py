@@ -88,6 +88,9 @@ class _Shape:
     # (`_evaluation_initialize`): removed
     companion: AmpUse | None = None
     handed: bool = False  # `methods` are module-level functions initialize's function calls, handed the scaler
+    # inference, initialize's `if` inside another `if` (TimeSeriesPredictionPlatform): the name made to say whether
+    # initialize ran (False before the outermost `if`, True in initialize's place), the autocast's `enabled=`
+    ran_flag: str = ""
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:
