@@ -119,3 +119,23 @@ def test_the_other_branch_counts_as_after_initialize_inside_a_loop() -> None:
     assert not fixed
     assert message.endswith("the model `model` is handed on or kept on line 27 (`model.load`): what runs it there is "
                             "not put under autocast")
+
+
+def test_a_hand_off_inside_a_no_grad_block_given_the_autocast_gets_no_with_of_its_own() -> None:
+    source = FIXTURE.read_text(encoding="utf-8").replace(
+        "    predictions = evaluator.predict(model)\n    evaluator.log(predictions, model=model)\n",
+        "    with torch.no_grad():\n        predictions = evaluator.predict(model)\n    evaluator.log(predictions, "
+        "model=model)\n")
+    new, message, fixed = _initialize(source, True)
+    assert fixed
+    assert new[new.index("    else:\n"):] == (
+        "    else:\n"
+        "        model.load(cfg.checkpoint)\n"
+        "\n"
+        "    with torch.no_grad(), torch.autocast(\"cuda\", dtype=torch.float16, enabled=autocast_enabled):\n"
+        "        predictions = evaluator.predict(model)\n"
+        "    with torch.autocast(\"cuda\", dtype=torch.float16, enabled=autocast_enabled):\n"
+        "        evaluator.log(predictions, model=model)\n"
+        "    return evaluator.evaluate(predictions)\n")
+    assert "; the `no_grad`/`inference_mode` blocks on line 28, which hold every call of `model` after it and the " \
+        "statements that hand it on (lines 29, 30) run under " in message
