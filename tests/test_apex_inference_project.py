@@ -43,8 +43,9 @@ def test_handed_on_in_a_whole_statement_it_is_an_unsafe_fix_naming_the_modules_t
     inference.write_bytes(fixture.with_suffix(".in.py").read_bytes())
     monkeypatch.chdir(root)
     note = ("; other modules of the project scale losses (apex.amp.scale_loss at training/trainer.py:9): where one "
-            "runs in the same process after this initialize, apex's loss scale started again here, which the "
-            "GradScaler it became does not (run as an entry point of its own, it is the same)")
+            "runs in the same process after this initialize, apex made its loss scalers anew here (the loss scale back "
+            "to its start); without this initialize, that module's scale goes on (run as an entry point of its own, "
+            "nothing changes)")
     default = CliRunner().invoke(app, ["rewrite", "."])
     (left,) = [line for line in default.stdout.splitlines()
                if line.startswith("inference/inference.py:24:") and " AMP101 left: " in line]

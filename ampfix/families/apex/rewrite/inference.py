@@ -310,8 +310,9 @@ def _losses_scaled_in_the_project(rw: _Rewrite) -> None:
         rw.unsafe_notes.append(
             f"other modules of the project scale losses ({rules.SCALE_LOSS.title} at {', '.join(places[:3])}"
             + (f" and {len(places) - 3} more" if len(places) > 3 else "") + "): where one runs in the same process "
-            "after this initialize, apex's loss scale started again here, which the GradScaler it became does not "
-            "(run as an entry point of its own, it is the same)")
+            "after this initialize, apex made its loss scalers anew here (the loss scale back to its start); "
+            "without this initialize, that module's scale goes on (run as an entry point of its own, nothing "
+            "changes)")
 
 
 def _deferred(tree: _Tree, node: ast.AST, function: ast.AST) -> bool:
