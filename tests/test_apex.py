@@ -76,7 +76,8 @@ def test_the_rewrite_runs_with_amp_active_and_the_scaler_stepping(tmp_path: Path
                                              ("apex_clip_helpers", False), ("apex_single_file", False),
                                              ("apex_dcgan", True), ("apex_validate", False),
                                              ("apex_switch", True), ("apex_switch_first", True),
-                                             ("apex_bert_glue", True)])
+                                             ("apex_bert_glue", True),
+                                             ("apex_inference_handed_on", True)])
 def test_the_runnable_apex_shapes_are_rewritten_to_their_committed_native_twins(name: str, unsafe: bool):
     """fixtures/run/<name>.native.py, which tests/test_runner_apex.py verifies against the apex original (with
     --unsafe-fixes where the rewrite changes the numerics: several losses on one scale)."""

@@ -70,6 +70,14 @@ JOBS: dict[str, list[str]] = {
                              "0"],
     "imagenet_wrong_eval_verify": ["verify", "apex_imagenet.py", "--rewritten", "apex_imagenet.wrong_eval.py", "--",
                                    "--opt-level", "O1"],
+    "inference_handed_on_verify": ["verify", "apex_inference_handed_on.py", "--rewritten",
+                                   "apex_inference_handed_on.native.py"],
+    "inference_handed_on_wrong_eval_verify": ["verify", "apex_inference_handed_on.py", "--rewritten",
+                                              "apex_inference_handed_on.wrong_eval.py"],
+    "inference_handed_on_fp32_verify": ["verify", "apex_inference_handed_on.py", "--rewritten",
+                                        "apex_inference_handed_on.native.py", "--", "--precision", "fp32"],
+    "inference_handed_on_other_kind_verify": ["verify", "apex_inference_handed_on.py", "--rewritten",
+                                              "apex_inference_handed_on.native.py", "--", "--kind", "lookup"],
 }
 
 define_job_fixtures(JOBS, globals())
@@ -804,3 +812,40 @@ def test_an_apex_without_amp_gets_the_emulated_amp_and_nothing_else(
     ]
     assert [feature for feature, _, _ in provider.emulated][-1] == (
         "apex.parallel (one process: DistributedDataParallel and convert_syncbn_model return the module)")
+
+
+def test_the_model_handed_to_an_evaluator_under_autocast_verifies_against_apex(
+        inference_handed_on_verify: Job) -> None:
+    """TimeSeriesPredictionPlatform's inference.py (issue 44, --unsafe-fixes): the statement handing the model to the
+    evaluator under autocast, enabled by the flag set where initialize ran; at O1, whose patches were the process's,
+    the evaluator's model calls are under float16 autocast on both sides, and no GradScaler is made."""
+    report = inference_handed_on_verify.report
+    assert inference_handed_on_verify.returncode == 0, inference_handed_on_verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    original, rewritten = report["original"], report["rewritten"]
+    assert [use["feature"] for use in original["emulated"]] == [EMULATED_O1]
+    assert len(original["grad_scalers"]) == 1 and rewritten["grad_scalers"] == []
+    assert [(r["enabled"], r["entered"], r["line"]) for r in rewritten["autocast_regions"]] == [(True, 1, 59)]
+
+
+def test_the_evaluator_outside_the_autocast_is_named(inference_handed_on_wrong_eval_verify: Job) -> None:
+    report = inference_handed_on_wrong_eval_verify.report
+    assert report["equivalent"] is False
+    assert report["first_difference"] == (
+        "step 0: original call of Sequential under autocast(cuda float16) at apex_inference_handed_on.py:31; rewrite "
+        "call of Sequential outside autocast at apex_inference_handed_on.wrong_eval.py:28")
+
+
+@pytest.mark.parametrize("job", ["inference_handed_on_fp32_verify", "inference_handed_on_other_kind_verify"])
+def test_where_initialize_did_not_run_only_the_disabled_autocast_differs(job: str, request) -> None:
+    """`--precision fp32` (the `if` false) and `--kind lookup` (the other branch, where the test's `precision` is
+    unbound: the flag, False before the outer `if`, is what the autocast reads): apex emulated nothing, the rewrite
+    enters its autocast disabled, and that object is the one difference verify names."""
+    verified: Job = request.getfixturevalue(job)
+    report = verified.report
+    assert verified.returncode != 0 or report["equivalent"] is False
+    assert report["original"]["emulated"] == [] and report["original"]["autocast_regions"] == []
+    assert [(r["enabled"], r["entered"]) for r in report["rewritten"]["autocast_regions"]] == [(False, 1)]
+    assert report["rewritten"]["exit_code"] == report["original"]["exit_code"] == 0
+    assert "autocast(device=cuda dtype=float16 enabled=False cache_enabled=True) at " \
+        "apex_inference_handed_on.native.py:59" in report["first_difference"]

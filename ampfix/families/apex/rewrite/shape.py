@@ -98,6 +98,9 @@ class _Shape:
     # `import apex.amp._amp_state` beside the module's `from apex import amp`, read only for apex's loss scalers:
     # removed with it
     state_import: ast.Import | None = None
+    # inference, initialize's `if` inside another `if` (TimeSeriesPredictionPlatform): the name made to say whether
+    # initialize ran (False before the outermost `if`, True in initialize's place), the autocast's `enabled=`
+    ran_flag: str = ""
 
     @property
     def step_holders(self) -> tuple[ast.AST, ...]:

@@ -32,6 +32,7 @@ class _Rewrite:
     unscaled_steps: set[int] = field(default_factory=set)  # the lines of the steps a clip unscales before
     unscaled_at: list[int] = field(default_factory=list)  # the lines gradients are unscaled before
     evaluation: list[ast.With] = field(default_factory=list)  # the `no_grad` blocks given the autocast
+    hand_offs: list[ast.stmt] = field(default_factory=list)  # inference: the statements handing the model on
     unsafe_notes: list[str] = field(default_factory=list)  # what changes beyond O1's meaning (--unsafe-fixes)
     no_forward: list[str] = field(default_factory=list)  # the methods whose scale_loss has no forward pass before it
     torch_imported_at: int | None = None  # the line of the module-level statement that becomes `import torch`
@@ -44,6 +45,8 @@ class _Rewrite:
         """The `enabled=` of the scaler and autocast: initialize's own, a flag, or `bool(COND)` for the `if COND:`
         that guarded initialize (an `if` tests truthiness; torch.autocast takes a bool only, not `args.fp16 = 1`)."""
         shape = self.shape
+        if shape.ran_flag:
+            return shape.ran_flag
         if shape.enabled is None:
             return None
         text = self.tree.text(shape.enabled)
