@@ -85,6 +85,17 @@ def _is_amp_import(node: ast.stmt) -> bool:
         and [(a.name, a.asname) for a in node.names] == [("amp", None)]
 
 
+def _imports_amp(node: ast.stmt) -> bool:
+    """An import of apex.amp or below it, or one binding the name `amp`."""
+    if isinstance(node, ast.ImportFrom):
+        module = node.module or ""
+        return module == rules.AMP_MODULE or module.startswith(rules.AMP_MODULE + ".") \
+            or any((a.asname or a.name) == "amp" for a in node.names)
+    return isinstance(node, ast.Import) and any(
+        a.name == rules.AMP_MODULE or a.name.startswith(rules.AMP_MODULE + ".") or a.asname == "amp"
+        for a in node.names)
+
+
 def _imports_torch(tree: ast.Module) -> bool:
     return any(isinstance(s, ast.Import) and [(a.name, a.asname) for a in s.names] == [("torch", None)]
                for s in tree.body)
@@ -185,6 +196,9 @@ def step_class(tree: ast.Module) -> StepClass | str:
             return "master_params is not given the optimizer alone, between that `if` and the step"
     if any(isinstance(n, ast.Attribute) and n.attr == SCALER for n in ast.walk(tree)):
         return f"the module already uses an attribute `{SCALER}`"
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == klass.name
+           for n in ast.walk(tree)):
+        return f"`{klass.name}` is built in its own module too"
     init = next((m for m in klass.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"
                  and not m.decorator_list and m.args.args), None)
     if init is None or any(isinstance(n, ast.Return) for n in ast.walk(init)):
@@ -257,8 +271,7 @@ def set_up(tree: ast.Module) -> SetUp | str:
     imports = _apex_imports(tree)
     amp_imports = [s for s in imports if isinstance(s, ast.ImportFrom) and _is_amp_import(s)]
     if len(amp_imports) != 1 or amp_imports[0] not in tree.body \
-            or any(isinstance(s, (ast.Import, ast.ImportFrom)) and "amp" in ast.unparse(s).split("import")[1]
-                   for s in imports if s is not amp_imports[0]):
+            or any(_imports_amp(s) for s in imports if s is not amp_imports[0]):
         return NotThisShape("apex.amp is imported otherwise than one `from apex import amp` at the top")
     parents = _parents(tree)
     names = _names(tree, "amp")
@@ -335,8 +348,8 @@ def _forward(klass: ast.ClassDef, kept: str, bound: list[str],
         return (f"the model `{model}` is not called only in `{method.name}`, before the loss `{loss}` it hands to "
                 f"`{kept}.step` is bound")
     statements = tuple(before[first:last + 1])
-    if any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.lineno != n.end_lineno
-           for s in statements for n in ast.walk(s)):
+    if any((isinstance(n, ast.Constant) and isinstance(n.value, str) or isinstance(n, ast.JoinedStr))
+           and n.lineno != n.end_lineno for s in statements for n in ast.walk(s)):
         return "a string spans lines in the forward pass that would be re-indented"
     return method.name, statements
 
