@@ -1211,6 +1211,39 @@ def test_a_class_that_scales_the_loss_built_after_initialize_is_rewritten_in_bot
         assert (root / name).read_bytes() == (expected / name).read_bytes(), name
 
 
+def test_the_scaling_class_rewrite_trains_as_the_apex_original_under_verify(tmp_path: Path, monkeypatch):
+    """run.py against the apex original under the runner's emulation, which has neither O2 nor `_amp_state`: the
+    fixture at O1 without the loss scaler's settings (`AMPOptimizer.__init__` then makes a GradScaler with torch's
+    defaults, apex's dynamic scaler's). Two micro-steps per update, clipped: equivalent, the 4 losses bit for bit,
+    the gradients unscaled once per step."""
+    original = tmp_path / "original"
+    shutil.copytree(SCALING_CLASS, original)
+    for path, old, new in (
+            ("pkg/trainer.py", "                cast_model_outputs=torch.float16,\n                keep_batchnorm_fp32=False,\n"
+             "                opt_level='O2')", "                opt_level='O1')"),
+            ("pkg/fp_optimizers.py", "import apex.amp._amp_state\n", ""),
+            ("pkg/fp_optimizers.py", "\n        loss_scaler = apex.amp._amp_state.loss_scalers[0]\n        loss_scaler._loss_scale "
+             "= loss_scale\n        loss_scaler._scale_seq_len = dls_upscale_interval\n", "")):
+        text = (original / path).read_text()
+        assert old in text, (path, old)
+        (original / path).write_text(text.replace(old, new))
+    root = tmp_path / "rewritten"
+    shutil.copytree(original, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1
+    assert "        self.scaler = torch.amp.GradScaler(\"cuda\")\n" in (root / "pkg" / "fp_optimizers.py").read_text()
+    report_path = tmp_path / "verify.json"
+    verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original / "run.py"), "--rewritten",
+                             str(root / "run.py"), "--json", str(report_path)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    report = json.loads(report_path.read_text())
+    assert verify.returncode == 0, verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 4 and report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 2, "step": 2, "update": 2, "skipped_steps": 0}
+
+
 def test_a_scaling_class_half_whose_other_half_is_rewritten_already_is_rewritten_alone(tmp_path: Path, monkeypatch):
     """A half written already (by another worker of the run, or a person) is known by its rewritten shape: the other
     half, given alone, is rewritten to match (both ways round)."""
