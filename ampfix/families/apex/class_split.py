@@ -526,16 +526,21 @@ def plan_half(project: ProjectModules, tree: ast.Module, index: SourceIndex, hol
             return None
         found = set_up(other_tree)
         settled = isinstance(found, str)
-        if settled and (isinstance(step, str) or not set_up_rewritten(other_tree, step.klass.name)):
-            if isinstance(found, NotThisShape) or isinstance(step, str):
+        if isinstance(found, str):
+            if isinstance(step, str) or isinstance(found, NotThisShape) and \
+                    not set_up_rewritten(other_tree, step.klass.name):
                 return None  # the set-up is no such half: the finding's reasons stand
-            return f"the set-up in {other}: {found}"
-        built = step.klass.name if settled and not isinstance(step, str) else getattr(found, "built", "")
-        calls = project.constructions(built)
-        if not settled and (calls is None or f"{other}:{getattr(found, 'built_at', 0)}" not in calls.seen):
-            return None  # what is built after initialize is no class of this module
-        if isinstance(step, str):
-            return step
+            if not set_up_rewritten(other_tree, step.klass.name):
+                return f"the set-up in {other}: {found}"
+            built = step.klass.name  # its initialize removed already by this run
+            calls = project.constructions(built)
+        else:
+            built = found.built
+            calls = project.constructions(built)
+            if calls is None or f"{other}:{found.built_at}" not in calls.seen:
+                return None  # what is built after initialize is no class of this module
+            if isinstance(step, str):
+                return step
         if step.klass.name != built:
             return f"the loss is scaled in `{step.klass.name}`, not in `{built}`, built after initialize"
         if calls is None or len(calls.seen) != 1 or calls.escape is not None:
