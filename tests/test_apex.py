@@ -1142,60 +1142,166 @@ _BY_HAND = ("a GradScaler made in `AMPOptimizer.__init__` and used in `AMPOptimi
             "clipping, step, update)")
 
 
-def test_a_class_that_scales_the_loss_built_after_initialize_is_named_in_both_halves(tmp_path: Path, monkeypatch):
-    """fixtures/projects/apex_scaling_class (DeepLearningExamples' GNMT: the trainer calls initialize, then builds
-    `AMPOptimizer`, whose `step` scales the loss and whose `__init__` sets apex's loss scaler through `_amp_state`):
-    left in both modes, each half naming the class, where it is built, what it would take by hand, and the loss
-    scaler's settings as the GradScaler arguments they are; nothing changes on disk."""
-    root = tmp_path / "scaling_class"
+_STEP_SAID = ("`AMPOptimizer` holds a torch.amp.GradScaler (`scaler`, made in `__init__`): `step` scales the loss with "
+              "it, unscales the gradients before the clipping (over the optimizer's param_groups, what master_params "
+              "iterated) and steps and updates through it; apex's dynamic loss scale stopped growing at 2**24, a "
+              "GradScaler's has no ceiling; the GradScaler is the object's, where apex's loss scaler was one for the "
+              "process: the same where one object is built, as here")
+_SET_UP_SAID = ("initialize removed: `AMPOptimizer` (built after it) holds a torch.amp.GradScaler; the forward pass and "
+                "loss of `Trainer.iterate` run under `torch.autocast(..., enabled=isinstance(self.fp_optimizer, "
+                "AMPOptimizer))`; opt_level O2 becomes native AMP: O2 and O3 cast the model to float16 (O2 with float32 "
+                "master copies of the weights); native AMP keeps float32 weights and runs the forward pass under "
+                "autocast: the numerics and the memory use change (NVIDIA's deprecation notice points O1 and O2 users "
+                "to native AMP); keep_batchnorm_fp32 belongs to a model cast to float16 (O2/O3): native AMP keeps "
+                "every weight float32; cast_model_outputs=torch.float16 has no twin: autocast's outputs have the dtype "
+                "of the op that made them, so the loss may be computed from float32 outputs where apex gave it "
+                "float16 ones; apex's dynamic loss scale stopped growing at 2**24, a GradScaler's has no ceiling; the "
+                "model runs under autocast in `Trainer.iterate` only, where its loss reaches `AMPOptimizer`: run "
+                "elsewhere (a translator given the same model), it now runs in float32 where O2 had cast it to float16")
+
+
+def _scaling_class(tmp_path: Path, monkeypatch, name: str = "scaling_class") -> Path:
+    root = tmp_path / name
     shutil.copytree(SCALING_CLASS, root)
     (root / ".git").mkdir()
     monkeypatch.chdir(root)
+    return root
+
+
+def test_a_class_that_scales_the_loss_built_after_initialize_is_rewritten_in_both_halves(tmp_path: Path,
+                                                                                         monkeypatch):
+    """fixtures/projects/apex_scaling_class (DeepLearningExamples' GNMT: the trainer calls initialize, then builds
+    `AMPOptimizer`, whose `step` scales the loss and whose `__init__` sets apex's loss scaler through `_amp_state`):
+    an unsafe fix in the default mode, nothing on disk changed; under --unsafe-fixes both halves are rewritten
+    (apex_scaling_class.expected, checked by hand), each use saying what it became; a second run changes nothing."""
+    root = _scaling_class(tmp_path, monkeypatch)
     result = CliRunner().invoke(app, ["check", "."])
     assert result.exit_code == 1
     lines = {line.split(": ")[0]: line for line in result.stdout.splitlines() if ": AMP10" in line}
     assert lines["pkg/fp_optimizers.py:30:14"] == (
-        "pkg/fp_optimizers.py:30:14: AMP102 `apex.amp.scale_loss` was removed from apex in 2025; not rewritten: no "
-        "`apex.amp.initialize` in this module: mixed precision is switched on elsewhere, where the forward passes to "
-        "put under autocast and apex's one process-wide loss scaler are, so the uses here cannot be rewritten alone "
-        "(a wrapper class such as timm's ApexScaler becomes a class holding a torch.amp.GradScaler by hand); the "
-        "other half of the set-up is in the project: apex.amp.initialize at pkg/trainer.py:17 "
-        f"{_SHARED}; `AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24 (at least): the "
-        "rewrite across modules takes a set-up function that returns `model, optimizer` to the module scaling the loss, not "
-        f"a class of this module that the set-up's module builds (by hand: {_BY_HAND}, initialize removed where the "
-        "class is built, and the forward passes whose loss reaches it under autocast there); "
-        f"{_SETTINGS}; suggested: scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()")
+        "pkg/fp_optimizers.py:30:14: AMP102 [unsafe] `apex.amp.scale_loss` was removed from apex in 2025; not "
+        f"rewritten: {_STEP_SAID} (an unsafe fix exists: --unsafe-fixes); suggested: scaler.scale(loss).backward(); "
+        "scaler.step(optimizer); scaler.update()")
+    assert lines["pkg/trainer.py:17:42"] == (
+        "pkg/trainer.py:17:42: AMP101 [unsafe] `apex.amp.initialize` was removed from apex in 2025; O2 casts the model "
+        "to float16 and keeps float32 master weights: native autocast (O1) changes the numerics, so the choice is a "
+        "person's; keep_batchnorm_fp32 belongs to a model cast to float16 (O2/O3): native AMP keeps every weight "
+        f"float32; not rewritten: {_SET_UP_SAID} (an unsafe fix exists: --unsafe-fixes); suggested: scaler = "
+        "torch.amp.GradScaler(\"cuda\"); torch.autocast(\"cuda\", dtype=torch.float16) around every forward pass and "
+        "loss (training and evaluation)")
     assert lines["pkg/fp_optimizers.py:25:23"] == (
-        "pkg/fp_optimizers.py:25:23: AMP106 apex's private amp state was removed from apex in 2025; GradScaler keeps "
-        f"its own; {_SETTINGS}; suggested: scaler.get_scale()")
-    set_up = ("pkg/trainer.py:17:42: AMP101 `apex.amp.initialize` was removed from apex in 2025; O2 casts the model "
-              "to float16 and keeps float32 master weights: native autocast (O1) changes the numerics, so the choice "
-              "is a person's; keep_batchnorm_fp32 belongs to a model cast to float16 (O2/O3): native AMP keeps every "
-              "weight float32; not rewritten: initialize with no scale_loss beside it: the backward passes are "
-              "elsewhere (another module, or inference only), where the scaler it becomes cannot reach; the other "
-              f"half of the set-up is in the project: apex.amp.scale_loss at pkg/fp_optimizers.py:30 {_SHARED}; the "
-              "loss is scaled in `AMPOptimizer.step` (pkg/fp_optimizers.py:30), an object of which is built on line "
-              "24 after initialize and kept as `self.fp_optimizer`: the rewrite across modules takes a set-up "
-              "function that returns `model, optimizer` to the module scaling the loss, not an object of the other "
-              f"module built here (by hand: {_BY_HAND}, initialize removed here, and the forward passes whose loss "
-              "reaches it under `torch.autocast(..., enabled=isinstance(self.fp_optimizer, AMPOptimizer))`)")
-    suggested = ("; suggested: scaler = torch.amp.GradScaler(\"cuda\"); torch.autocast(\"cuda\", dtype=torch.float16) "
-                 "around every forward pass and loss (training and evaluation)")
-    assert lines["pkg/trainer.py:17:42"] == set_up + suggested
-    unsafe = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "--apex-opt-level", "O1", "."])
-    assert unsafe.exit_code == 1  # findings left, nothing fixed
-    (initialize,) = [line for line in unsafe.stdout.splitlines() if " AMP101 " in line]
-    assert initialize == set_up.replace(": AMP101 ", ": AMP101 left: ") + (
-        "; under --unsafe-fixes, not rewritten across modules: initialize is not in a module-level function of a "
-        "module the project imports by name") + suggested
+        "pkg/fp_optimizers.py:25:23: AMP106 [unsafe] apex's private amp state was removed from apex in 2025; "
+        f"GradScaler keeps its own; {_SETTINGS}; suggested: scaler.get_scale()")
     for path in sorted(SCALING_CLASS.rglob("*.py")):
         assert (root / path.relative_to(SCALING_CLASS)).read_bytes() == path.read_bytes(), path
-    # the class built nowhere in the project (a registry may build it by name): nothing is said of it
+    unsafe = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "--apex-opt-level", "O1", "."])
+    assert unsafe.exit_code == 1  # fixes made
+    fixed = sorted(line for line in unsafe.stdout.splitlines() if ": AMP10" in line)
+    assert fixed == [
+        f"pkg/fp_optimizers.py:25:23: AMP106 fixed (unsafe): {_STEP_SAID}",
+        f"pkg/fp_optimizers.py:30:14: AMP102 fixed (unsafe): {_STEP_SAID}",
+        f"pkg/fp_optimizers.py:35:33: AMP103 fixed (unsafe): {_STEP_SAID}",
+        f"pkg/trainer.py:17:42: AMP101 fixed (unsafe): {_SET_UP_SAID}",
+    ]
+    expected = SCALING_CLASS.parent / "apex_scaling_class.expected"
+    for name in ("pkg/fp_optimizers.py", "pkg/trainer.py"):
+        assert (root / name).read_bytes() == (expected / name).read_bytes(), name
+    again = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."])
+    assert again.exit_code == 0 and again.stdout.endswith("rewrote 0 files (0 fixes); 0 findings left.\n")
+    for name in ("pkg/fp_optimizers.py", "pkg/trainer.py"):
+        assert (root / name).read_bytes() == (expected / name).read_bytes(), name
+
+
+def test_the_scaling_class_rewrite_trains_as_the_apex_original_under_verify(tmp_path: Path, monkeypatch):
+    """run.py against the apex original under the runner's emulation, which has neither O2 nor `_amp_state`: the
+    fixture at O1 without the loss scaler's settings (`AMPOptimizer.__init__` then makes a GradScaler with torch's
+    defaults, apex's dynamic scaler's). Two micro-steps per update, clipped: equivalent, the 4 losses bit for bit,
+    the gradients unscaled once per step."""
+    original = tmp_path / "original"
+    shutil.copytree(SCALING_CLASS, original)
+    for path, old, new in (
+            ("pkg/trainer.py", "                cast_model_outputs=torch.float16,\n                keep_batchnorm_fp32=False,\n"
+             "                opt_level='O2')", "                opt_level='O1')"),
+            ("pkg/fp_optimizers.py", "import apex.amp._amp_state\n", ""),
+            ("pkg/fp_optimizers.py", "\n        loss_scaler = apex.amp._amp_state.loss_scalers[0]\n        loss_scaler._loss_scale "
+             "= loss_scale\n        loss_scaler._scale_seq_len = dls_upscale_interval\n", "")):
+        text = (original / path).read_text()
+        assert old in text, (path, old)
+        (original / path).write_text(text.replace(old, new))
+    root = tmp_path / "rewritten"
+    shutil.copytree(original, root)
+    (root / ".git").mkdir()
+    monkeypatch.chdir(root)
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1
+    assert "        self.scaler = torch.amp.GradScaler(\"cuda\")\n" in (root / "pkg" / "fp_optimizers.py").read_text()
+    report_path = tmp_path / "verify.json"
+    verify = subprocess.run([sys.executable, "-m", "ampfix", "verify", str(original / "run.py"), "--rewritten",
+                             str(root / "run.py"), "--json", str(report_path)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    report = json.loads(report_path.read_text())
+    assert verify.returncode == 0, verify.stderr
+    assert report["equivalent"] is True and report["first_difference"] is None
+    assert len(report["original"]["losses"]) == 4 and report["original"]["losses"] == report["rewritten"]["losses"]
+    assert report["rewritten"]["scaler"] == {"scale": 4, "unscale": 2, "step": 2, "update": 2, "skipped_steps": 0}
+
+
+def test_a_scaling_class_half_whose_other_half_is_rewritten_already_is_rewritten_alone(tmp_path: Path, monkeypatch):
+    """A half written already (by another worker of the run, or a person) is known by its rewritten shape: the other
+    half, given alone, is rewritten to match (both ways round)."""
+    expected = SCALING_CLASS.parent / "apex_scaling_class.expected"
+    for done, given in (("pkg/fp_optimizers.py", "pkg/trainer.py"), ("pkg/trainer.py", "pkg/fp_optimizers.py")):
+        root = _scaling_class(tmp_path, monkeypatch, done.replace("/", "_"))
+        shutil.copy(expected / done, root / done)
+        assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", given]).exit_code == 1
+        for name in ("pkg/fp_optimizers.py", "pkg/trainer.py"):
+            assert (root / name).read_bytes() == (expected / name).read_bytes(), (done, name)
+
+
+@pytest.mark.parametrize(("changed", "old", "new", "reason", "other_reason"), [
+    # a loss scale given to initialize too: the settings would be written twice
+    ("pkg/trainer.py", "                opt_level='O2')", "                opt_level='O2', loss_scale=128.0)",
+     "initialize is given other keywords than a literal opt_level O1 or O2, keep_batchnorm_fp32 and "
+     "cast_model_outputs=torch.float16",
+     "the set-up in pkg/trainer.py: initialize is given other keywords than a literal opt_level O1 or O2"),
+    # a comment in the scale_loss's `with`, which is rebuilt
+    ("pkg/fp_optimizers.py", "            scaled_loss.backward()\n",
+     "            scaled_loss.backward()  # scaled\n",
+     "a statement the rewrite rebuilds shares its lines with other code or a comment",
+     "the other half of the set-up in pkg/fp_optimizers.py is not rewritten (its finding says why)"),
+    # the clipping outside the step's `if`: it would clip the micro-steps' scaled gradients
+    ("pkg/fp_optimizers.py", "        if update:\n            if self.grad_clip",
+     "        clip_grad_norm_(amp.master_params(optimizer), 1.0)\n        if update:\n            if self.grad_clip",
+     "scale_loss is not followed by `if <parameter>:` (the step), with no `else`",
+     "the class that scales the loss, in pkg/fp_optimizers.py: scale_loss is not followed by `if <parameter>:`"),
+])
+def test_a_scaling_class_set_up_not_in_the_narrow_shape_is_left_in_both_halves(tmp_path: Path, monkeypatch, changed,
+                                                                                old, new, reason, other_reason):
+    root = _scaling_class(tmp_path, monkeypatch)
+    text = (root / changed).read_text()
+    assert old in text
+    (root / changed).write_text(text.replace(old, new))
+    out = CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).stdout
+    said = [line for line in out.splitlines() if line.startswith(changed) and " left: " in line
+            and f"under --unsafe-fixes, not rewritten as a class that scales the loss: {reason}" in line]
+    assert said, out
+    other = "pkg/trainer.py" if changed == "pkg/fp_optimizers.py" else "pkg/fp_optimizers.py"
+    assert any(line.startswith(other) and " left: " in line
+               and f"not rewritten as a class that scales the loss: {other_reason}" in line
+               for line in out.splitlines()), out
+    assert (root / other).read_bytes() == (SCALING_CLASS / other).read_bytes()
+
+
+def test_a_class_that_scales_the_loss_built_nowhere_is_named_as_before(tmp_path: Path, monkeypatch):
+    """The class built nowhere in the project (a registry may build it by name): not rewritten, and nothing is said
+    of where it is built."""
+    root = _scaling_class(tmp_path, monkeypatch)
     trainer = root / "pkg" / "trainer.py"
     trainer.write_text(trainer.read_text().replace("self.fp_optimizer = AMPOptimizer(", "self.fp_optimizer = dict(")
                        .replace("from pkg.fp_optimizers import AMPOptimizer\n", ""))
     (scale_loss,) = [line for line in CliRunner().invoke(app, ["check", "."]).stdout.splitlines() if " AMP102 " in line]
     assert f"{_SHARED}; {_SETTINGS}; suggested:" in scale_loss
+    assert CliRunner().invoke(app, ["rewrite", "--unsafe-fixes", "."]).exit_code == 1
+    assert (root / "pkg" / "fp_optimizers.py").read_bytes() == (SCALING_CLASS / "pkg" / "fp_optimizers.py").read_bytes()
 
 
 @pytest.mark.parametrize(("written", "said"), [

@@ -18,6 +18,7 @@ from ampfix.families.apex.handover import handover
 from ampfix.families.apex.tried import plan_tried, raising_try
 from ampfix.families.apex.module import ApexModule
 from ampfix.families.apex.parallel import UnsafeFix, plan_parallel
+from ampfix.families.apex import class_split
 from ampfix.families.apex.split import split_half
 from ampfix.families.apex.optional import (OptionalImport, imports_amp_alone, imports_parallel, optional_holding,
                                            optional_import)
@@ -96,7 +97,10 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif rules.AMP_STASH in ref.parts[1:]:
                 _report(analysis, ref.node, rules.INTERNALS, rules.AMP_STASH_ADVICE)
         rewritten = _plan_rewrite(analysis, uses)
-        if type(rewritten) is str:
+        scaling = _plan_scaling_class(analysis, uses) if type(rewritten) is str else None
+        if isinstance(scaling, (Rewritten, UnsafeOnly)):
+            rewritten = scaling
+        elif type(rewritten) is str:
             across = _plan_split(analysis, uses)
             switch = _plan_enum_switch(analysis, uses) if not isinstance(across, Rewritten) else None
             if isinstance(across, Rewritten):
@@ -104,7 +108,7 @@ def plan_apex(context: ModuleContext, sink: Sink) -> None:
             elif isinstance(switch, (Rewritten, UnsafeOnly)):
                 rewritten = switch
             else:
-                rewritten += _other_half(analysis, uses) + across + (f"; {switch}" if switch else "")
+                rewritten += _other_half(analysis, uses) + across + (f"; {switch}" if switch else "") + (scaling or "")
         parallel = _plan_parallel(analysis, uses, rewritten.torch_imported_at if isinstance(rewritten, Rewritten)
                                   else None)
         fp16, imports_gone = _plan_imports(analysis, rewritten, parallel)
@@ -205,6 +209,28 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
         return f"; under --unsafe-fixes, not rewritten across modules: {planned}"
     committed = commit_rewrites(analysis, [planned])
     return committed if isinstance(committed, Rewritten) else f"; {committed}"
+
+
+def _plan_scaling_class(analysis: ApexModule,
+                        uses: list[tuple[ChainRef, Binding, str, Rule]]) -> Rewritten | UnsafeOnly | str | None:
+    """A set-up split across modules whose set-up builds, after initialize, the other module's class that scales the
+    loss (`ampfix.families.apex.class_split`, GNMT): this half rewritten under --unsafe-fixes, reported as an
+    unsafe fix in the default mode; under --unsafe-fixes, why not, as a note for the finding; None where the module
+    is no such half (or, in the default mode, where it is not rewritten)."""
+    project = analysis.context.project
+    codes = {rule.code for *_, rule in uses}
+    if project is None or (rules.INITIALIZE.code in codes) == (rules.SCALE_LOSS.code in codes):
+        return None
+    unsafe = analysis.options.unsafe_fixes
+    half = class_split.plan_half(project, analysis.tree, analysis.index, rules.INITIALIZE.code in codes, unsafe)
+    if half is None or isinstance(half, str):
+        return f"; under --unsafe-fixes, not rewritten as a class that scales the loss: {half}" \
+            if half is not None and unsafe else None
+    amp_uses = [ref for ref, _, full, _ in uses if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+    if not unsafe:
+        return UnsafeOnly(f"{half.said}; {half.note} (an unsafe fix exists: --unsafe-fixes)")
+    engine_of(analysis).add_splices(list(half.splices))
+    return Rewritten({id(ref): f"{half.said}; {half.note}" for ref in amp_uses}, True, half.splices)
 
 
 def _plan_enum_switch(analysis: ApexModule,
