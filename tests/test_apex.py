@@ -1289,6 +1289,18 @@ def test_a_scaling_class_set_up_not_in_the_narrow_shape_is_left_in_both_halves(t
                and f"not rewritten as a class that scales the loss: {other_reason}" in line
                for line in out.splitlines()), out
     assert (root / other).read_bytes() == (SCALING_CLASS / other).read_bytes()
+    # each half names the class, where it is built, and the shape that is rewritten (not the shape it is not)
+    shape = ("rewritten across modules under --unsafe-fixes only in the shape of docs/apex.md's *A class that scales "
+             "the loss, built after initialize*")
+    assert any(line.startswith("pkg/trainer.py") and " left: " in line and (
+        "the loss is scaled in `AMPOptimizer.step` (pkg/fp_optimizers.py:30), an object of which is built on line 24 "
+        f"after initialize and kept as `self.fp_optimizer`: {shape} (by hand otherwise: {_BY_HAND}, initialize "
+        "removed here") in line for line in out.splitlines()), out
+    assert any(line.startswith("pkg/fp_optimizers.py") and " left: " in line and (
+        "`AMPOptimizer.step` scales the loss, and the class is built at pkg/trainer.py:24 (at least): "
+        f"{shape}, where the set-up's module builds it once, in the statement right after initialize (by hand "
+        f"otherwise: {_BY_HAND}, initialize removed where the class is built") in line
+               for line in out.splitlines()), out
 
 
 def test_a_class_that_scales_the_loss_built_nowhere_is_named_as_before(tmp_path: Path, monkeypatch):

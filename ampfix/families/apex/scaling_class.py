@@ -47,10 +47,15 @@ def step_class_note(project: ProjectModules, scale_losses: list[ChainRef], paren
         return ""  # built otherwise (a registry, by name): who holds the object cannot be told
     # the project's files are read up to the first construction given an argument by position
     built = f"built at {', '.join(calls.seen[:3])}" + (" (at least)" if calls.positional is not None else "")
-    return (f"; `{klass.name}.{method}` scales the loss, and the class is {built}: the rewrite across modules takes "
-            "a set-up function that returns `model, optimizer` to the module scaling the loss, not a class of this "
-            f"module that the set-up's module builds (by hand: {_by_hand(klass.name, method)}, initialize removed "
-            "where the class is built, and the forward passes whose loss reaches it under autocast there)")
+    return (f"; `{klass.name}.{method}` scales the loss, and the class is {built}: {_REWRITTEN_WHERE}, where the "
+            "set-up's module builds it once, in the statement right after initialize (by hand otherwise: "
+            f"{_by_hand(klass.name, method)}, initialize removed where the class is built, and the forward passes "
+            "whose loss reaches it under autocast there)")
+
+
+# the shape `class_split` rewrites (this module only names the class and where it is built)
+_REWRITTEN_WHERE = ("rewritten across modules under --unsafe-fixes only in the shape of docs/apex.md's *A class that "
+                    "scales the loss, built after initialize*")
 
 
 def _by_hand(klass: str, method: str) -> str:
@@ -87,9 +92,8 @@ def set_up_class_note(project: ProjectModules, init: ChainRef, parent: Parent, r
             if klass is not None and method is not None:
                 kept = ast.unparse(later.targets[0])
                 return (f"; the loss is scaled in `{name}.{method.name}` ({place}), an object of which is built on "
-                        f"line {later.lineno} after initialize and kept as `{kept}`: the rewrite across modules takes "
-                        "a set-up function that returns `model, optimizer` to the module scaling the loss, not an "
-                        f"object of the other module built here (by hand: {_by_hand(name, method.name)}, initialize "
-                        "removed here, and the forward passes whose loss reaches it under `torch.autocast(..., "
+                        f"line {later.lineno} after initialize and kept as `{kept}`: {_REWRITTEN_WHERE} (by hand "
+                        f"otherwise: {_by_hand(name, method.name)}, initialize removed here, and the forward passes "
+                        "whose loss reaches it under `torch.autocast(..., "
                         f"enabled=isinstance({kept}, {ast.unparse(later.value.func)}))`)")
     return ""
