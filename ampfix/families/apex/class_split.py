@@ -89,10 +89,10 @@ def _imports_amp(node: ast.stmt) -> bool:
     """An import of apex.amp or below it, or one binding the name `amp`."""
     if isinstance(node, ast.ImportFrom):
         module = node.module or ""
-        return module == rules.AMP_MODULE or module.startswith(rules.AMP_MODULE + ".") \
+        return rules.under_amp(module) \
             or any((a.asname or a.name) == "amp" for a in node.names)
     return isinstance(node, ast.Import) and any(
-        a.name == rules.AMP_MODULE or a.name.startswith(rules.AMP_MODULE + ".") or a.asname == "amp"
+        rules.under_amp(a.name) or a.asname == "amp"
         for a in node.names)
 
 

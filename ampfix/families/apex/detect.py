@@ -192,7 +192,7 @@ def _plan_split(analysis: ApexModule, uses: list[tuple[ChainRef, Binding, str, R
             or (rules.INITIALIZE.code in codes) == (rules.SCALE_LOSS.code in codes):
         return ""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
-                if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+                if rules.under_amp(full)]
     state = _state_import(analysis, amp_uses)
     found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
                                    if state is None or binding is not state[1]])
@@ -226,7 +226,7 @@ def _plan_scaling_class(analysis: ApexModule,
     if half is None or isinstance(half, str):
         return f"; under --unsafe-fixes, not rewritten as a class that scales the loss: {half}" \
             if half is not None and unsafe else None
-    amp_uses = [ref for ref, _, full, _ in uses if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+    amp_uses = [ref for ref, _, full, _ in uses if rules.under_amp(full)]
     if not unsafe:
         return UnsafeOnly(f"{half.said}; {half.note} (an unsafe fix exists: --unsafe-fixes)")
     engine_of(analysis).add_splices(list(half.splices))
@@ -300,7 +300,7 @@ def _plan_rewrite(analysis: ApexModule,
     """The mechanical rewrite (`ampfix.families.apex.rewrite`) where every apex.amp use goes through one plain
     `from apex import amp` at module level: the message of each use by id() of its ref, or why not."""
     amp_uses = [(ref, binding, full) for ref, binding, full, _ in uses
-                if full == rules.AMP_MODULE or full.startswith(rules.AMP_MODULE + ".")]
+                if rules.under_amp(full)]
     state = _state_import(analysis, amp_uses)
     found = _amp_import(analysis, [(ref, binding) for ref, binding, _ in amp_uses
                                    if state is None or binding is not state[1]])
@@ -760,7 +760,7 @@ def _report_imports(analysis: ApexModule, used: set[int], left: set[int], rewrit
             elif id(imp.node) in why:
                 _report(analysis, imp.node, rule, advice, f"not rewritten: {why[id(imp.node)]}",
                         unsafe_fix=isinstance(why[id(imp.node)], UnsafeOnly))
-            elif imp.optional and (qname == rules.AMP_MODULE or qname.startswith(rules.AMP_MODULE + ".")):
+            elif imp.optional and rules.under_amp(qname):
                 _report(analysis, imp.node, rule, advice,
                         "where the import fails (current apex), the `except` branch runs and training silently "
                         "goes on in float32; torch.amp is always there, so import nothing instead")

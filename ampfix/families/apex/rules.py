@@ -299,6 +299,11 @@ APEX_RULES: tuple[Rule, ...] = (OPTIONAL_IMPORT, INITIALIZE, SCALE_LOSS, MASTER_
 _RULE_OF_NAME: dict[str, Rule] = {name: rule for rule in APEX_RULES for name in rule.symbols}
 
 
+def under_amp(qname: str) -> bool:
+    """`qname` is apex.amp or a name below it (a module path or a resolved use)."""
+    return qname == AMP_MODULE or qname.startswith(AMP_MODULE + ".")
+
+
 def rule_of(qname: str) -> Rule | None:
     """The apex rule whose names `qname` lies under, or None."""
     name = longest_prefix(_RULE_OF_NAME, qname)

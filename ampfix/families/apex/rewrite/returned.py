@@ -30,6 +30,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ampfix.families.apex import rules
 from ampfix.families.apex.rewrite.callees import _mentions, _module_function
 from ampfix.families.apex.rewrite.conditions import _parameter_chain, _stable, _stable_in_callees
 from ampfix.families.apex.rewrite.tree import _Tree, _binds_otherwise, _chain, _name_stores
@@ -132,8 +133,8 @@ def _optimizer_of(use: AmpUse) -> str | None:
     call = use.ref.parent
     if not (isinstance(call, ast.Call) and call.func is use.ref.node):
         return None
-    given = call.args[1] if use.full.endswith("scale_loss") and len(call.args) > 1 else (
-        call.args[0] if use.full.endswith("master_params") and call.args else None)
+    given = call.args[1] if use.full == rules.SCALE_LOSS.title and len(call.args) > 1 else (
+        call.args[0] if use.full == rules.MASTER_PARAMS.title and call.args else None)
     return given.id if isinstance(given, ast.Name) else None
 
 
